@@ -1,0 +1,16 @@
+//! # rxe-core: the RoCE v2 protocol without I/O
+//!
+//! This crate knows what RoCE v2 packets look like and how the InfiniBand
+//! transport behaves, and nothing about sockets, threads or clocks. Bytes come
+//! in as slices, time comes in as an argument, and packets to send come out as
+//! values. That makes every piece testable packet by packet and deterministic
+//! under simulation.
+//!
+//! * [`wire`]: every header of the InfiniBand transport as carried by RoCE v2
+//!   (BTH, RDETH, DETH, RETH, FETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH),
+//!   the opcode table, the invariant CRC, and Ethernet/IP/UDP framing.
+//! * [`psn`]: 24-bit packet sequence number arithmetic.
+#![forbid(unsafe_code)]
+
+pub mod psn;
+pub mod wire;

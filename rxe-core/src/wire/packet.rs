@@ -1,0 +1,573 @@
+//! A whole InfiniBand transport packet as RoCE v2 carries it in a UDP
+//! datagram: BTH, the extension headers its opcode calls for, payload, pad,
+//! and the 4-byte ICRC.
+//!
+//! ```text
+//! +-----+----------------------+-------------------+-----+------+
+//! | BTH | extension headers... | payload           | pad | ICRC |
+//! +-----+----------------------+-------------------+-----+------+
+//!   12    from the opcode table   (payload+pad) % 4 == 0    4
+//! ```
+
+use super::aeth::{Aeth, AethRepr};
+use super::atomic::{AtomicAckEth, AtomicAckEthRepr, AtomicEth, AtomicEthRepr};
+use super::bth::{Bth, BthRepr, BTH_LEN};
+use super::deth::{Deth, DethRepr, Rdeth, RdethRepr};
+use super::feth::{Feth, FethRepr};
+use super::icrc::ICRC_LEN;
+use super::imm::{Ieth, ImmDt};
+use super::opcode::{ExtHeaders, OpcodeInfo};
+use super::reth::{Reth, RethRepr};
+use super::{Error, Header, Result};
+use core::fmt;
+
+/// A checked, zero-copy view of a transport packet (the UDP payload).
+///
+/// After [`Packet::new_checked`] succeeds, the opcode is known, every header
+/// it calls for is present, pad and payload lengths are consistent, and no
+/// accessor panics.
+#[derive(Debug, Clone, Copy)]
+pub struct Packet<T: AsRef<[u8]>> {
+    buffer: T,
+    info: &'static OpcodeInfo,
+    payload_len: usize,
+}
+
+fn header_of(h: ExtHeaders) -> Header {
+    match h {
+        ExtHeaders::RDETH => Header::Rdeth,
+        ExtHeaders::DETH => Header::Deth,
+        ExtHeaders::FETH => Header::Feth,
+        ExtHeaders::RETH => Header::Reth,
+        ExtHeaders::ATOMIC_ETH => Header::AtomicEth,
+        ExtHeaders::AETH => Header::Aeth,
+        ExtHeaders::ATOMIC_ACK_ETH => Header::AtomicAckEth,
+        ExtHeaders::IMMDT => Header::ImmDt,
+        ExtHeaders::IETH => Header::Ieth,
+        _ => Header::CnpPad,
+    }
+}
+
+impl<T: AsRef<[u8]>> Packet<T> {
+    /// Checks a buffer holding one transport packet (BTH through ICRC).
+    pub fn new_checked(buffer: T) -> Result<Self> {
+        let b = buffer.as_ref();
+        let bth = Bth::new_checked(b)?;
+        if bth.tver() != 0 {
+            return Err(Error::BadTransportVersion(bth.tver()));
+        }
+        let opcode = bth.opcode();
+        let info = opcode.info().ok_or(Error::UnknownOpcode(opcode.0))?;
+        // Each extension header in turn, so the error names the one cut short.
+        let mut off = BTH_LEN;
+        for (h, n) in ExtHeaders::WIRE_ORDER {
+            if info.headers.contains(h) {
+                if b.len() < off + n {
+                    return Err(Error::Truncated {
+                        header: header_of(h),
+                        need: n,
+                        have: b.len() - off,
+                    });
+                }
+                off += n;
+            }
+        }
+        if b.len() < off + ICRC_LEN {
+            return Err(Error::Truncated {
+                header: Header::Icrc,
+                need: ICRC_LEN,
+                have: b.len() - off,
+            });
+        }
+        let available = b.len() - off - ICRC_LEN;
+        let pad = bth.pad_count();
+        if usize::from(pad) > available {
+            return Err(Error::PadTooLarge { pad, available });
+        }
+        let payload_len = available - usize::from(pad);
+        if !info.payload && available != 0 {
+            return Err(Error::UnexpectedPayload {
+                opcode,
+                len: available,
+            });
+        }
+        if available % 4 != 0 {
+            return Err(Error::Misaligned {
+                payload: payload_len,
+                pad,
+            });
+        }
+        Ok(Packet {
+            buffer,
+            info,
+            payload_len,
+        })
+    }
+
+    /// The opcode table row.
+    pub fn info(&self) -> &'static OpcodeInfo {
+        self.info
+    }
+
+    /// The whole packet, ICRC included.
+    pub fn as_bytes(&self) -> &[u8] {
+        self.buffer.as_ref()
+    }
+
+    /// The BTH.
+    pub fn bth(&self) -> Bth<&[u8]> {
+        Bth::new_unchecked(&self.buffer.as_ref()[..BTH_LEN])
+    }
+
+    fn ext(&self, h: ExtHeaders) -> Option<&[u8]> {
+        let off = BTH_LEN + self.info.headers.offset_of(h)?;
+        let len = ExtHeaders::WIRE_ORDER
+            .iter()
+            .find(|(x, _)| *x == h)
+            .map(|(_, n)| *n)?;
+        Some(&self.buffer.as_ref()[off..off + len])
+    }
+
+    /// The RDETH, if the opcode has one.
+    pub fn rdeth(&self) -> Option<Rdeth<&[u8]>> {
+        self.ext(ExtHeaders::RDETH).map(Rdeth::new_unchecked)
+    }
+    /// The DETH, if the opcode has one.
+    pub fn deth(&self) -> Option<Deth<&[u8]>> {
+        self.ext(ExtHeaders::DETH).map(Deth::new_unchecked)
+    }
+    /// The FETH, if the opcode has one.
+    pub fn feth(&self) -> Option<Feth<&[u8]>> {
+        self.ext(ExtHeaders::FETH).map(Feth::new_unchecked)
+    }
+    /// The RETH, if the opcode has one.
+    pub fn reth(&self) -> Option<Reth<&[u8]>> {
+        self.ext(ExtHeaders::RETH).map(Reth::new_unchecked)
+    }
+    /// The AtomicETH, if the opcode has one.
+    pub fn atomic_eth(&self) -> Option<AtomicEth<&[u8]>> {
+        self.ext(ExtHeaders::ATOMIC_ETH)
+            .map(AtomicEth::new_unchecked)
+    }
+    /// The AETH, if the opcode has one.
+    pub fn aeth(&self) -> Option<Aeth<&[u8]>> {
+        self.ext(ExtHeaders::AETH).map(Aeth::new_unchecked)
+    }
+    /// The AtomicAckETH, if the opcode has one.
+    pub fn atomic_ack_eth(&self) -> Option<AtomicAckEth<&[u8]>> {
+        self.ext(ExtHeaders::ATOMIC_ACK_ETH)
+            .map(AtomicAckEth::new_unchecked)
+    }
+    /// Immediate data, if the opcode has it.
+    pub fn immdt(&self) -> Option<u32> {
+        self.ext(ExtHeaders::IMMDT)
+            .map(|b| ImmDt::new_unchecked(b).value())
+    }
+    /// The R_Key to invalidate, if the opcode has an IETH.
+    pub fn ieth(&self) -> Option<u32> {
+        self.ext(ExtHeaders::IETH)
+            .map(|b| Ieth::new_unchecked(b).rkey())
+    }
+
+    /// Offset of the payload from the start of the packet.
+    pub fn payload_offset(&self) -> usize {
+        self.info.header_len()
+    }
+
+    /// The payload, without pad.
+    pub fn payload(&self) -> &[u8] {
+        let off = self.payload_offset();
+        &self.buffer.as_ref()[off..off + self.payload_len]
+    }
+
+    /// The pad bytes.
+    pub fn pad(&self) -> &[u8] {
+        let b = self.buffer.as_ref();
+        &b[self.payload_offset() + self.payload_len..b.len() - ICRC_LEN]
+    }
+
+    /// The ICRC as carried (little-endian on the wire).
+    pub fn icrc(&self) -> u32 {
+        let b = self.buffer.as_ref();
+        let mut x = [0u8; 4];
+        x.copy_from_slice(&b[b.len() - ICRC_LEN..]);
+        u32::from_le_bytes(x)
+    }
+}
+
+/// A transport packet's fields, with the payload borrowed.
+///
+/// The extension headers present must be exactly those the opcode calls for;
+/// [`PacketRepr::emit`] checks this. The pad count is derived from the
+/// payload length on emit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PacketRepr<'a> {
+    /// The BTH (its `pad_count` is recomputed by `emit`).
+    pub bth: BthRepr,
+    /// RDETH (RD only).
+    pub rdeth: Option<RdethRepr>,
+    /// DETH (UD and RD requests).
+    pub deth: Option<DethRepr>,
+    /// FETH (FLUSH).
+    pub feth: Option<FethRepr>,
+    /// RETH (RDMA WRITE first/only, READ request, FLUSH, ATOMIC WRITE).
+    pub reth: Option<RethRepr>,
+    /// AtomicETH (compare-and-swap, fetch-and-add).
+    pub atomic_eth: Option<AtomicEthRepr>,
+    /// AETH (acknowledge, atomic acknowledge, READ response first/last/only).
+    pub aeth: Option<AethRepr>,
+    /// AtomicAckETH (atomic acknowledge).
+    pub atomic_ack_eth: Option<AtomicAckEthRepr>,
+    /// Immediate data.
+    pub immdt: Option<u32>,
+    /// R_Key to invalidate.
+    pub ieth: Option<u32>,
+    /// Payload bytes (without pad).
+    pub payload: &'a [u8],
+}
+
+impl<'a> PacketRepr<'a> {
+    /// A repr with only a BTH and no payload; fill in the rest.
+    pub fn new(bth: BthRepr) -> Self {
+        PacketRepr {
+            bth,
+            rdeth: None,
+            deth: None,
+            feth: None,
+            reth: None,
+            atomic_eth: None,
+            aeth: None,
+            atomic_ack_eth: None,
+            immdt: None,
+            ieth: None,
+            payload: &[],
+        }
+    }
+
+    /// Reads every header of a checked packet.
+    pub fn parse<T: AsRef<[u8]> + ?Sized>(p: &'a Packet<&'a T>) -> Result<Self> {
+        let mut bth = BthRepr::parse(&p.bth())?;
+        bth.pad_count = p.bth().pad_count();
+        Ok(PacketRepr {
+            bth,
+            rdeth: p.rdeth().map(|v| RdethRepr::parse(&v)).transpose()?,
+            deth: p.deth().map(|v| DethRepr::parse(&v)).transpose()?,
+            feth: p.feth().map(|v| FethRepr::parse(&v)).transpose()?,
+            reth: p.reth().map(|v| RethRepr::parse(&v)).transpose()?,
+            atomic_eth: p
+                .atomic_eth()
+                .map(|v| AtomicEthRepr::parse(&v))
+                .transpose()?,
+            aeth: p.aeth().map(|v| AethRepr::parse(&v)).transpose()?,
+            atomic_ack_eth: p
+                .atomic_ack_eth()
+                .map(|v| AtomicAckEthRepr::parse(&v))
+                .transpose()?,
+            immdt: p.immdt(),
+            ieth: p.ieth(),
+            payload: p.payload(),
+        })
+    }
+
+    /// The pad count that makes payload plus pad a multiple of 4.
+    pub fn pad_count(&self) -> u8 {
+        ((4 - self.payload.len() % 4) % 4) as u8
+    }
+
+    /// The headers this repr carries.
+    pub fn headers(&self) -> ExtHeaders {
+        let mut h = ExtHeaders::empty();
+        h.set(ExtHeaders::RDETH, self.rdeth.is_some());
+        h.set(ExtHeaders::DETH, self.deth.is_some());
+        h.set(ExtHeaders::FETH, self.feth.is_some());
+        h.set(ExtHeaders::RETH, self.reth.is_some());
+        h.set(ExtHeaders::ATOMIC_ETH, self.atomic_eth.is_some());
+        h.set(ExtHeaders::AETH, self.aeth.is_some());
+        h.set(ExtHeaders::ATOMIC_ACK_ETH, self.atomic_ack_eth.is_some());
+        h.set(ExtHeaders::IMMDT, self.immdt.is_some());
+        h.set(ExtHeaders::IETH, self.ieth.is_some());
+        h
+    }
+
+    /// Checks the repr against the opcode table.
+    pub fn check(&self) -> Result<&'static OpcodeInfo> {
+        let op = self.bth.opcode;
+        let info = op.info().ok_or(Error::UnknownOpcode(op.0))?;
+        let want = info.headers.difference(ExtHeaders::CNP_PAD);
+        let have = self.headers();
+        if want != have {
+            let wrong = want.symmetric_difference(have);
+            let first = ExtHeaders::WIRE_ORDER
+                .iter()
+                .find(|(h, _)| wrong.contains(*h));
+            return Err(Error::HeadersDisagree {
+                opcode: op,
+                header: header_of(first.map(|(h, _)| *h).unwrap_or(ExtHeaders::CNP_PAD)),
+                present: first.is_some_and(|(h, _)| have.contains(*h)),
+            });
+        }
+        if !info.payload && !self.payload.is_empty() {
+            return Err(Error::UnexpectedPayload {
+                opcode: op,
+                len: self.payload.len(),
+            });
+        }
+        Ok(info)
+    }
+
+    /// Bytes [`Self::emit`] writes, ICRC included. Meaningful only for a
+    /// repr that passes [`Self::check`].
+    pub fn buffer_len(&self) -> usize {
+        let hdr = match self.bth.opcode.info() {
+            Some(i) => i.header_len(),
+            None => BTH_LEN + self.headers().len(),
+        };
+        hdr + self.payload.len() + usize::from(self.pad_count()) + ICRC_LEN
+    }
+
+    /// Writes the packet into `buf` with zero pad bytes and a zero ICRC
+    /// (the ICRC covers the IP and UDP headers too; see [`super::icrc`]).
+    /// Returns the number of bytes written.
+    pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
+        let info = self.check()?;
+        let len = self.buffer_len();
+        if buf.len() < len {
+            return Err(Error::BufferTooSmall {
+                header: Header::Bth,
+                need: len,
+                have: buf.len(),
+            });
+        }
+        let buf = &mut buf[..len];
+        let mut bth = self.bth;
+        bth.pad_count = self.pad_count();
+        bth.emit(&mut Bth::new_unchecked(&mut buf[..BTH_LEN]));
+        let mut off = BTH_LEN;
+        for (h, n) in ExtHeaders::WIRE_ORDER {
+            if !info.headers.contains(h) {
+                continue;
+            }
+            let b = &mut buf[off..off + n];
+            match h {
+                ExtHeaders::RDETH => self
+                    .rdeth
+                    .unwrap_or_default()
+                    .emit(&mut Rdeth::new_unchecked(b)),
+                ExtHeaders::DETH => self
+                    .deth
+                    .unwrap_or_default()
+                    .emit(&mut Deth::new_unchecked(b)),
+                ExtHeaders::FETH => self
+                    .feth
+                    .unwrap_or_default()
+                    .emit(&mut Feth::new_unchecked(b)),
+                ExtHeaders::RETH => self
+                    .reth
+                    .unwrap_or_default()
+                    .emit(&mut Reth::new_unchecked(b)),
+                ExtHeaders::ATOMIC_ETH => self
+                    .atomic_eth
+                    .unwrap_or_default()
+                    .emit(&mut AtomicEth::new_unchecked(b)),
+                ExtHeaders::AETH => {
+                    if let Some(a) = self.aeth {
+                        a.emit(&mut Aeth::new_unchecked(b));
+                    }
+                }
+                ExtHeaders::ATOMIC_ACK_ETH => self
+                    .atomic_ack_eth
+                    .unwrap_or_default()
+                    .emit(&mut AtomicAckEth::new_unchecked(b)),
+                ExtHeaders::IMMDT => {
+                    ImmDt::new_unchecked(b).set_value(self.immdt.unwrap_or_default())
+                }
+                ExtHeaders::IETH => Ieth::new_unchecked(b).set_rkey(self.ieth.unwrap_or_default()),
+                _ => b.fill(0),
+            }
+            off += n;
+        }
+        buf[off..off + self.payload.len()].copy_from_slice(self.payload);
+        off += self.payload.len();
+        buf[off..].fill(0);
+        Ok(len)
+    }
+}
+
+impl fmt::Display for PacketRepr<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.bth)?;
+        if let Some(h) = &self.rdeth {
+            write!(f, " {h}")?;
+        }
+        if let Some(h) = &self.deth {
+            write!(f, " {h}")?;
+        }
+        if let Some(h) = &self.feth {
+            write!(f, " {h}")?;
+        }
+        if let Some(h) = &self.reth {
+            write!(f, " {h}")?;
+        }
+        if let Some(h) = &self.atomic_eth {
+            write!(f, " {h}")?;
+        }
+        if let Some(h) = &self.aeth {
+            write!(f, " {h}")?;
+        }
+        if let Some(h) = &self.atomic_ack_eth {
+            write!(f, " {h}")?;
+        }
+        if let Some(i) = self.immdt {
+            write!(f, " ImmDt={i:#010x}")?;
+        }
+        if let Some(k) = self.ieth {
+            write!(f, " IETH rkey={k:#010x}")?;
+        }
+        write!(f, " len={}", self.payload.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::psn::Psn;
+    use crate::wire::aeth::AethSyndrome;
+    use crate::wire::Opcode;
+
+    fn bth(op: Opcode) -> BthRepr {
+        BthRepr {
+            opcode: op,
+            solicited: false,
+            mig_req: false,
+            pad_count: 0,
+            pkey: 0xffff,
+            fecn: false,
+            becn: false,
+            dest_qp: 0x12,
+            ack_req: true,
+            psn: Psn::new(7),
+        }
+    }
+
+    #[test]
+    fn send_only_with_pad() {
+        let mut r = PacketRepr::new(bth(Opcode::RC_SEND_ONLY));
+        r.payload = b"hello";
+        let mut buf = [0xaau8; 64];
+        let n = r.emit(&mut buf).unwrap();
+        assert_eq!(n, 12 + 5 + 3 + 4);
+        assert_eq!(buf[1] >> 4 & 3, 3, "pad count in the BTH");
+        let p = Packet::new_checked(&buf[..n]).unwrap();
+        assert_eq!(p.payload(), b"hello");
+        assert_eq!(p.pad(), &[0, 0, 0]);
+        let back = PacketRepr::parse(&p).unwrap();
+        assert_eq!(back.bth.pad_count, 3);
+        assert_eq!(back.payload, b"hello");
+    }
+
+    #[test]
+    fn read_response_first_carries_aeth() {
+        let mut r = PacketRepr::new(bth(Opcode::RC_RDMA_READ_RESPONSE_FIRST));
+        r.aeth = Some(AethRepr {
+            syndrome: AethSyndrome::Ack { credits: 31 },
+            msn: 3,
+        });
+        r.payload = &[1, 2, 3, 4];
+        let mut buf = [0u8; 64];
+        let n = r.emit(&mut buf).unwrap();
+        assert_eq!(&buf[12..16], &[0x1f, 0, 0, 3]);
+        let p = Packet::new_checked(&buf[..n]).unwrap();
+        assert_eq!(
+            PacketRepr::parse(&p).unwrap(),
+            PacketRepr {
+                bth: bth(r.bth.opcode),
+                ..r
+            }
+        );
+    }
+
+    #[test]
+    fn repr_must_match_the_opcode() {
+        let r = PacketRepr::new(bth(Opcode::RC_RDMA_WRITE_ONLY));
+        assert_eq!(
+            r.check().unwrap_err(),
+            Error::HeadersDisagree {
+                opcode: Opcode::RC_RDMA_WRITE_ONLY,
+                header: Header::Reth,
+                present: false
+            }
+        );
+        let mut r = PacketRepr::new(bth(Opcode::RC_ACKNOWLEDGE));
+        r.aeth = Some(AethRepr {
+            syndrome: AethSyndrome::Ack { credits: 0 },
+            msn: 0,
+        });
+        r.payload = b"x";
+        assert!(matches!(r.check(), Err(Error::UnexpectedPayload { .. })));
+    }
+
+    #[test]
+    fn malformed_packets_get_typed_errors() {
+        let mut r = PacketRepr::new(bth(Opcode::RC_SEND_ONLY));
+        r.payload = b"abcdefgh";
+        let mut buf = [0u8; 64];
+        let n = r.emit(&mut buf).unwrap();
+        // Pad count 3 with 8 bytes after the headers: a 5-byte payload, fine.
+        let mut b = buf;
+        b[1] |= 0x30;
+        assert_eq!(Packet::new_checked(&b[..n]).unwrap().payload(), b"abcde");
+        // Seven bytes after the headers with pad 1: payload+pad is not a multiple of 4.
+        let mut m = [0u8; 12 + 7 + 4];
+        m[..12].copy_from_slice(&buf[..12]);
+        m[1] = 0x10;
+        assert_eq!(
+            Packet::new_checked(&m[..]).unwrap_err(),
+            Error::Misaligned { payload: 6, pad: 1 }
+        );
+        // Pad count larger than what is there.
+        let mut r0 = PacketRepr::new(bth(Opcode::RC_SEND_ONLY));
+        r0.payload = &[];
+        let n0 = r0.emit(&mut b).unwrap();
+        b[1] |= 0x20;
+        assert_eq!(
+            Packet::new_checked(&b[..n0]).unwrap_err(),
+            Error::PadTooLarge {
+                pad: 2,
+                available: 0
+            }
+        );
+        // Unknown opcode, truncated RETH, missing ICRC.
+        b[0] = 0x15;
+        assert_eq!(
+            Packet::new_checked(&b[..n0]).unwrap_err(),
+            Error::UnknownOpcode(0x15)
+        );
+        b[0] = Opcode::RC_RDMA_WRITE_ONLY.0;
+        assert_eq!(
+            Packet::new_checked(&b[..20]).unwrap_err(),
+            Error::Truncated {
+                header: Header::Reth,
+                need: 16,
+                have: 8
+            }
+        );
+        assert_eq!(
+            Packet::new_checked(&buf[..14]).unwrap_err(),
+            Error::Truncated {
+                header: Header::Icrc,
+                need: 4,
+                have: 2
+            }
+        );
+        // Payload on an ACK.
+        let mut a = [0u8; 24];
+        a[0] = Opcode::RC_ACKNOWLEDGE.0;
+        assert_eq!(
+            Packet::new_checked(&a[..]).unwrap_err(),
+            Error::UnexpectedPayload {
+                opcode: Opcode::RC_ACKNOWLEDGE,
+                len: 4
+            }
+        );
+    }
+}
