@@ -11,3 +11,5 @@ pub fn tests_dir() -> PathBuf {
 pub fn pcap_dir() -> PathBuf {
     tests_dir().join("data").join("pcaps")
 }
+
+pub mod sim;

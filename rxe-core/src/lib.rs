@@ -10,7 +10,12 @@
 //!   (BTH, RDETH, DETH, RETH, FETH, AtomicETH, AETH, AtomicAckETH, ImmDt, IETH),
 //!   the opcode table, the invariant CRC, and Ethernet/IP/UDP framing.
 //! * [`psn`]: 24-bit packet sequence number arithmetic.
+//! * [`types`]: the verbs vocabulary (QP types and states, attributes, work
+//!   requests, completions).
+//! * [`engine`]: the RC/UC/UD protocol engine with its memory-key tables.
 #![forbid(unsafe_code)]
 
+pub mod engine;
 pub mod psn;
+pub mod types;
 pub mod wire;

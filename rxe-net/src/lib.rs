@@ -1,1 +1,15 @@
-//! placeholder
+//! # rxe-net: moving RoCE v2 datagrams
+//!
+//! The I/O side of rxe-rs, kept apart from the sans-IO protocol in
+//! `rxe-core`: where frames come from and where they go.
+//!
+//! * [`capture`]: reading pcap and pcapng files (Ethernet, Linux cooked
+//!   SLL/SLL2 and raw-IP link types) into numbered, timestamped frames that
+//!   [`rxe_core::wire::RoceFrame::parse`] takes as they are, and writing
+//!   classic pcap files of what crosses a link.
+//! * [`sim`]: a simulated network of engines on a virtual clock, with
+//!   seeded loss, duplication, reordering, corruption and delay.
+#![forbid(unsafe_code)]
+
+pub mod capture;
+pub mod sim;

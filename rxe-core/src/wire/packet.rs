@@ -195,6 +195,14 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
 }
 
+impl<'a> Packet<&'a [u8]> {
+    /// The payload with the lifetime of the underlying buffer.
+    pub fn payload_ref(&self) -> &'a [u8] {
+        let off = self.payload_offset();
+        &self.buffer[off..off + self.payload_len]
+    }
+}
+
 /// A transport packet's fields, with the payload borrowed.
 ///
 /// The extension headers present must be exactly those the opcode calls for;
@@ -244,8 +252,9 @@ impl<'a> PacketRepr<'a> {
         }
     }
 
-    /// Reads every header of a checked packet.
-    pub fn parse<T: AsRef<[u8]> + ?Sized>(p: &'a Packet<&'a T>) -> Result<Self> {
+    /// Reads every header of a checked packet. The payload borrows from the
+    /// packet's buffer, not from the view.
+    pub fn parse(p: &Packet<&'a [u8]>) -> Result<Self> {
         let mut bth = BthRepr::parse(&p.bth())?;
         bth.pad_count = p.bth().pad_count();
         Ok(PacketRepr {
@@ -265,7 +274,7 @@ impl<'a> PacketRepr<'a> {
                 .transpose()?,
             immdt: p.immdt(),
             ieth: p.ieth(),
-            payload: p.payload(),
+            payload: p.payload_ref(),
         })
     }
 

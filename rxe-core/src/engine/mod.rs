@@ -1,0 +1,758 @@
+//! The protocol engine: RC, UC and UD queue pairs, sans-IO.
+//!
+//! An [`Engine`] is one soft RDMA device: its protection domains, memory
+//! regions and windows, completion queues, shared receive queues and queue
+//! pairs. It never touches a socket, a thread or a clock. Its methods sort
+//! into four groups, in the manner of quinn-proto's `Connection`:
+//!
+//! * **commands** from the application: [`Engine::create_qp`],
+//!   [`Engine::modify_qp`], [`Engine::post_send`], [`Engine::post_recv`], ...
+//! * **inputs** from the outside world: [`Engine::handle_datagram`] for a
+//!   received UDP payload and [`Engine::handle_timeout`] when the deadline
+//!   from [`Engine::next_timeout`] has passed;
+//! * **outputs** to drain after every input or command:
+//!   [`Engine::poll_transmit`] (packets to send, until `None`),
+//!   [`Engine::poll_cq`] (completions), [`Engine::poll_event`] (async events);
+//! * **getters**: [`Engine::counters`], [`Engine::query_qp`], ...
+//!
+//! A driver loop therefore looks like: feed inputs, then call
+//! `poll_transmit` until it returns `None`, then sleep until a datagram
+//! arrives or `next_timeout` passes. Time is an argument (`now`) everywhere;
+//! a simulation passes a virtual clock and gets the same behaviour every run.
+//!
+//! Packets leave with their ICRC computed for the IP header a Linux UDP
+//! socket writes for an unconnected socket with path MTU discovery on
+//! (IPv4 identification 0, don't fragment); see [`crate::wire::icrc::compute_udp`].
+//! A transport that builds its own IP headers must write them that way.
+
+pub mod counters;
+mod cq;
+pub mod mem;
+mod qp;
+mod requester;
+mod responder;
+pub mod state;
+pub mod timers;
+
+pub use counters::{Counters, DropReason};
+pub use mem::{AtomicOp, KeyError, MemError, MemSlice, MemTable, MrKeys, PdId, RegionMemory, VecMemory};
+
+use crate::psn::Psn;
+use crate::types::*;
+use crate::wire::Packet;
+use cq::{Cq, Srq};
+use qp::Qp;
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// A completion queue handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct CqId(pub u32);
+
+/// A shared receive queue handle.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SrqId(pub u32);
+
+/// How an engine is set up.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Local addresses, indexed by GID index.
+    pub gids: Vec<IpAddr>,
+    /// Device limits.
+    pub caps: DeviceCaps,
+    /// The port's active MTU (the largest path MTU a QP may use).
+    pub port_mtu: Mtu,
+    /// Seed for QP numbers, keys and initial PSNs: the same seed gives the
+    /// same numbers, which is what a simulation wants. Use a random seed in
+    /// production (the verbs layer does).
+    pub seed: u64,
+    /// How many PSNs an RC requester may have unacknowledged.
+    pub max_unacked_psns: u32,
+    /// Set AckReq at least every this many packets of a long message.
+    pub ack_every: u32,
+}
+
+impl EngineConfig {
+    /// A configuration for one local address with the defaults.
+    pub fn new(addr: IpAddr, seed: u64) -> Self {
+        EngineConfig {
+            gids: vec![addr],
+            caps: DeviceCaps::default(),
+            port_mtu: Mtu::Mtu4096,
+            seed,
+            max_unacked_psns: 256,
+            ack_every: 64,
+        }
+    }
+}
+
+/// A packet for the transport to send.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Transmit {
+    /// Local address to send from.
+    pub src: IpAddr,
+    /// Peer address; the UDP destination port is always 4791.
+    pub dst: IpAddr,
+    /// UDP source port (a hash of the QP number, as the kernel's rxe does).
+    pub src_port: u16,
+    /// IPv4 TOS / IPv6 traffic class.
+    pub traffic_class: u8,
+    /// TTL / hop limit.
+    pub hop_limit: u8,
+    /// The UDP payload: BTH through ICRC.
+    pub payload: Vec<u8>,
+}
+
+/// What the transport knows about the ICRC of a received packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum IcrcStatus {
+    /// Checked against the real IP header: right.
+    Ok,
+    /// Checked: wrong. The engine drops the packet and counts it.
+    Bad,
+    /// Not checked (a plain UDP socket over IPv4 does not see the IP ID).
+    Unverified,
+}
+
+/// Where a received datagram came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RecvMeta {
+    /// Source address.
+    pub src: IpAddr,
+    /// Destination (local) address.
+    pub dst: IpAddr,
+    /// UDP source port.
+    pub src_port: u16,
+    /// The transport's ICRC verdict.
+    pub icrc: IcrcStatus,
+}
+
+/// Asynchronous events (`ibv_event_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AsyncEvent {
+    /// A QP went to the error state because of an error (`IBV_EVENT_QP_FATAL`).
+    QpFatal(u32),
+    /// The first packet arrived on a QP in RTR (`IBV_EVENT_COMM_EST`).
+    CommEstablished(u32),
+    /// The send queue of a QP in SQD drained (`IBV_EVENT_SQ_DRAINED`).
+    SqDrained(u32),
+    /// A completion queue overran (`IBV_EVENT_CQ_ERR`).
+    CqError(CqId),
+    /// An SRQ fell below its limit (`IBV_EVENT_SRQ_LIMIT_REACHED`).
+    SrqLimitReached(SrqId),
+}
+
+/// Errors from commands, each naming what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EngineError {
+    /// No such QP.
+    #[error("qp: no QP number {0:#08x}")]
+    UnknownQp(u32),
+    /// No such CQ.
+    #[error("cq: no completion queue {0:?}")]
+    UnknownCq(CqId),
+    /// No such SRQ.
+    #[error("srq: no shared receive queue {0:?}")]
+    UnknownSrq(SrqId),
+    /// No such PD.
+    #[error("pd: no protection domain {0:?}")]
+    UnknownPd(PdId),
+    /// The QP's state does not allow the call.
+    #[error("qp {qpn:#08x} is in state {state}, which does not allow {what}")]
+    WrongState {
+        /// The QP.
+        qpn: u32,
+        /// Its state.
+        state: QpState,
+        /// What was refused.
+        what: &'static str,
+    },
+    /// A queue is full.
+    #[error("{queue} is full ({capacity} entries)")]
+    QueueFull {
+        /// Which queue.
+        queue: &'static str,
+        /// Its capacity.
+        capacity: usize,
+    },
+    /// An argument is out of range or inconsistent.
+    #[error("{name}: {reason}")]
+    InvalidArgument {
+        /// The argument.
+        name: &'static str,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A resource is still in use.
+    #[error("{0} is still in use")]
+    Busy(&'static str),
+    /// A QP attribute modification was refused.
+    #[error(transparent)]
+    Modify(#[from] state::ModifyError),
+    /// A memory registration or window call was refused.
+    #[error(transparent)]
+    Mem(#[from] MemError),
+}
+
+fn invalid(name: &'static str, reason: impl Into<String>) -> EngineError {
+    EngineError::InvalidArgument { name, reason: reason.into() }
+}
+
+/// Creation attributes of a QP (`ibv_qp_init_attr`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QpInit {
+    /// Transport.
+    pub qp_type: QpType,
+    /// Protection domain.
+    pub pd: PdId,
+    /// CQ for send completions.
+    pub send_cq: CqId,
+    /// CQ for receive completions.
+    pub recv_cq: CqId,
+    /// Shared receive queue, if any.
+    pub srq: Option<SrqId>,
+    /// Queue capacities.
+    pub cap: QpCap,
+    /// Every send WR produces a completion.
+    pub sq_sig_all: bool,
+}
+
+/// Everything the per-QP code may touch besides the QP itself.
+pub(crate) struct Ctx<'a> {
+    pub now: Instant,
+    pub config: &'a EngineConfig,
+    pub mem: &'a mut MemTable,
+    pub cqs: &'a mut BTreeMap<CqId, Cq>,
+    pub srqs: &'a mut BTreeMap<SrqId, Srq>,
+    pub events: &'a mut VecDeque<AsyncEvent>,
+    pub counters: &'a mut Counters,
+}
+
+impl Ctx<'_> {
+    /// Delivers a completion to a CQ; an overrun raises `CqError`.
+    pub fn complete(&mut self, cq: CqId, c: Completion, solicited: bool) {
+        if let Some(q) = self.cqs.get_mut(&cq) {
+            if !q.push(c, solicited) {
+                self.events.push_back(AsyncEvent::CqError(cq));
+            }
+        }
+    }
+}
+
+/// One soft RDMA device's protocol state.
+#[derive(Debug)]
+pub struct Engine {
+    config: EngineConfig,
+    rng: SmallRng,
+    mem: MemTable,
+    pds: HashSet<PdId>,
+    next_pd: u32,
+    cqs: BTreeMap<CqId, Cq>,
+    next_cq: u32,
+    srqs: BTreeMap<SrqId, Srq>,
+    next_srq: u32,
+    qps: HashMap<u32, Qp>,
+    /// QPs that may have something to send, in round-robin order.
+    active: VecDeque<u32>,
+    active_set: HashSet<u32>,
+    events: VecDeque<AsyncEvent>,
+    counters: Counters,
+    last_now: Option<Instant>,
+}
+
+impl Engine {
+    /// A new engine.
+    pub fn new(config: EngineConfig) -> Self {
+        let mut rng = SmallRng::seed_from_u64(config.seed);
+        let mem = MemTable::new(rng.gen());
+        Engine {
+            config,
+            rng,
+            mem,
+            pds: HashSet::new(),
+            next_pd: 1,
+            cqs: BTreeMap::new(),
+            next_cq: 1,
+            srqs: BTreeMap::new(),
+            next_srq: 1,
+            qps: HashMap::new(),
+            active: VecDeque::new(),
+            active_set: HashSet::new(),
+            events: VecDeque::new(),
+            counters: Counters::default(),
+            last_now: None,
+        }
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    /// Engine-wide counters (every QP's packets are counted here too).
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// One QP's counters.
+    pub fn qp_counters(&self, qpn: u32) -> Option<&Counters> {
+        self.qps.get(&qpn).map(|q| &q.counters)
+    }
+
+    /// The memory tables (regions and windows).
+    pub fn mem(&self) -> &MemTable {
+        &self.mem
+    }
+
+    /// Allocates a protection domain.
+    pub fn alloc_pd(&mut self) -> PdId {
+        let pd = PdId(self.next_pd);
+        self.next_pd += 1;
+        self.pds.insert(pd);
+        pd
+    }
+
+    /// Frees a protection domain that nothing uses any more.
+    pub fn dealloc_pd(&mut self, pd: PdId) -> Result<(), EngineError> {
+        if !self.pds.contains(&pd) {
+            return Err(EngineError::UnknownPd(pd));
+        }
+        if self.qps.values().any(|q| q.pd == pd) || self.srqs.values().any(|s| s.pd == pd) {
+            return Err(EngineError::Busy("pd"));
+        }
+        self.pds.remove(&pd);
+        Ok(())
+    }
+
+    fn check_pd(&self, pd: PdId) -> Result<(), EngineError> {
+        if self.pds.contains(&pd) {
+            Ok(())
+        } else {
+            Err(EngineError::UnknownPd(pd))
+        }
+    }
+
+    /// Registers a memory region whose bytes `mem` provides, addressed from
+    /// `iova` by SGEs and by peers.
+    pub fn reg_mr(
+        &mut self,
+        pd: PdId,
+        mem: Arc<dyn RegionMemory>,
+        iova: u64,
+        access: Access,
+    ) -> Result<MrKeys, EngineError> {
+        self.check_pd(pd)?;
+        if mem.len() as u64 > self.config.caps.max_mr_size {
+            return Err(invalid("length", "larger than the device's max_mr_size"));
+        }
+        Ok(self.mem.reg_mr(pd, mem, iova, access)?)
+    }
+
+    /// Deregisters a memory region.
+    pub fn dereg_mr(&mut self, lkey: u32) -> Result<(), EngineError> {
+        Ok(self.mem.dereg_mr(lkey)?)
+    }
+
+    /// Allocates a memory window.
+    pub fn alloc_mw(&mut self, pd: PdId, mw_type: mem::MwType) -> Result<u32, EngineError> {
+        self.check_pd(pd)?;
+        Ok(self.mem.alloc_mw(pd, mw_type)?)
+    }
+
+    /// Frees a memory window.
+    pub fn dealloc_mw(&mut self, rkey: u32) -> Result<(), EngineError> {
+        Ok(self.mem.dealloc_mw(rkey)?)
+    }
+
+    /// Binds a type 1 memory window through QP `qpn` (`ibv_bind_mw`);
+    /// returns its new rkey. Type 2 windows are bound with a `BindMw` send
+    /// work request.
+    pub fn bind_mw(&mut self, qpn: u32, bind: &MwBind) -> Result<u32, EngineError> {
+        let pd = self.qps.get(&qpn).ok_or(EngineError::UnknownQp(qpn))?.pd;
+        Ok(self.mem.bind_mw(pd, qpn, bind)?)
+    }
+
+    /// Creates a completion queue of at least `cqe` entries.
+    pub fn create_cq(&mut self, cqe: u32) -> Result<CqId, EngineError> {
+        if cqe == 0 || cqe > self.config.caps.max_cqe {
+            return Err(invalid("cqe", format!("must be 1..={}", self.config.caps.max_cqe)));
+        }
+        let id = CqId(self.next_cq);
+        self.next_cq += 1;
+        self.cqs.insert(id, Cq::new(cqe as usize));
+        Ok(id)
+    }
+
+    /// Destroys a completion queue no QP uses.
+    pub fn destroy_cq(&mut self, cq: CqId) -> Result<(), EngineError> {
+        if !self.cqs.contains_key(&cq) {
+            return Err(EngineError::UnknownCq(cq));
+        }
+        if self.qps.values().any(|q| q.send_cq == cq || q.recv_cq == cq) {
+            return Err(EngineError::Busy("cq"));
+        }
+        self.cqs.remove(&cq);
+        Ok(())
+    }
+
+    /// Takes up to `max` completions from a CQ, oldest first.
+    pub fn poll_cq(&mut self, cq: CqId, max: usize, out: &mut Vec<Completion>) -> Result<usize, EngineError> {
+        let q = self.cqs.get_mut(&cq).ok_or(EngineError::UnknownCq(cq))?;
+        let n = max.min(q.entries.len());
+        out.extend(q.entries.drain(..n));
+        Ok(n)
+    }
+
+    /// Arms a CQ for one notification (`ibv_req_notify_cq`).
+    pub fn req_notify_cq(&mut self, cq: CqId, solicited_only: bool) -> Result<(), EngineError> {
+        let q = self.cqs.get_mut(&cq).ok_or(EngineError::UnknownCq(cq))?;
+        q.armed = Some(solicited_only);
+        Ok(())
+    }
+
+    /// True once if an armed CQ received a completion since it was armed.
+    pub fn take_cq_notification(&mut self, cq: CqId) -> bool {
+        self.cqs.get_mut(&cq).is_some_and(|q| std::mem::take(&mut q.notified))
+    }
+
+    /// Number of completions waiting in a CQ.
+    pub fn cq_len(&self, cq: CqId) -> Option<usize> {
+        self.cqs.get(&cq).map(|q| q.entries.len())
+    }
+
+    /// Creates a shared receive queue.
+    pub fn create_srq(&mut self, pd: PdId, max_wr: u32, max_sge: u32, limit: u32) -> Result<SrqId, EngineError> {
+        self.check_pd(pd)?;
+        if max_wr == 0 || max_wr > self.config.caps.max_qp_wr {
+            return Err(invalid("max_wr", format!("must be 1..={}", self.config.caps.max_qp_wr)));
+        }
+        if max_sge == 0 || max_sge > self.config.caps.max_sge {
+            return Err(invalid("max_sge", format!("must be 1..={}", self.config.caps.max_sge)));
+        }
+        let id = SrqId(self.next_srq);
+        self.next_srq += 1;
+        self.srqs.insert(
+            id,
+            Srq { pd, max_wr: max_wr as usize, max_sge: max_sge as usize, queue: VecDeque::new(), limit },
+        );
+        Ok(id)
+    }
+
+    /// Arms (limit > 0) or disarms the SRQ limit event (`ibv_modify_srq`).
+    pub fn modify_srq(&mut self, srq: SrqId, limit: u32) -> Result<(), EngineError> {
+        let s = self.srqs.get_mut(&srq).ok_or(EngineError::UnknownSrq(srq))?;
+        if limit as usize > s.max_wr {
+            return Err(invalid("srq_limit", "larger than max_wr"));
+        }
+        s.limit = limit;
+        Ok(())
+    }
+
+    /// Destroys an SRQ no QP uses.
+    pub fn destroy_srq(&mut self, srq: SrqId) -> Result<(), EngineError> {
+        if !self.srqs.contains_key(&srq) {
+            return Err(EngineError::UnknownSrq(srq));
+        }
+        if self.qps.values().any(|q| q.srq == Some(srq)) {
+            return Err(EngineError::Busy("srq"));
+        }
+        self.srqs.remove(&srq);
+        Ok(())
+    }
+
+    /// Posts a receive to a shared receive queue.
+    pub fn post_srq_recv(&mut self, srq: SrqId, wr: RecvWr) -> Result<(), EngineError> {
+        let s = self.srqs.get_mut(&srq).ok_or(EngineError::UnknownSrq(srq))?;
+        if wr.sg_list.len() > s.max_sge {
+            return Err(invalid("sg_list", format!("{} entries, max_sge is {}", wr.sg_list.len(), s.max_sge)));
+        }
+        if s.queue.len() >= s.max_wr {
+            return Err(EngineError::QueueFull { queue: "shared receive queue", capacity: s.max_wr });
+        }
+        s.queue.push_back(wr);
+        // A receive may unblock a QP waiting for one (RNR): nothing to do,
+        // the sender retries after its RNR timer.
+        Ok(())
+    }
+
+    fn random_qpn(&mut self) -> u32 {
+        loop {
+            // QP 0 and 1 are special; keep clear of the top few too.
+            let n = self.rng.gen_range(0x10..0x00ff_fff0);
+            if !self.qps.contains_key(&n) {
+                return n;
+            }
+        }
+    }
+
+    /// Creates a queue pair in RESET; returns its number (random).
+    pub fn create_qp(&mut self, init: QpInit) -> Result<u32, EngineError> {
+        self.check_pd(init.pd)?;
+        for cq in [init.send_cq, init.recv_cq] {
+            if !self.cqs.contains_key(&cq) {
+                return Err(EngineError::UnknownCq(cq));
+            }
+        }
+        if let Some(srq) = init.srq {
+            if !self.srqs.contains_key(&srq) {
+                return Err(EngineError::UnknownSrq(srq));
+            }
+        }
+        let caps = &self.config.caps;
+        let c = &init.cap;
+        if c.max_send_wr == 0 || c.max_send_wr > caps.max_qp_wr {
+            return Err(invalid("cap.max_send_wr", format!("must be 1..={}", caps.max_qp_wr)));
+        }
+        if init.srq.is_none() && (c.max_recv_wr == 0 || c.max_recv_wr > caps.max_qp_wr) {
+            return Err(invalid("cap.max_recv_wr", format!("must be 1..={}", caps.max_qp_wr)));
+        }
+        if c.max_send_sge > caps.max_sge || c.max_recv_sge > caps.max_sge {
+            return Err(invalid("cap.max_send_sge", format!("at most {} SGEs", caps.max_sge)));
+        }
+        if c.max_inline_data > caps.max_inline_data {
+            return Err(invalid("cap.max_inline_data", format!("at most {} bytes", caps.max_inline_data)));
+        }
+        if self.qps.len() as u32 >= caps.max_qp {
+            return Err(EngineError::QueueFull { queue: "QP table", capacity: caps.max_qp as usize });
+        }
+        let qpn = self.random_qpn();
+        let initial_psn = Psn::new(self.rng.gen());
+        self.qps.insert(qpn, Qp::new(qpn, init, initial_psn));
+        Ok(qpn)
+    }
+
+    /// Destroys a queue pair. Outstanding work is dropped without completions.
+    pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), EngineError> {
+        self.qps.remove(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
+        self.active_set.remove(&qpn);
+        self.active.retain(|&q| q != qpn);
+        Ok(())
+    }
+
+    /// The QP's current attributes and state (`ibv_query_qp`).
+    pub fn query_qp(&self, qpn: u32) -> Result<(QpAttr, QpCap), EngineError> {
+        let q = self.qps.get(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
+        let mut a = q.attr;
+        a.state = q.state;
+        a.cur_state = q.state;
+        a.sq_psn = q.req.psn;
+        a.rq_psn = q.resp.epsn;
+        Ok((a, q.cap))
+    }
+
+    /// Moves a QP through its state machine and sets attributes
+    /// (`ibv_modify_qp`). The mask says which fields of `attr` count.
+    pub fn modify_qp(&mut self, qpn: u32, attr: &QpAttr, mask: QpAttrMask) -> Result<(), EngineError> {
+        let now = self.last_now;
+        let (config, mem, cqs, srqs, events, counters) = (
+            &self.config,
+            &mut self.mem,
+            &mut self.cqs,
+            &mut self.srqs,
+            &mut self.events,
+            &mut self.counters,
+        );
+        let q = self.qps.get_mut(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
+        let next = state::check_modify(q.qp_type, q.state, attr, mask, &config.caps, config.port_mtu)?;
+        if mask.contains(QpAttrMask::AV) {
+            if let Some(av) = &attr.av {
+                let sgid = config.gids.get(usize::from(av.sgid_index));
+                match sgid {
+                    None => return Err(invalid("ah_attr.grh.sgid_index", "no such GID index")),
+                    Some(s) if s.is_ipv4() != av.dest.is_ipv4() => {
+                        return Err(invalid("ah_attr.grh.dgid", "address family differs from the source GID"))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        let mut ctx = Ctx { now: now.unwrap_or_else(Instant::now), config, mem, cqs, srqs, events, counters };
+        q.apply_modify(&mut ctx, attr, mask, next);
+        self.mark_active(qpn);
+        Ok(())
+    }
+
+    fn mark_active(&mut self, qpn: u32) {
+        if self.active_set.insert(qpn) {
+            self.active.push_back(qpn);
+        }
+    }
+
+    /// Posts a send work request. A request the engine cannot even queue
+    /// (wrong state, full queue, bad arguments) is an `Err`; a request that
+    /// fails later (a bad lkey, a remote error) completes with an error status.
+    pub fn post_send(&mut self, qpn: u32, wr: SendWr) -> Result<(), EngineError> {
+        let now = self.last_now.unwrap_or_else(Instant::now);
+        let q = self.qps.get_mut(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
+        q.check_post_send(&wr, &self.config)?;
+        let (config, mem, cqs, srqs, events, counters) = (
+            &self.config,
+            &mut self.mem,
+            &mut self.cqs,
+            &mut self.srqs,
+            &mut self.events,
+            &mut self.counters,
+        );
+        let mut ctx = Ctx { now, config, mem, cqs, srqs, events, counters };
+        q.post_send(&mut ctx, wr);
+        self.mark_active(qpn);
+        Ok(())
+    }
+
+    /// Posts a receive work request to a QP's own receive queue.
+    pub fn post_recv(&mut self, qpn: u32, wr: RecvWr) -> Result<(), EngineError> {
+        let q = self.qps.get_mut(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
+        if q.srq.is_some() {
+            return Err(invalid("qp", "the QP uses a shared receive queue; post to the SRQ"));
+        }
+        if q.state == QpState::Reset {
+            return Err(EngineError::WrongState { qpn, state: q.state, what: "post_recv" });
+        }
+        if wr.sg_list.len() > q.cap.max_recv_sge as usize {
+            return Err(invalid(
+                "sg_list",
+                format!("{} entries, max_recv_sge is {}", wr.sg_list.len(), q.cap.max_recv_sge),
+            ));
+        }
+        if q.rq.len() >= q.cap.max_recv_wr as usize {
+            return Err(EngineError::QueueFull { queue: "receive queue", capacity: q.cap.max_recv_wr as usize });
+        }
+        if q.state == QpState::Err {
+            let c = q.flush_completion_recv(&wr);
+            let cq = q.recv_cq;
+            if let Some(qcq) = self.cqs.get_mut(&cq) {
+                if !qcq.push(c, false) {
+                    self.events.push_back(AsyncEvent::CqError(cq));
+                }
+            }
+            return Ok(());
+        }
+        q.rq.push_back(wr);
+        Ok(())
+    }
+
+    /// Handles one received UDP payload (BTH through ICRC).
+    pub fn handle_datagram(&mut self, now: Instant, meta: RecvMeta, data: &[u8]) {
+        self.last_now = Some(now);
+        self.counters.rcvd_pkts += 1;
+        match meta.icrc {
+            IcrcStatus::Bad => {
+                self.counters.drop(DropReason::IcrcError);
+                return;
+            }
+            IcrcStatus::Unverified => self.counters.icrc_unverified += 1,
+            IcrcStatus::Ok => {}
+        }
+        let pkt = match Packet::new_checked(data) {
+            Ok(p) => p,
+            Err(e) => {
+                self.counters.malformed(e);
+                return;
+            }
+        };
+        let qpn = pkt.bth().dest_qp();
+        let Some(q) = self.qps.get_mut(&qpn) else {
+            self.counters.drop(DropReason::UnknownQp);
+            return;
+        };
+        let (config, mem, cqs, srqs, events, counters) = (
+            &self.config,
+            &mut self.mem,
+            &mut self.cqs,
+            &mut self.srqs,
+            &mut self.events,
+            &mut self.counters,
+        );
+        let mut ctx = Ctx { now, config, mem, cqs, srqs, events, counters };
+        q.counters.rcvd_pkts += 1;
+        q.handle_packet(&mut ctx, &meta, &pkt);
+        self.mark_active(qpn);
+    }
+
+    /// The next packet to send, if any. Call until it returns `None` after
+    /// every input and command.
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
+        self.last_now = Some(now);
+        let mut spins = self.active.len();
+        while spins > 0 {
+            spins -= 1;
+            let qpn = self.active.pop_front()?;
+            let Some(q) = self.qps.get_mut(&qpn) else {
+                self.active_set.remove(&qpn);
+                continue;
+            };
+            let (config, mem, cqs, srqs, events, counters) = (
+                &self.config,
+                &mut self.mem,
+                &mut self.cqs,
+                &mut self.srqs,
+                &mut self.events,
+                &mut self.counters,
+            );
+            let mut ctx = Ctx { now, config, mem, cqs, srqs, events, counters };
+            match q.poll_transmit(&mut ctx) {
+                Some(t) => {
+                    self.active.push_back(qpn);
+                    q.counters.sent_pkts += 1;
+                    self.counters.sent_pkts += 1;
+                    return Some(t);
+                }
+                None => {
+                    self.active_set.remove(&qpn);
+                }
+            }
+        }
+        None
+    }
+
+    /// The earliest time [`Engine::handle_timeout`] has something to do.
+    pub fn next_timeout(&self) -> Option<Instant> {
+        self.qps.values().filter_map(|q| q.next_timeout()).min()
+    }
+
+    /// Runs the timers that expired at `now`.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        self.last_now = Some(now);
+        let due: Vec<u32> = self
+            .qps
+            .iter()
+            .filter(|(_, q)| q.next_timeout().is_some_and(|t| t <= now))
+            .map(|(n, _)| *n)
+            .collect();
+        for qpn in due {
+            let (config, mem, cqs, srqs, events, counters) = (
+                &self.config,
+                &mut self.mem,
+                &mut self.cqs,
+                &mut self.srqs,
+                &mut self.events,
+                &mut self.counters,
+            );
+            if let Some(q) = self.qps.get_mut(&qpn) {
+                let mut ctx = Ctx { now, config, mem, cqs, srqs, events, counters };
+                q.handle_timeout(&mut ctx);
+            }
+            self.mark_active(qpn);
+        }
+    }
+
+    /// The next asynchronous event.
+    pub fn poll_event(&mut self) -> Option<AsyncEvent> {
+        self.events.pop_front()
+    }
+
+    /// Number of QPs.
+    pub fn num_qps(&self) -> usize {
+        self.qps.len()
+    }
+
+    /// Whether a parsed packet would be accepted: convenience for tools.
+    pub fn is_local(&self, addr: IpAddr) -> bool {
+        self.config.gids.contains(&addr)
+    }
+}

@@ -1,0 +1,417 @@
+//! A queue pair: its attributes and state, and the dispatch of commands,
+//! packets and timers to its requester/completer ([`super::requester`]) and
+//! responder ([`super::responder`]) halves.
+
+use super::counters::{Counters, DropReason};
+use super::mem::{MemSlice, PdId};
+use super::requester::Requester;
+use super::responder::Responder;
+use super::{AsyncEvent, CqId, Ctx, IcrcStatus, QpInit, RecvMeta, SrqId, Transmit};
+use crate::psn::Psn;
+use crate::types::*;
+use crate::wire::{icrc, Packet, PacketRepr, ICRC_LEN};
+use std::collections::VecDeque;
+use std::net::IpAddr;
+use std::time::Instant;
+
+/// The default P_Key (full member of the default partition), entry 0 of
+/// the one-entry P_Key table.
+pub(crate) const DEFAULT_PKEY: u16 = 0xffff;
+
+#[derive(Debug)]
+pub(crate) struct Qp {
+    pub qpn: u32,
+    pub qp_type: QpType,
+    pub pd: PdId,
+    pub send_cq: CqId,
+    pub recv_cq: CqId,
+    pub srq: Option<SrqId>,
+    pub cap: QpCap,
+    pub sq_sig_all: bool,
+    pub state: QpState,
+    pub attr: QpAttr,
+    /// UDP source port: a hash of the QP number, so that ECMP spreads QPs.
+    pub src_port: u16,
+    pub counters: Counters,
+    pub req: Requester,
+    pub resp: Responder,
+    pub rq: VecDeque<RecvWr>,
+    pub comm_established: bool,
+}
+
+/// A UDP source port in 0xC000..=0xFFFF derived from the QP number.
+fn src_port_for(qpn: u32) -> u16 {
+    let h = qpn.wrapping_mul(0x9e37_79b1);
+    0xc000 | ((h >> 18) as u16 & 0x3fff)
+}
+
+impl Qp {
+    pub fn new(qpn: u32, init: QpInit, initial_psn: Psn) -> Self {
+        let attr = QpAttr { sq_psn: initial_psn, ..QpAttr::default() };
+        Qp {
+            qpn,
+            qp_type: init.qp_type,
+            pd: init.pd,
+            send_cq: init.send_cq,
+            recv_cq: init.recv_cq,
+            srq: init.srq,
+            cap: init.cap,
+            sq_sig_all: init.sq_sig_all,
+            state: QpState::Reset,
+            attr,
+            src_port: src_port_for(qpn),
+            counters: Counters::default(),
+            req: Requester::new(initial_psn),
+            resp: Responder::new(),
+            rq: VecDeque::new(),
+            comm_established: false,
+        }
+    }
+
+    pub fn mtu(&self) -> usize {
+        self.attr.path_mtu.bytes()
+    }
+
+    /// Copies the attributes a modify sets and performs the transition.
+    pub fn apply_modify(&mut self, ctx: &mut Ctx<'_>, a: &QpAttr, mask: QpAttrMask, next: QpState) {
+        let m = |bit| mask.contains(bit);
+        if m(QpAttrMask::ACCESS_FLAGS) {
+            self.attr.access = a.access;
+        }
+        if m(QpAttrMask::PKEY_INDEX) {
+            self.attr.pkey_index = a.pkey_index;
+        }
+        if m(QpAttrMask::PORT) {
+            self.attr.port = a.port;
+        }
+        if m(QpAttrMask::QKEY) {
+            self.attr.qkey = a.qkey;
+        }
+        if m(QpAttrMask::AV) {
+            self.attr.av = a.av;
+        }
+        if m(QpAttrMask::PATH_MTU) {
+            self.attr.path_mtu = a.path_mtu;
+        }
+        if m(QpAttrMask::TIMEOUT) {
+            self.attr.timeout = a.timeout;
+        }
+        if m(QpAttrMask::RETRY_CNT) {
+            self.attr.retry_cnt = a.retry_cnt;
+            self.req.retry_left = a.retry_cnt;
+        }
+        if m(QpAttrMask::RNR_RETRY) {
+            self.attr.rnr_retry = a.rnr_retry;
+            self.req.rnr_left = a.rnr_retry;
+        }
+        if m(QpAttrMask::RQ_PSN) {
+            self.attr.rq_psn = a.rq_psn;
+            self.resp.epsn = a.rq_psn;
+        }
+        if m(QpAttrMask::SQ_PSN) {
+            self.attr.sq_psn = a.sq_psn;
+            self.req.set_psn(a.sq_psn);
+        }
+        if m(QpAttrMask::MAX_QP_RD_ATOMIC) {
+            self.attr.max_rd_atomic = a.max_rd_atomic;
+        }
+        if m(QpAttrMask::MAX_DEST_RD_ATOMIC) {
+            self.attr.max_dest_rd_atomic = a.max_dest_rd_atomic;
+        }
+        if m(QpAttrMask::MIN_RNR_TIMER) {
+            self.attr.min_rnr_timer = a.min_rnr_timer;
+        }
+        if m(QpAttrMask::DEST_QPN) {
+            self.attr.dest_qpn = a.dest_qpn;
+        }
+        if m(QpAttrMask::EN_SQD_ASYNC_NOTIFY) {
+            self.attr.en_sqd_async_notify = a.en_sqd_async_notify;
+        }
+        let prev = self.state;
+        self.state = next;
+        match next {
+            QpState::Reset if prev != QpState::Reset => self.reset(),
+            QpState::Err if prev != QpState::Err => self.to_error(ctx, false),
+            QpState::Sqd => self.req.sqd_notified = false,
+            _ => {}
+        }
+    }
+
+    /// RESET: everything posted is dropped without completions, as verbs says.
+    fn reset(&mut self) {
+        let psn = self.req.psn;
+        self.req = Requester::new(psn);
+        self.resp = Responder::new();
+        self.rq.clear();
+        self.comm_established = false;
+    }
+
+    /// Moves to ERR and flushes both queues. `fatal` raises `QpFatal`.
+    pub fn to_error(&mut self, ctx: &mut Ctx<'_>, fatal: bool) {
+        self.state = QpState::Err;
+        if fatal {
+            ctx.events.push_back(AsyncEvent::QpFatal(self.qpn));
+        }
+        // Completions in order: whatever finished first, then flushes.
+        for w in self.req.sq.iter_mut() {
+            if w.done.is_none() {
+                w.done = Some(WcStatus::WrFlushErr);
+            }
+        }
+        self.retire(ctx);
+        self.req.retransmit_at = None;
+        self.req.rnr_until = None;
+        if let Some(wr) = self.resp.take_current_recv() {
+            let c = self.flush_completion_recv(&wr);
+            ctx.complete(self.recv_cq, c, false);
+        }
+        while let Some(wr) = self.rq.pop_front() {
+            let c = self.flush_completion_recv(&wr);
+            ctx.complete(self.recv_cq, c, false);
+        }
+        // Responses already queued (the NAK that explains the error) still go out.
+        self.resp.out.retain(|o| o.is_nak());
+    }
+
+    pub fn flush_completion_recv(&self, wr: &RecvWr) -> Completion {
+        Completion {
+            wr_id: wr.wr_id,
+            status: WcStatus::WrFlushErr,
+            opcode: WcOpcode::Recv,
+            qp_num: self.qpn,
+            byte_len: 0,
+            imm_data: None,
+            invalidated_rkey: None,
+            src_qp: 0,
+            grh: false,
+            pkey_index: 0,
+        }
+    }
+
+    /// Checks what `ibv_post_send` checks before queueing.
+    pub fn check_post_send(&self, wr: &SendWr, config: &super::EngineConfig) -> Result<(), super::EngineError> {
+        use super::EngineError as E;
+        match self.state {
+            QpState::Reset | QpState::Init | QpState::Rtr => {
+                return Err(E::WrongState { qpn: self.qpn, state: self.state, what: "post_send" })
+            }
+            _ => {}
+        }
+        if self.req.sq.len() >= self.cap.max_send_wr as usize {
+            return Err(E::QueueFull { queue: "send queue", capacity: self.cap.max_send_wr as usize });
+        }
+        if wr.sg_list.len() > self.cap.max_send_sge as usize {
+            return Err(super::invalid(
+                "sg_list",
+                format!("{} entries, max_send_sge is {}", wr.sg_list.len(), self.cap.max_send_sge),
+            ));
+        }
+        if let Some(d) = &wr.inline_data {
+            if d.len() > self.cap.max_inline_data as usize {
+                return Err(super::invalid(
+                    "inline_data",
+                    format!("{} bytes, max_inline_data is {}", d.len(), self.cap.max_inline_data),
+                ));
+            }
+        }
+        use SendOpcode as O;
+        let allowed = match self.qp_type {
+            QpType::Rc => true,
+            QpType::Uc => matches!(
+                wr.opcode,
+                O::Send | O::SendWithImm | O::SendWithInv | O::RdmaWrite | O::RdmaWriteWithImm | O::LocalInv | O::BindMw
+            ),
+            QpType::Ud => matches!(wr.opcode, O::Send | O::SendWithImm),
+        };
+        if !allowed {
+            return Err(super::invalid(
+                "opcode",
+                format!("{:?} is not supported on a {:?} QP", wr.opcode, self.qp_type),
+            ));
+        }
+        if self.qp_type == QpType::Ud {
+            match &wr.ud {
+                None => return Err(super::invalid("wr.ud", "a UD send needs an address handle")),
+                Some(ud) => {
+                    if !config.gids.get(usize::from(ud.av.sgid_index)).is_some_and(|g| g.is_ipv4() == ud.av.dest.is_ipv4()) {
+                        return Err(super::invalid("wr.ud.ah", "no source GID of the destination's address family"));
+                    }
+                }
+            }
+        }
+        if matches!(wr.opcode, O::BindMw) && wr.bind.is_none() {
+            return Err(super::invalid("wr.bind_mw", "a BIND_MW request needs bind parameters"));
+        }
+        Ok(())
+    }
+
+    /// Where this QP's packets come from and go to (RC/UC).
+    pub fn path(&self, config: &super::EngineConfig) -> Option<(IpAddr, IpAddr)> {
+        let av = self.attr.av?;
+        let src = *config.gids.get(usize::from(av.sgid_index))?;
+        Some((src, av.dest))
+    }
+
+    /// Serializes a packet and computes its ICRC.
+    pub fn build(
+        &self,
+        repr: &PacketRepr<'_>,
+        src: IpAddr,
+        dst: IpAddr,
+        av: Option<&AddressVector>,
+    ) -> Option<Transmit> {
+        let mut payload = vec![0u8; repr.buffer_len()];
+        let n = repr.emit(&mut payload).ok()?;
+        let crc = icrc::compute_udp(src, dst, self.src_port, &payload[..n - ICRC_LEN]).ok()?;
+        payload[n - ICRC_LEN..n].copy_from_slice(&crc.to_le_bytes());
+        Some(Transmit {
+            src,
+            dst,
+            src_port: self.src_port,
+            traffic_class: av.map_or(0, |a| a.traffic_class),
+            hop_limit: av.map_or(64, |a| a.hop_limit),
+            payload,
+        })
+    }
+
+    /// Handles a packet addressed to this QP.
+    pub fn handle_packet(&mut self, ctx: &mut Ctx<'_>, meta: &RecvMeta, pkt: &Packet<&[u8]>) {
+        let info = pkt.info();
+        let drop = |qp: &mut Self, ctx: &mut Ctx<'_>, why| {
+            qp.counters.drop(why);
+            ctx.counters.drop(why);
+        };
+        if !matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe) {
+            return drop(self, ctx, DropReason::QpState);
+        }
+        let transport_ok = matches!(
+            (info.transport, self.qp_type),
+            (crate::wire::Transport::Rc, QpType::Rc)
+                | (crate::wire::Transport::Uc, QpType::Uc)
+                | (crate::wire::Transport::Ud, QpType::Ud)
+        );
+        if !transport_ok {
+            return drop(self, ctx, DropReason::WrongTransport);
+        }
+        if pkt.bth().pkey() & 0x7fff != DEFAULT_PKEY & 0x7fff {
+            return drop(self, ctx, DropReason::PkeyMismatch);
+        }
+        if self.qp_type != QpType::Ud && self.attr.av.map(|a| a.dest) != Some(meta.src) {
+            return drop(self, ctx, DropReason::WrongSource);
+        }
+        if meta.icrc == IcrcStatus::Unverified {
+            self.counters.icrc_unverified += 1;
+        }
+        if self.state == QpState::Rtr && !self.comm_established {
+            self.comm_established = true;
+            ctx.events.push_back(AsyncEvent::CommEstablished(self.qpn));
+        }
+        if info.operation.is_request() {
+            self.handle_request(ctx, meta, pkt);
+        } else if self.qp_type == QpType::Rc {
+            self.handle_response(ctx, pkt);
+        }
+    }
+
+    pub fn next_timeout(&self) -> Option<Instant> {
+        match (self.req.retransmit_at, self.req.rnr_until) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// The next packet this QP wants to send: responses first, then requests.
+    pub fn poll_transmit(&mut self, ctx: &mut Ctx<'_>) -> Option<Transmit> {
+        if let Some(t) = self.responder_poll(ctx) {
+            return Some(t);
+        }
+        self.requester_poll(ctx)
+    }
+
+    /// Takes a receive WQE from the SRQ or the QP's receive queue.
+    pub fn take_recv(&mut self, ctx: &mut Ctx<'_>) -> Option<(RecvWr, bool)> {
+        match self.srq {
+            Some(id) => {
+                let s = ctx.srqs.get_mut(&id)?;
+                let wr = s.queue.pop_front()?;
+                if s.limit > 0 && (s.queue.len() as u32) < s.limit {
+                    s.limit = 0;
+                    ctx.events.push_back(AsyncEvent::SrqLimitReached(id));
+                }
+                Some((wr, true))
+            }
+            None => self.rq.pop_front().map(|w| (w, false)),
+        }
+    }
+
+    /// Puts back a receive WQE that a dropped message had taken.
+    pub fn untake_recv(&mut self, ctx: &mut Ctx<'_>, wr: RecvWr, from_srq: bool) {
+        if from_srq {
+            if let Some(s) = self.srq.and_then(|id| ctx.srqs.get_mut(&id)) {
+                s.queue.push_front(wr);
+            }
+        } else {
+            self.rq.push_front(wr);
+        }
+    }
+
+    /// Validates the scatter list of a receive WQE.
+    pub fn recv_slices(&self, ctx: &Ctx<'_>, wr: &RecvWr) -> Result<Vec<MemSlice>, super::mem::KeyError> {
+        wr.sg_list
+            .iter()
+            .map(|s| ctx.mem.local(self.pd, s.lkey, s.addr, u64::from(s.length), Access::LOCAL_WRITE))
+            .collect()
+    }
+}
+
+/// Writes `data` at byte `offset` of the concatenation of `slices`.
+/// Returns false (and writes nothing) if it does not fit.
+pub(crate) fn scatter(slices: &[MemSlice], offset: u64, data: &[u8]) -> bool {
+    let total: u64 = slices.iter().map(|s| s.len() as u64).sum();
+    if offset.checked_add(data.len() as u64).is_none_or(|end| end > total) {
+        return false;
+    }
+    let (mut off, mut data) = (offset, data);
+    for s in slices {
+        if data.is_empty() {
+            break;
+        }
+        let len = s.len() as u64;
+        if off >= len {
+            off -= len;
+            continue;
+        }
+        let n = ((len - off) as usize).min(data.len());
+        if s.write(off as usize, &data[..n]).is_err() {
+            return false;
+        }
+        data = &data[n..];
+        off = 0;
+    }
+    true
+}
+
+/// Reads `len` bytes at byte `offset` of the concatenation of `slices`.
+pub(crate) fn gather(slices: &[MemSlice], offset: u64, len: usize, out: &mut Vec<u8>) -> bool {
+    out.clear();
+    out.resize(len, 0);
+    let mut off = offset;
+    let mut done = 0;
+    for s in slices {
+        if done == len {
+            break;
+        }
+        let slen = s.len() as u64;
+        if off >= slen {
+            off -= slen;
+            continue;
+        }
+        let n = ((slen - off) as usize).min(len - done);
+        if s.read(off as usize, &mut out[done..done + n]).is_err() {
+            return false;
+        }
+        done += n;
+        off = 0;
+    }
+    done == len
+}

@@ -1,0 +1,765 @@
+//! The requester and the completer: turning send work requests into packets
+//! (segmentation into path-MTU packets, PSN assignment, AckReq), and turning
+//! ACKs, NAKs and READ/atomic responses back into completions, with
+//! go-back-N retransmission, the transport timer and RNR waits.
+//!
+//! PSNs are assigned when a WQE starts: a SEND or WRITE of `n` packets takes
+//! `n` PSNs, a READ takes one PSN per response packet it will get back, an
+//! atomic one. A retransmission reuses the same PSNs, so "go back to PSN p"
+//! means: find the WQE whose range holds `p` and send again from there.
+
+use super::mem::MemSlice;
+use super::qp::{gather, scatter, Qp, DEFAULT_PKEY};
+use super::timers::{ack_timeout, rnr_delay, RNR_RETRY_INFINITE};
+use super::{Ctx, Transmit};
+use crate::psn::Psn;
+use crate::types::*;
+use crate::wire::{
+    AethSyndrome, AtomicEthRepr, BthRepr, DethRepr, NakCode, Opcode, Operation, Packet, PacketRepr,
+    Position, RethRepr,
+};
+use std::collections::VecDeque;
+use std::time::Instant;
+
+/// A send work request on its way.
+#[derive(Debug)]
+pub(crate) struct SendWqe {
+    pub wr: SendWr,
+    /// Message length in bytes.
+    pub len: u64,
+    /// PSNs the WQE takes (0 for local operations).
+    pub npkts: u32,
+    pub first_psn: Psn,
+    pub started: bool,
+    /// Set when the WQE finished; it completes when it reaches the head.
+    pub done: Option<WcStatus>,
+    /// Validated local memory: the gather list, or where READ data and
+    /// atomic results go.
+    pub slices: Vec<MemSlice>,
+    /// READ: bytes placed so far.
+    pub read_rcvd: u64,
+}
+
+impl SendWqe {
+    fn is_rd_atomic(&self) -> bool {
+        matches!(
+            self.wr.opcode,
+            SendOpcode::RdmaRead | SendOpcode::AtomicCmpSwap | SendOpcode::AtomicFetchAdd
+        )
+    }
+    fn is_local(&self) -> bool {
+        matches!(self.wr.opcode, SendOpcode::LocalInv | SendOpcode::BindMw)
+    }
+    fn last_psn(&self) -> Psn {
+        self.first_psn.add(self.npkts.max(1) - 1)
+    }
+    fn holds(&self, psn: Psn) -> bool {
+        self.started && self.npkts > 0 && psn.in_window(self.first_psn, self.npkts)
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Requester {
+    pub sq: VecDeque<SendWqe>,
+    /// Index in `sq` of the WQE to send from, and the packet within it.
+    pub next: usize,
+    pub next_pkt: u32,
+    /// The next PSN to assign to a new WQE.
+    pub psn: Psn,
+    /// One past the highest PSN ever sent (to tell retransmissions apart).
+    pub sent_high: Psn,
+    pub retry_left: u8,
+    pub rnr_left: u8,
+    pub retransmit_at: Option<Instant>,
+    /// Sending is held until then after an RNR NAK.
+    pub rnr_until: Option<Instant>,
+    pub since_ackreq: u32,
+    pub sqd_notified: bool,
+    scratch: Vec<u8>,
+}
+
+impl Requester {
+    pub fn new(psn: Psn) -> Self {
+        Requester {
+            sq: VecDeque::new(),
+            next: 0,
+            next_pkt: 0,
+            psn,
+            sent_high: psn,
+            retry_left: 7,
+            rnr_left: 7,
+            retransmit_at: None,
+            rnr_until: None,
+            since_ackreq: 0,
+            sqd_notified: false,
+            scratch: Vec::new(),
+        }
+    }
+
+    pub fn set_psn(&mut self, psn: Psn) {
+        self.psn = psn;
+        self.sent_high = psn;
+    }
+
+    /// READ/atomic WQEs started before index `i` and not yet answered.
+    fn rd_atomic_in_flight(&self, i: usize) -> usize {
+        self.sq.iter().take(i).filter(|w| w.started && w.done.is_none() && w.is_rd_atomic()).count()
+    }
+
+    /// The first PSN of the oldest unfinished WQE, if one has started: the
+    /// left edge of the send window.
+    pub fn oldest_unacked(&self) -> Option<Psn> {
+        self.sq.iter().find(|w| w.done.is_none() && w.npkts > 0).filter(|w| w.started).map(|w| w.first_psn)
+    }
+
+    /// The PSN of the packet at the cursor.
+    fn cursor_psn(&self) -> Psn {
+        match self.sq.get(self.next) {
+            Some(w) if w.started => w.first_psn.add(self.next_pkt),
+            _ => self.psn,
+        }
+    }
+
+    fn anything_outstanding(&self) -> bool {
+        self.sq.iter().any(|w| w.started && w.done.is_none() && w.npkts > 0)
+    }
+}
+
+fn wc_opcode(op: SendOpcode) -> WcOpcode {
+    match op {
+        SendOpcode::Send | SendOpcode::SendWithImm | SendOpcode::SendWithInv => WcOpcode::Send,
+        SendOpcode::RdmaWrite | SendOpcode::RdmaWriteWithImm => WcOpcode::RdmaWrite,
+        SendOpcode::RdmaRead => WcOpcode::RdmaRead,
+        SendOpcode::AtomicCmpSwap => WcOpcode::CompSwap,
+        SendOpcode::AtomicFetchAdd => WcOpcode::FetchAdd,
+        SendOpcode::LocalInv => WcOpcode::LocalInv,
+        SendOpcode::BindMw => WcOpcode::BindMw,
+    }
+}
+
+/// The wire opcode for packet `k` of `n` of a message.
+fn opcode_for(qp_type: QpType, op: SendOpcode, k: u32, n: u32) -> Opcode {
+    let pos = match (k, n) {
+        (_, 1) => Position::Only,
+        (0, _) => Position::First,
+        (k, n) if k + 1 == n => Position::Last,
+        _ => Position::Middle,
+    };
+    use Position::*;
+    use SendOpcode as S;
+    let rc = match (op, pos) {
+        (S::Send | S::SendWithImm | S::SendWithInv, First) => Opcode::RC_SEND_FIRST,
+        (S::Send | S::SendWithImm | S::SendWithInv, Middle) => Opcode::RC_SEND_MIDDLE,
+        (S::Send, Last) => Opcode::RC_SEND_LAST,
+        (S::Send, Only) => Opcode::RC_SEND_ONLY,
+        (S::SendWithImm, Last) => Opcode::RC_SEND_LAST_WITH_IMMEDIATE,
+        (S::SendWithImm, Only) => Opcode::RC_SEND_ONLY_WITH_IMMEDIATE,
+        (S::SendWithInv, Last) => Opcode::RC_SEND_LAST_WITH_INVALIDATE,
+        (S::SendWithInv, Only) => Opcode::RC_SEND_ONLY_WITH_INVALIDATE,
+        (S::RdmaWrite | S::RdmaWriteWithImm, First) => Opcode::RC_RDMA_WRITE_FIRST,
+        (S::RdmaWrite | S::RdmaWriteWithImm, Middle) => Opcode::RC_RDMA_WRITE_MIDDLE,
+        (S::RdmaWrite, Last) => Opcode::RC_RDMA_WRITE_LAST,
+        (S::RdmaWrite, Only) => Opcode::RC_RDMA_WRITE_ONLY,
+        (S::RdmaWriteWithImm, Last) => Opcode::RC_RDMA_WRITE_LAST_WITH_IMMEDIATE,
+        (S::RdmaWriteWithImm, Only) => Opcode::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+        (S::RdmaRead, _) => Opcode::RC_RDMA_READ_REQUEST,
+        (S::AtomicCmpSwap, _) => Opcode::RC_COMPARE_SWAP,
+        (S::AtomicFetchAdd, _) => Opcode::RC_FETCH_ADD,
+        (S::LocalInv | S::BindMw, _) => unreachable!("local operations send no packets"),
+    };
+    match qp_type {
+        QpType::Rc => rc,
+        // UC opcodes are the RC ones plus 0x20 (no READ, atomics or invalidate on UC).
+        QpType::Uc => Opcode(rc.0 | 0x20),
+        QpType::Ud => {
+            if op == S::SendWithImm {
+                Opcode::UD_SEND_ONLY_WITH_IMMEDIATE
+            } else {
+                Opcode::UD_SEND_ONLY
+            }
+        }
+    }
+}
+
+impl Qp {
+    /// Queues a send WQE (already checked by `check_post_send`).
+    pub fn post_send(&mut self, ctx: &mut Ctx<'_>, wr: SendWr) {
+        let flushed = self.state == QpState::Err;
+        self.req.sq.push_back(SendWqe {
+            wr,
+            len: 0,
+            npkts: 0,
+            first_psn: self.req.psn,
+            started: false,
+            done: flushed.then_some(WcStatus::WrFlushErr),
+            slices: Vec::new(),
+            read_rcvd: 0,
+        });
+        if flushed {
+            self.retire(ctx);
+        }
+    }
+
+    /// Pops finished WQEs from the head of the send queue and completes them in order.
+    pub fn retire(&mut self, ctx: &mut Ctx<'_>) {
+        while let Some(status) = self.req.sq.front().and_then(|w| w.done) {
+            let w = self.req.sq.pop_front().expect("front exists");
+            self.req.next = self.req.next.saturating_sub(1);
+            if self.req.next == 0 && self.req.sq.is_empty() {
+                self.req.next_pkt = 0;
+            }
+            let signaled = self.sq_sig_all || w.wr.flags.contains(SendFlags::SIGNALED);
+            if signaled || status != WcStatus::Success {
+                let c = Completion {
+                    wr_id: w.wr.wr_id,
+                    status,
+                    opcode: wc_opcode(w.wr.opcode),
+                    qp_num: self.qpn,
+                    byte_len: w.len as u32,
+                    imm_data: None,
+                    invalidated_rkey: None,
+                    src_qp: 0,
+                    grh: false,
+                    pkey_index: 0,
+                };
+                ctx.complete(self.send_cq, c, false);
+            }
+            match status {
+                WcStatus::RetryExcErr => {
+                    self.counters.retry_exceeded_err += 1;
+                    ctx.counters.retry_exceeded_err += 1;
+                }
+                WcStatus::RnrRetryExcErr => {
+                    self.counters.retry_rnr_exceeded_err += 1;
+                    ctx.counters.retry_rnr_exceeded_err += 1;
+                }
+                _ => {}
+            }
+        }
+        if self.state == QpState::Sqd && !self.req.sqd_notified && !self.req.anything_outstanding() {
+            self.req.sqd_notified = true;
+            if self.attr.en_sqd_async_notify {
+                ctx.events.push_back(super::AsyncEvent::SqDrained(self.qpn));
+            }
+        }
+    }
+
+    /// Fails WQE `i` with `status` and takes the QP to ERR.
+    fn fail(&mut self, ctx: &mut Ctx<'_>, i: usize, status: WcStatus) {
+        if let Some(w) = self.req.sq.get_mut(i) {
+            w.done = Some(status);
+        }
+        // Everything before it finished (that is how we got here).
+        for w in self.req.sq.iter_mut().take(i) {
+            if w.done.is_none() {
+                w.done = Some(WcStatus::WrFlushErr);
+            }
+        }
+        self.to_error(ctx, true);
+    }
+
+    /// Validates a WQE's local memory and assigns its PSNs.
+    fn start(&mut self, ctx: &mut Ctx<'_>, i: usize) -> Result<(), WcStatus> {
+        let mtu = self.mtu() as u64;
+        let pd = self.pd;
+        let qpn = self.qpn;
+        let qp_type = self.qp_type;
+        let w = &mut self.req.sq[i];
+        let need = if matches!(
+            w.wr.opcode,
+            SendOpcode::RdmaRead | SendOpcode::AtomicCmpSwap | SendOpcode::AtomicFetchAdd
+        ) {
+            Access::LOCAL_WRITE
+        } else {
+            Access::empty()
+        };
+        match w.wr.opcode {
+            SendOpcode::LocalInv => {
+                w.started = true;
+                return ctx
+                    .mem
+                    .invalidate(pd, Some(qpn), w.wr.invalidate_rkey)
+                    .map(|_| ())
+                    .map_err(|_| WcStatus::LocProtErr);
+            }
+            SendOpcode::BindMw => {
+                w.started = true;
+                let bind = w.wr.bind.ok_or(WcStatus::MwBindErr)?;
+                return ctx.mem.bind_mw(pd, qpn, &bind).map(|_| ()).map_err(|_| WcStatus::MwBindErr);
+            }
+            _ => {}
+        }
+        let len = match &w.wr.inline_data {
+            Some(d) => d.len() as u64,
+            None => {
+                let mut slices = Vec::with_capacity(w.wr.sg_list.len());
+                for s in &w.wr.sg_list {
+                    match ctx.mem.local(pd, s.lkey, s.addr, u64::from(s.length), need) {
+                        Ok(sl) => slices.push(sl),
+                        Err(_) => return Err(WcStatus::LocProtErr),
+                    }
+                }
+                w.slices = slices;
+                w.wr.sg_list.iter().map(|s| u64::from(s.length)).sum()
+            }
+        };
+        let is_atomic = matches!(w.wr.opcode, SendOpcode::AtomicCmpSwap | SendOpcode::AtomicFetchAdd);
+        if is_atomic {
+            if len < 8 {
+                return Err(WcStatus::LocLenErr);
+            }
+            w.len = 8;
+        } else {
+            if len > u64::from(ctx.config.caps.max_msg_size) {
+                return Err(WcStatus::LocLenErr);
+            }
+            if qp_type == QpType::Ud && len > mtu {
+                return Err(WcStatus::LocLenErr);
+            }
+            w.len = len;
+        }
+        w.npkts = if is_atomic { 1 } else { len.div_ceil(mtu).max(1) as u32 };
+        w.first_psn = self.req.psn;
+        w.started = true;
+        self.req.psn = self.req.psn.add(w.npkts);
+        Ok(())
+    }
+
+    /// The next request packet, if the send queue has one ready.
+    pub fn requester_poll(&mut self, ctx: &mut Ctx<'_>) -> Option<Transmit> {
+        if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.req.rnr_until.is_some() {
+            return None;
+        }
+        loop {
+            let i = self.req.next;
+            let w = self.req.sq.get(i)?;
+            if !w.started {
+                if self.state == QpState::Sqd {
+                    return None;
+                }
+                if w.is_rd_atomic() && self.req.rd_atomic_in_flight(i) >= usize::from(self.attr.max_rd_atomic.max(1)) {
+                    return None;
+                }
+                if w.wr.flags.contains(SendFlags::FENCE) && self.req.rd_atomic_in_flight(i) > 0 {
+                    return None;
+                }
+                if self.qp_type == QpType::Rc {
+                    if let Some(oldest) = self.req.oldest_unacked() {
+                        if oldest.distance_to(self.req.psn) >= ctx.config.max_unacked_psns {
+                            return None;
+                        }
+                    }
+                }
+                if let Err(status) = self.start(ctx, i) {
+                    self.fail(ctx, i, status);
+                    return None;
+                }
+                let w = &mut self.req.sq[i];
+                if w.is_local() {
+                    w.done = Some(WcStatus::Success);
+                    self.req.next += 1;
+                    self.req.next_pkt = 0;
+                    self.retire(ctx);
+                    continue;
+                }
+            } else if w.done.is_some() || self.req.next_pkt >= w.npkts {
+                self.req.next += 1;
+                self.req.next_pkt = 0;
+                continue;
+            }
+            return self.build_request(ctx, i);
+        }
+    }
+
+    fn build_request(&mut self, ctx: &mut Ctx<'_>, i: usize) -> Option<Transmit> {
+        let mtu = self.mtu() as u64;
+        let k = self.req.next_pkt;
+        let qp_type = self.qp_type;
+        let w = &self.req.sq[i];
+        let psn = w.first_psn.add(k);
+        let op = w.wr.opcode;
+        let opcode = opcode_for(qp_type, op, k, if op == SendOpcode::RdmaRead { 1 } else { w.npkts });
+        let offset = u64::from(k) * mtu;
+        let is_last = k + 1 >= w.npkts;
+        let mut ack_req = false;
+        if qp_type == QpType::Rc {
+            self.req.since_ackreq += 1;
+            ack_req = is_last || self.req.since_ackreq >= ctx.config.ack_every;
+            if ack_req {
+                self.req.since_ackreq = 0;
+            }
+        }
+        let bth = BthRepr {
+            opcode,
+            solicited: is_last && w.wr.flags.contains(SendFlags::SOLICITED),
+            mig_req: false,
+            pad_count: 0,
+            pkey: DEFAULT_PKEY,
+            fecn: false,
+            becn: false,
+            dest_qp: match &w.wr.ud {
+                Some(ud) if qp_type == QpType::Ud => ud.remote_qpn,
+                _ => self.attr.dest_qpn,
+            },
+            ack_req,
+            psn,
+        };
+        let mut repr = PacketRepr::new(bth);
+        let info = opcode.info().expect("known opcode");
+        if info.headers.contains(crate::wire::ExtHeaders::RETH) {
+            let len = if op == SendOpcode::RdmaRead { w.len - offset } else { w.len };
+            repr.reth = Some(RethRepr {
+                va: w.wr.remote_addr.wrapping_add(if op == SendOpcode::RdmaRead { offset } else { 0 }),
+                rkey: w.wr.rkey,
+                dma_len: len as u32,
+            });
+        }
+        if info.headers.contains(crate::wire::ExtHeaders::ATOMIC_ETH) {
+            repr.atomic_eth = Some(AtomicEthRepr {
+                va: w.wr.remote_addr,
+                rkey: w.wr.rkey,
+                swap_add: if op == SendOpcode::AtomicCmpSwap { w.wr.swap } else { w.wr.compare_add },
+                compare: if op == SendOpcode::AtomicCmpSwap { w.wr.compare_add } else { 0 },
+            });
+        }
+        if info.has_immediate() {
+            repr.immdt = Some(w.wr.imm_data);
+        }
+        if info.has_invalidate() {
+            repr.ieth = Some(w.wr.invalidate_rkey);
+        }
+        let (src, dst, av) = match (&w.wr.ud, qp_type) {
+            (Some(ud), QpType::Ud) => {
+                let qkey = if ud.remote_qkey & 0x8000_0000 != 0 { self.attr.qkey } else { ud.remote_qkey };
+                repr.deth = Some(DethRepr { qkey, src_qp: self.qpn });
+                let src = *ctx.config.gids.get(usize::from(ud.av.sgid_index))?;
+                (src, ud.av.dest, Some(ud.av))
+            }
+            _ => {
+                let (s, d) = self.path(ctx.config)?;
+                (s, d, self.attr.av)
+            }
+        };
+        let mut data = std::mem::take(&mut self.req.scratch);
+        if info.payload && op != SendOpcode::RdmaRead {
+            let n = (w.len - offset.min(w.len)).min(mtu) as usize;
+            let ok = match &w.wr.inline_data {
+                Some(d) => {
+                    data.clear();
+                    data.extend_from_slice(&d[offset as usize..offset as usize + n]);
+                    true
+                }
+                None => gather(&w.slices, offset, n, &mut data),
+            };
+            if !ok {
+                self.req.scratch = data;
+                self.fail(ctx, i, WcStatus::LocProtErr);
+                return None;
+            }
+            repr.payload = &data;
+        }
+        let t = self.build(&repr, src, dst, av.as_ref());
+        self.req.scratch = data;
+        let t = t?;
+        // Advance the cursor.
+        let w = &mut self.req.sq[i];
+        if op == SendOpcode::RdmaRead {
+            self.req.next_pkt = w.npkts;
+        } else {
+            self.req.next_pkt += 1;
+        }
+        if self.req.next_pkt >= w.npkts {
+            self.req.next += 1;
+            self.req.next_pkt = 0;
+            if qp_type != QpType::Rc {
+                // UC and UD complete once the last packet is on its way.
+                w.done = Some(WcStatus::Success);
+            }
+        }
+        if qp_type == QpType::Rc {
+            if psn.is_before(self.req.sent_high) {
+                self.counters.retransmitted_pkts += 1;
+                ctx.counters.retransmitted_pkts += 1;
+            } else {
+                self.req.sent_high = psn.add(1);
+            }
+            let last_psn = self.req.sq[i].last_psn();
+            if last_psn.is_after(self.req.sent_high.sub(1)) && op == SendOpcode::RdmaRead {
+                // A READ request covers its whole PSN range.
+                self.req.sent_high = last_psn.add(1);
+            }
+            if self.req.retransmit_at.is_none() {
+                self.req.retransmit_at = ack_timeout(self.attr.timeout).map(|d| ctx.now + d);
+            }
+        } else {
+            self.retire(ctx);
+        }
+        if is_last && matches!(op, SendOpcode::Send | SendOpcode::SendWithImm | SendOpcode::SendWithInv | SendOpcode::RdmaWriteWithImm) {
+            self.counters.rdma_sends += 1;
+            ctx.counters.rdma_sends += 1;
+        }
+        Some(t)
+    }
+
+    /// Restarts sending from `psn` (go-back-N).
+    fn go_back(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
+        let mtu = self.mtu() as u64;
+        match self.req.sq.iter().position(|w| w.done.is_none() && w.holds(psn)) {
+            Some(i) => {
+                let w = &mut self.req.sq[i];
+                let k = w.first_psn.distance_to(psn);
+                if w.wr.opcode == SendOpcode::RdmaRead {
+                    w.read_rcvd = u64::from(k) * mtu;
+                }
+                self.req.next = i;
+                self.req.next_pkt = k;
+            }
+            None => {
+                self.req.next = self.req.sq.iter().position(|w| !w.started).unwrap_or(self.req.sq.len());
+                self.req.next_pkt = 0;
+            }
+        }
+        self.req.since_ackreq = 0;
+        self.req.retransmit_at = ack_timeout(self.attr.timeout).map(|d| ctx.now + d);
+    }
+
+    /// Uses up one retry; fails the head WQE when none are left.
+    fn consume_retry(&mut self, ctx: &mut Ctx<'_>) -> bool {
+        if self.req.retry_left == 0 {
+            let i = self.req.sq.iter().position(|w| w.done.is_none()).unwrap_or(0);
+            self.fail(ctx, i, WcStatus::RetryExcErr);
+            return false;
+        }
+        self.req.retry_left -= 1;
+        true
+    }
+
+    /// Forward progress resets the retry counters and the transport timer.
+    fn progress(&mut self, ctx: &mut Ctx<'_>) {
+        self.req.retry_left = self.attr.retry_cnt;
+        self.req.rnr_left = self.attr.rnr_retry;
+        self.req.retransmit_at = if self.req.anything_outstanding() {
+            ack_timeout(self.attr.timeout).map(|d| ctx.now + d)
+        } else {
+            None
+        };
+    }
+
+    /// Acknowledges every WQE whose last PSN is at or before `psn`. A READ
+    /// or atomic covered this way has lost its response: returns its index
+    /// (an "implicit NAK").
+    fn ack_through(&mut self, psn: Psn) -> (bool, Option<usize>) {
+        let mut progress = false;
+        for (i, w) in self.req.sq.iter_mut().enumerate() {
+            if !w.started {
+                break;
+            }
+            if w.done.is_some() || w.npkts == 0 {
+                continue;
+            }
+            if w.last_psn().is_after(psn) {
+                break;
+            }
+            if w.is_rd_atomic() {
+                return (progress, Some(i));
+            }
+            w.done = Some(WcStatus::Success);
+            progress = true;
+        }
+        (progress, None)
+    }
+
+    /// Retries from the start of READ/atomic WQE `i` whose response was lost,
+    /// unless we are already resending it.
+    fn implicit_nak(&mut self, ctx: &mut Ctx<'_>, i: usize) {
+        let mtu = self.mtu() as u64;
+        let w = &self.req.sq[i];
+        let from = w.first_psn.add((w.read_rcvd / mtu) as u32);
+        if self.req.cursor_psn().is_after(from) && self.consume_retry(ctx) {
+            self.go_back(ctx, from);
+        }
+    }
+
+    /// Handles an ACK, NAK, READ response or atomic acknowledge.
+    pub fn handle_response(&mut self, ctx: &mut Ctx<'_>, pkt: &Packet<&[u8]>) {
+        let psn = pkt.bth().psn();
+        // Responses for PSNs we never sent are bogus.
+        if !psn.is_before(self.req.sent_high) {
+            self.counters.drop(super::DropReason::UnexpectedResponse);
+            ctx.counters.drop(super::DropReason::UnexpectedResponse);
+            return;
+        }
+        let info = pkt.info();
+        let syndrome = pkt.aeth().map(|a| a.syndrome());
+        match (info.operation, syndrome) {
+            (Operation::Acknowledge, Some(AethSyndrome::Ack { .. })) => {
+                let (progress, lost) = self.ack_through(psn);
+                if progress {
+                    self.progress(ctx);
+                }
+                if let Some(i) = lost {
+                    self.implicit_nak(ctx, i);
+                }
+            }
+            (Operation::Acknowledge, Some(AethSyndrome::RnrNak { timer })) => {
+                self.counters.rcvd_rnr_err += 1;
+                ctx.counters.rcvd_rnr_err += 1;
+                let (progress, _) = self.ack_through(psn.sub(1));
+                if progress {
+                    self.progress(ctx);
+                }
+                let Some(i) = self.req.sq.iter().position(|w| w.done.is_none() && w.holds(psn)) else {
+                    return;
+                };
+                if self.attr.rnr_retry != RNR_RETRY_INFINITE {
+                    if self.req.rnr_left == 0 {
+                        self.fail(ctx, i, WcStatus::RnrRetryExcErr);
+                        return;
+                    }
+                    self.req.rnr_left -= 1;
+                }
+                self.go_back(ctx, psn);
+                self.req.retransmit_at = None;
+                self.req.rnr_until = Some(ctx.now + rnr_delay(timer));
+            }
+            (Operation::Acknowledge, Some(AethSyndrome::Nak(NakCode::PsnSequenceError))) => {
+                self.counters.rcvd_seq_err += 1;
+                ctx.counters.rcvd_seq_err += 1;
+                let (progress, lost) = self.ack_through(psn.sub(1));
+                if progress {
+                    self.progress(ctx);
+                }
+                if let Some(i) = lost {
+                    self.implicit_nak(ctx, i);
+                } else if self.req.cursor_psn().is_after(psn) && self.consume_retry(ctx) {
+                    self.go_back(ctx, psn);
+                }
+            }
+            (Operation::Acknowledge, Some(AethSyndrome::Nak(code))) => {
+                let (_, _) = self.ack_through(psn.sub(1));
+                let status = match code {
+                    NakCode::InvalidRequest => WcStatus::RemInvReqErr,
+                    NakCode::RemoteAccessError => WcStatus::RemAccessErr,
+                    NakCode::RemoteOperationalError => WcStatus::RemOpErr,
+                    NakCode::InvalidRdRequest => WcStatus::RemInvalidRdReqErr,
+                    _ => WcStatus::RemOpErr,
+                };
+                let i = self
+                    .req
+                    .sq
+                    .iter()
+                    .position(|w| w.done.is_none() && w.holds(psn))
+                    .or_else(|| self.req.sq.iter().position(|w| w.done.is_none()));
+                if let Some(i) = i {
+                    self.fail(ctx, i, status);
+                }
+            }
+            (Operation::ReadResponse, _) => self.handle_read_response(ctx, pkt, psn),
+            (Operation::AtomicAcknowledge, Some(AethSyndrome::Ack { .. })) => {
+                let Some(i) = self.req.sq.iter().position(|w| w.done.is_none() && w.holds(psn)) else {
+                    return self.unexpected(ctx);
+                };
+                if !matches!(self.req.sq[i].wr.opcode, SendOpcode::AtomicCmpSwap | SendOpcode::AtomicFetchAdd) {
+                    return self.unexpected(ctx);
+                }
+                let (progress, lost) = self.ack_through(psn.sub(1));
+                if let Some(j) = lost {
+                    if j < i {
+                        return self.implicit_nak(ctx, j);
+                    }
+                }
+                let orig = pkt.atomic_ack_eth().map(|a| a.orig()).unwrap_or(0);
+                let w = &mut self.req.sq[i];
+                let status = if scatter(&w.slices, 0, &orig.to_ne_bytes()) {
+                    WcStatus::Success
+                } else {
+                    WcStatus::LocProtErr
+                };
+                w.done = Some(status);
+                let _ = progress;
+                self.progress(ctx);
+            }
+            _ => self.unexpected(ctx),
+        }
+        self.retire(ctx);
+    }
+
+    fn unexpected(&mut self, ctx: &mut Ctx<'_>) {
+        self.counters.drop(super::DropReason::UnexpectedResponse);
+        ctx.counters.drop(super::DropReason::UnexpectedResponse);
+    }
+
+    fn handle_read_response(&mut self, ctx: &mut Ctx<'_>, pkt: &Packet<&[u8]>, psn: Psn) {
+        let mtu = self.mtu() as u64;
+        let Some(i) = self.req.sq.iter().position(|w| w.done.is_none() && w.holds(psn)) else {
+            return self.unexpected(ctx);
+        };
+        if self.req.sq[i].wr.opcode != SendOpcode::RdmaRead {
+            return self.unexpected(ctx);
+        }
+        let (progress, lost) = self.ack_through(self.req.sq[i].first_psn.sub(1));
+        if progress {
+            self.progress(ctx);
+        }
+        if let Some(j) = lost {
+            if j < i {
+                return self.implicit_nak(ctx, j);
+            }
+        }
+        let w = &self.req.sq[i];
+        let expected = w.first_psn.add((w.read_rcvd / mtu) as u32);
+        if psn != expected {
+            self.counters.drop(super::DropReason::Sequence);
+            ctx.counters.drop(super::DropReason::Sequence);
+            if psn.is_after(expected) {
+                // A response packet went missing: ask again from there.
+                self.implicit_nak(ctx, i);
+            }
+            return;
+        }
+        let payload = pkt.payload();
+        let remaining = w.len - w.read_rcvd;
+        let position = pkt.info().position;
+        let want = if position.ends() { remaining } else { mtu };
+        if payload.len() as u64 != want || want > mtu {
+            return self.unexpected(ctx);
+        }
+        if !scatter(&w.slices, w.read_rcvd, payload) {
+            return self.fail(ctx, i, WcStatus::LocProtErr);
+        }
+        let w = &mut self.req.sq[i];
+        w.read_rcvd += payload.len() as u64;
+        if position.ends() {
+            w.done = Some(WcStatus::Success);
+        }
+        self.progress(ctx);
+    }
+
+    /// Runs the transport timer and the RNR wait.
+    pub fn handle_timeout(&mut self, ctx: &mut Ctx<'_>) {
+        if self.req.rnr_until.is_some_and(|t| t <= ctx.now) {
+            self.req.rnr_until = None;
+            self.req.retransmit_at = ack_timeout(self.attr.timeout).map(|d| ctx.now + d);
+        }
+        if self.req.retransmit_at.is_some_and(|t| t <= ctx.now) {
+            self.req.retransmit_at = None;
+            let Some(oldest) = self.oldest_unacked_psn() else { return };
+            self.counters.retry_timeouts += 1;
+            ctx.counters.retry_timeouts += 1;
+            if self.consume_retry(ctx) {
+                self.go_back(ctx, oldest);
+            }
+        }
+    }
+
+    /// The oldest PSN still waiting for an answer, READ progress included.
+    fn oldest_unacked_psn(&self) -> Option<Psn> {
+        let mtu = self.mtu() as u64;
+        let w = self.req.sq.iter().find(|w| w.done.is_none() && w.npkts > 0 && w.started)?;
+        Some(if w.wr.opcode == SendOpcode::RdmaRead {
+            w.first_psn.add((w.read_rcvd / mtu) as u32)
+        } else {
+            w.first_psn
+        })
+    }
+}

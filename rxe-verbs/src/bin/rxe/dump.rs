@@ -1,0 +1,496 @@
+//! `rxe dump FILE`: one line per RoCE v2 packet in a capture file.
+//!
+//! Frames are numbered from 1 counting every frame, as Wireshark does, and
+//! timed from the first frame. Frames that are not RoCE v2 are skipped; a
+//! frame sent to UDP port 4791 that does not parse is printed with the
+//! parse error. `--json` prints one JSON object per line instead (and no
+//! summary, so stdout stays pure JSON lines).
+
+use rxe_core::wire::{
+    AethRepr, AethSyndrome, Error as WireError, LinkType, Operation, PacketRepr, RoceFrame, ROCE_V2_PORT,
+};
+use rxe_net::capture::{CaptureReader, Record};
+use serde::Serialize;
+use serde_json::{json, Value};
+use std::collections::BTreeSet;
+use std::io::{self, BufWriter, Write};
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Arguments of `rxe dump`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Capture file: pcap or pcapng (Ethernet, Linux cooked SLL/SLL2 or raw IP).
+    pub file: PathBuf,
+    /// Print one JSON object per line instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// Print only packets with a bad ICRC or that do not parse, and exit
+    /// with status 1 if there are any.
+    #[arg(long)]
+    pub check: bool,
+    /// Do not print the summary to stderr at the end (text mode only).
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+/// A RoCE packet taken apart, as the formatters see it.
+struct Parsed<'a> {
+    frame: u64,
+    time: Rel,
+    roce: &'a RoceFrame<'a>,
+    repr: &'a PacketRepr<'a>,
+    icrc: u32,
+    icrc_expected: u32,
+}
+
+impl Parsed<'_> {
+    fn icrc_ok(&self) -> bool {
+        self.icrc == self.icrc_expected
+    }
+}
+
+/// Time relative to the first frame, in nanoseconds (negative if the
+/// capture's timestamps go backwards).
+#[derive(Debug, Clone, Copy)]
+struct Rel(i128);
+
+impl Rel {
+    fn new(t: Duration, t0: Duration) -> Rel {
+        Rel(t.as_nanos() as i128 - t0.as_nanos() as i128)
+    }
+    fn secs(self) -> f64 {
+        self.0 as f64 / 1e9
+    }
+}
+
+impl std::fmt::Display for Rel {
+    /// Seconds with six decimals, rounded to the microsecond.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let us = (self.0.abs() + 500) / 1000;
+        let sign = if self.0 < 0 { "-" } else { "" };
+        let s = format!("{sign}{}.{:06}", us / 1_000_000, us % 1_000_000);
+        f.pad(&s)
+    }
+}
+
+/// The text line of a packet, e.g.
+/// `    1   0.000000      10.99.0.12 → 10.99.0.11      RC_SEND_ONLY QP=0x000011 PSN=5 A len=512 ICRC ok`.
+fn text_line(p: &Parsed) -> String {
+    let b = &p.repr.bth;
+    let mut s = format!(
+        "{:>5} {:>10} {:>15} → {:<15} {} QP={:#08x} PSN={}",
+        p.frame,
+        p.time,
+        p.roce.ip.src(),
+        p.roce.ip.dst(),
+        b.opcode,
+        b.dest_qp,
+        b.psn.value()
+    );
+    let flags = [
+        (b.solicited, "SE".to_owned()),
+        (b.ack_req, "A".to_owned()),
+        (b.mig_req, "M".to_owned()),
+        (b.pad_count != 0, format!("pad={}", b.pad_count)),
+        (b.pkey != 0xffff, format!("pkey={:#06x}", b.pkey)),
+        (b.fecn, "FECN".to_owned()),
+        (b.becn, "BECN".to_owned()),
+    ];
+    for (_, f) in flags.iter().filter(|(on, _)| *on) {
+        s += &format!(" {f}");
+    }
+    let r = p.repr;
+    if let Some(h) = r.rdeth {
+        s += &format!(" {h}");
+    }
+    if let Some(h) = r.deth {
+        s += &format!(" {h}");
+    }
+    if let Some(h) = r.feth {
+        s += &format!(" {h}");
+    }
+    if let Some(h) = r.reth {
+        s += &format!(" RETH va={:#x} rkey={:#010x} dma_len={}", h.va, h.rkey, h.dma_len);
+    }
+    if let Some(h) = r.atomic_eth {
+        s += &format!(" AtomicETH va={:#x} rkey={:#010x}", h.va, h.rkey);
+        s += &match b.opcode.info().map(|i| i.operation) {
+            Some(Operation::FetchAdd) => format!(" add={:#x}", h.swap_add),
+            _ => format!(" swap={:#x} compare={:#x}", h.swap_add, h.compare),
+        };
+    }
+    if let Some(h) = r.aeth {
+        s += &format!(" {h}");
+    }
+    if let Some(h) = r.atomic_ack_eth {
+        s += &format!(" {h}");
+    }
+    if let Some(i) = r.immdt {
+        s += &format!(" ImmDt={i:#010x}");
+    }
+    if let Some(k) = r.ieth {
+        s += &format!(" IETH rkey={k:#010x}");
+    }
+    if let Some(m) = Mad::parse(p.repr) {
+        s += &format!(" {m}");
+    }
+    let icrc = if p.icrc_ok() { "ok" } else { "BAD" };
+    s + &format!(" len={} ICRC {icrc}", r.payload.len())
+}
+
+/// The JSON object of a packet: fields in this order, headers the packet
+/// does not have left out.
+#[derive(Debug, Serialize)]
+struct JsonPacket {
+    frame: u64,
+    time: f64,
+    src: IpAddr,
+    dst: IpAddr,
+    udp_src_port: u16,
+    opcode: u8,
+    opcode_name: String,
+    dest_qp: u32,
+    psn: u32,
+    solicited: bool,
+    ack_req: bool,
+    mig_req: bool,
+    pad: u8,
+    pkey: u16,
+    fecn: bool,
+    becn: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    rdeth: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    deth: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    feth: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reth: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    atomic_eth: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    aeth: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    atomic_ack_eth: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    immdt: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ieth: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    mad: Option<Value>,
+    payload_len: usize,
+    icrc_ok: bool,
+    icrc: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    icrc_expected: Option<u32>,
+}
+
+fn json_packet(p: &Parsed) -> JsonPacket {
+    let (b, r) = (&p.repr.bth, p.repr);
+    let aeth = |h: AethRepr| {
+        let mut a = json!({ "msn": h.msn });
+        let (name, (k, v)) = match h.syndrome {
+            AethSyndrome::Ack { credits } => ("ACK", ("credits", json!(credits))),
+            AethSyndrome::RnrNak { timer } => ("RNR_NAK", ("timer", json!(timer))),
+            AethSyndrome::Nak(c) => {
+                a["nak_name"] = json!(c.to_string());
+                ("NAK", ("nak_code", json!(c.code())))
+            }
+            AethSyndrome::Reserved(x) => ("RESERVED", ("raw", json!(x))),
+        };
+        a["syndrome"] = json!(name);
+        a[k] = v;
+        a
+    };
+    JsonPacket {
+        frame: p.frame,
+        time: p.time.secs(),
+        src: p.roce.ip.src(),
+        dst: p.roce.ip.dst(),
+        udp_src_port: p.roce.udp_src_port,
+        opcode: b.opcode.0,
+        opcode_name: b.opcode.to_string(),
+        dest_qp: b.dest_qp,
+        psn: b.psn.value(),
+        solicited: b.solicited,
+        ack_req: b.ack_req,
+        mig_req: b.mig_req,
+        pad: b.pad_count,
+        pkey: b.pkey,
+        fecn: b.fecn,
+        becn: b.becn,
+        rdeth: r.rdeth.map(|h| json!({ "ee_context": h.ee_context })),
+        deth: r.deth.map(|h| json!({ "qkey": h.qkey, "src_qp": h.src_qp })),
+        feth: r.feth.map(|h| json!({ "selectivity": h.selectivity, "placement": h.placement })),
+        reth: r.reth.map(|h| json!({ "va": h.va, "rkey": h.rkey, "dma_len": h.dma_len })),
+        atomic_eth: r.atomic_eth.map(|h| {
+            json!({ "va": h.va, "rkey": h.rkey, "swap_add": h.swap_add, "compare": h.compare })
+        }),
+        aeth: r.aeth.map(aeth),
+        atomic_ack_eth: r.atomic_ack_eth.map(|h| json!({ "orig": h.orig })),
+        immdt: r.immdt,
+        ieth: r.ieth,
+        mad: Mad::parse(r).map(|m| m.json()),
+        payload_len: r.payload.len(),
+        icrc_ok: p.icrc_ok(),
+        icrc: p.icrc,
+        icrc_expected: (!p.icrc_ok()).then_some(p.icrc_expected),
+    }
+}
+
+/// A frame to UDP port 4791 that rxe-core could not parse.
+fn error_line(frame: u64, time: Rel, addrs: (IpAddr, IpAddr), e: &WireError) -> String {
+    format!(
+        "{frame:>5} {time:>10} {:>15} → {:<15} malformed RoCE packet: {e}",
+        addrs.0, addrs.1
+    )
+}
+
+/// The JSON object of a frame to UDP port 4791 that does not parse.
+#[derive(Debug, Serialize)]
+struct JsonError {
+    frame: u64,
+    time: f64,
+    src: IpAddr,
+    dst: IpAddr,
+    error: String,
+}
+
+fn error_json(frame: u64, time: Rel, addrs: (IpAddr, IpAddr), e: &WireError) -> JsonError {
+    JsonError {
+        frame,
+        time: time.secs(),
+        src: addrs.0,
+        dst: addrs.1,
+        error: e.to_string(),
+    }
+}
+
+/// The header of a management datagram sent to QP1 (CM REQ/REP/RTU/...).
+struct Mad {
+    class: u8,
+    version: u8,
+    method: u8,
+    attr: u16,
+}
+
+impl Mad {
+    fn parse(r: &PacketRepr) -> Option<Mad> {
+        let p = r.payload;
+        if r.bth.dest_qp != 1 || r.deth.is_none() || p.len() < 24 {
+            return None;
+        }
+        Some(Mad {
+            class: p[1],
+            version: p[2],
+            method: p[3],
+            attr: u16::from_be_bytes([p[16], p[17]]),
+        })
+    }
+    /// The CM attribute names Wireshark shows.
+    fn cm_name(&self) -> Option<&'static str> {
+        (self.class == 0x07).then_some(match self.attr {
+            0x10 => "ConnectRequest",
+            0x11 => "MsgRcptAck",
+            0x12 => "ConnectReject",
+            0x13 => "ConnectReply",
+            0x14 => "ReadyToUse",
+            0x15 => "DisconnectRequest",
+            0x16 => "DisconnectReply",
+            0x17 => "ServiceIDResReq",
+            0x18 => "ServiceIDResReqResp",
+            0x19 => "LoadAlternatePath",
+            0x1a => "AlternatePathResponse",
+            _ => return None,
+        })
+    }
+    fn json(&self) -> Value {
+        json!({
+            "mgmt_class": self.class,
+            "class_version": self.version,
+            "method": self.method,
+            "attr_id": self.attr,
+            "name": self.cm_name(),
+        })
+    }
+}
+
+impl std::fmt::Display for Mad {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.cm_name() {
+            Some(n) => write!(f, "MAD CM {n}"),
+            None => write!(
+                f,
+                "MAD class={:#04x} method={:#04x} attr={:#06x}",
+                self.class, self.method, self.attr
+            ),
+        }
+    }
+}
+
+/// Source and destination of a frame that is IPv4/IPv6 UDP to port 4791,
+/// read leniently. rxe-core checks lengths before it looks at the protocol,
+/// so its errors do not say whether a damaged frame was RoCE at all.
+fn roce_addresses(link: LinkType, frame: &[u8]) -> Option<(IpAddr, IpAddr)> {
+    let be16 = |b: &[u8], at: usize| Some(u16::from_be_bytes([*b.get(at)?, *b.get(at + 1)?]));
+    let (mut ethertype, mut ip) = match link {
+        LinkType::Ethernet => (be16(frame, 12)?, frame.get(14..)?),
+        LinkType::LinuxSll => (be16(frame, 14)?, frame.get(16..)?),
+        LinkType::LinuxSll2 => (be16(frame, 0)?, frame.get(20..)?),
+        LinkType::RawIp => (0, frame),
+    };
+    while ethertype == 0x8100 || ethertype == 0x88a8 {
+        ethertype = be16(ip, 2)?;
+        ip = ip.get(4..)?;
+    }
+    let v4 = |at: usize| Some(IpAddr::from(<[u8; 4]>::try_from(ip.get(at..at + 4)?).ok()?));
+    let v6 = |at: usize| Some(IpAddr::from(<[u8; 16]>::try_from(ip.get(at..at + 16)?).ok()?));
+    let (version, proto, src, dst, udp) = match ip.first()? >> 4 {
+        4 => {
+            let hlen = usize::from(ip[0] & 0x0f) * 4;
+            (4, *ip.get(9)?, v4(12)?, v4(16)?, ip.get(hlen..)?)
+        }
+        6 => (6, *ip.get(6)?, v6(8)?, v6(24)?, ip.get(40..)?),
+        _ => return None,
+    };
+    let ip_ethertype = if version == 4 { 0x0800 } else { 0x86dd };
+    let link_ok = link == LinkType::RawIp || ethertype == ip_ethertype;
+    (link_ok && proto == 17 && be16(udp, 2)? == ROCE_V2_PORT).then_some((src, dst))
+}
+
+#[derive(Debug, Default)]
+struct Stats {
+    roce: u64,
+    icrc_bad: u64,
+    malformed: u64,
+    skipped: u64,
+}
+
+/// What one frame prints: `None` if it is not RoCE.
+struct Output {
+    line: String,
+    /// ICRC bad or malformed.
+    bad: bool,
+}
+
+fn dump_record(rec: &Record, time: Rel, args: &Args, stats: &mut Stats) -> Option<Output> {
+    let malformed = |e: &WireError, stats: &mut Stats| {
+        let addrs = roce_addresses(rec.link_type, &rec.data)?;
+        stats.malformed += 1;
+        let line = match args.json {
+            true => to_json(&error_json(rec.number, time, addrs, e)),
+            false => error_line(rec.number, time, addrs, e),
+        };
+        Some(Output { line, bad: true })
+    };
+    let roce = match RoceFrame::parse(rec.link_type, &rec.data) {
+        Ok(f) => f,
+        Err(e) => return malformed(&e, stats),
+    };
+    let pkt = match roce.packet() {
+        Ok(p) => p,
+        Err(e) => return malformed(&e, stats),
+    };
+    let repr = match PacketRepr::parse(&pkt) {
+        Ok(r) => r,
+        Err(e) => return malformed(&e, stats),
+    };
+    let p = Parsed {
+        frame: rec.number,
+        time,
+        roce: &roce,
+        repr: &repr,
+        icrc: pkt.icrc(),
+        // Packet::new_checked succeeded, so the ICRC can be computed.
+        icrc_expected: roce.computed_icrc().unwrap_or(!pkt.icrc()),
+    };
+    stats.roce += 1;
+    stats.icrc_bad += u64::from(!p.icrc_ok());
+    let line = match args.json {
+        true => to_json(&json_packet(&p)),
+        false => text_line(&p),
+    };
+    Some(Output {
+        line,
+        bad: !p.icrc_ok(),
+    })
+}
+
+fn to_json(v: &impl Serialize) -> String {
+    serde_json::to_string(v).expect("plain data serializes")
+}
+
+/// Runs `rxe dump`.
+pub fn run(args: &Args) -> ExitCode {
+    let cannot_read = |e: &dyn std::fmt::Display| {
+        eprintln!("rxe: cannot read {}: {e}", args.file.display());
+        ExitCode::from(2)
+    };
+    let reader = match CaptureReader::open(&args.file) {
+        Ok(r) => r,
+        Err(e) => return cannot_read(&e),
+    };
+    let mut out = BufWriter::new(io::stdout().lock());
+    let mut stats = Stats::default();
+    let mut t0 = None;
+    let mut warned = BTreeSet::new();
+    let mut any_bad = false;
+    for rec in reader {
+        let rec = match rec {
+            Ok(r) => r,
+            Err(e) if !e.is_fatal() => {
+                if warned.insert(e.to_string()) {
+                    eprintln!("rxe: {}: skipping frames: {e}", args.file.display());
+                }
+                stats.skipped += 1;
+                continue;
+            }
+            Err(e) => {
+                let _ = out.flush();
+                return cannot_read(&e);
+            }
+        };
+        let time = Rel::new(rec.timestamp, *t0.get_or_insert(rec.timestamp));
+        let Some(o) = dump_record(&rec, time, args, &mut stats) else {
+            stats.skipped += 1;
+            continue;
+        };
+        any_bad |= o.bad;
+        if o.bad || !args.check {
+            if let Err(e) = writeln!(out, "{}", o.line) {
+                return stdout_error(e);
+            }
+        }
+    }
+    if let Err(e) = out.flush() {
+        return stdout_error(e);
+    }
+    if !args.json && !args.quiet {
+        eprintln!(
+            "{}: {} RoCE packets ({} ICRC BAD, {} malformed), {} other frames skipped",
+            args.file.display(),
+            stats.roce,
+            stats.icrc_bad,
+            stats.malformed,
+            stats.skipped
+        );
+    }
+    if args.check && any_bad {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+/// A closed pipe (`rxe dump f | head`) ends the dump quietly.
+fn stdout_error(e: io::Error) -> ExitCode {
+    if e.kind() == io::ErrorKind::BrokenPipe {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("rxe: cannot write: {e}");
+        ExitCode::from(2)
+    }
+}
