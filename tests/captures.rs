@@ -425,7 +425,7 @@ fn atomic_fields() {
             // ib_atomic_bw adds 1.
             assert!(v
                 .iter()
-                .all(|r| r.p.atomic.map_or(true, |(add, _)| add == 1)));
+                .all(|r| r.p.atomic.into_iter().all(|(add, _)| add == 1)));
         }
     }
 }
@@ -550,9 +550,7 @@ fn to_pcapng(recs: &[Record], big: bool) -> Vec<u8> {
     let mut out = vec![];
     let mut block = |ty: u32, body: &[u8]| {
         let mut body = body.to_vec();
-        while body.len() % 4 != 0 {
-            body.push(0);
-        }
+        body.resize(body.len().div_ceil(4) * 4, 0);
         let len = body.len() as u32 + 12;
         out.extend_from_slice(&u32b(ty));
         out.extend_from_slice(&u32b(len));

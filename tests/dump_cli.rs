@@ -419,6 +419,20 @@ fn cooked_and_raw_ip_captures_print_the_same() {
 }
 
 #[test]
+fn reads_standard_input() {
+    let path = pcap("udaddy.pcap");
+    let from_file = rxe(&[OsStr::new("dump"), OsStr::new("--json"), path.as_os_str()]);
+    let o = Command::new(rxe_bin())
+        .args(["dump", "--json", "-"])
+        .stdin(std::fs::File::open(&path).unwrap())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o), stdout(&from_file));
+    assert_eq!(stdout(&o).lines().count(), 8);
+}
+
+#[test]
 fn unreadable_files_exit_nonzero_with_a_message() {
     let missing = scratch("no-such-file.pcap");
     let o = rxe(&[OsStr::new("dump"), missing.as_os_str()]);

@@ -163,7 +163,7 @@ fn to_hex(b: &[u8]) -> String {
 }
 
 fn from_hex(s: &str) -> Vec<u8> {
-    assert!(s.len() % 2 == 0, "odd hex length");
+    assert!(s.len() & 1 == 0, "odd hex length");
     (0..s.len())
         .step_by(2)
         .map(|i| u8::from_str_radix(&s[i..i + 2], 16).expect("hex digit"))
@@ -443,10 +443,10 @@ fn frame_for(v6: bool, k: usize, rng: &mut Rng) -> (FrameRepr, String) {
             ttl: (rng.below(255) + 1) as u8,
         }
     };
-    let udp_checksum = if (k / 3) % 2 == 0 {
-        UdpChecksum::Zero
-    } else {
+    let udp_checksum = if (k / 3) % 2 == 1 {
         UdpChecksum::Compute
+    } else {
+        UdpChecksum::Zero
     };
     let fr = FrameRepr {
         eth: Some(EthRepr {
@@ -540,7 +540,7 @@ impl Layout {
 #[test]
 fn rxe_core_frames_pass_scapy() {
     let Some(py) = python() else { return };
-    let mut rng = Rng(0x5eed_0f_5ca7);
+    let mut rng = Rng(0x5eed_5ca7);
     let lens: Vec<usize> = (0..=9).chain([1024]).collect();
 
     // (name, frame, expected ICRC verdict)
@@ -579,7 +579,7 @@ fn rxe_core_frames_pass_scapy() {
                 f[at] ^= 1 << rng.below(8);
                 cases.push((format!("{base}~flip:hdr@{at}"), f, false));
                 // ... and one in the rest of the packet (or the ICRC itself).
-                let at = if body.is_empty() || k % 5 == 0 {
+                let at = if body.is_empty() || k % 5 == 4 {
                     frame.len() - 1 - rng.below(4)
                 } else {
                     body[rng.below(body.len())]

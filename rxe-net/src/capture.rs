@@ -63,7 +63,7 @@ pub enum CaptureError {
     #[error("empty file")]
     Empty,
     /// The file starts with neither a pcap nor a pcapng magic number.
-    #[error("not a pcap or pcapng file (it starts with {:02x?})", .magic)]
+    #[error("not a pcap or pcapng file (it starts with {})", hex(.magic))]
     NotACapture {
         /// The first four bytes.
         magic: [u8; 4],
@@ -126,6 +126,13 @@ impl CaptureError {
 
 /// Result with [`CaptureError`].
 pub type Result<T> = std::result::Result<T, CaptureError>;
+
+fn hex(b: &[u8]) -> String {
+    b.iter()
+        .map(|x| format!("{x:02x}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
 
 fn link_type_name(n: u32) -> String {
     match DataLink::from(n) {
@@ -686,7 +693,10 @@ mod tests {
             .map(|i| {
                 let len = 20 + usize::from(i) * 7;
                 let data = (0..len).map(|b| (b as u8).wrapping_mul(i + 1)).collect();
-                (Duration::new(1_700_000_000 + u64::from(i), 123_456_789), data)
+                (
+                    Duration::new(1_700_000_000 + u64::from(i), 123_456_789),
+                    data,
+                )
             })
             .collect()
     }
@@ -813,7 +823,12 @@ mod tests {
             let a = r.next().unwrap().unwrap();
             assert_eq!(
                 (a.number, a.timestamp, a.link_type, &a.data[..]),
-                (1, Duration::from_millis(1500), LinkType::Ethernet, &b"eth"[..])
+                (
+                    1,
+                    Duration::from_millis(1500),
+                    LinkType::Ethernet,
+                    &b"eth"[..]
+                )
             );
             let b = r.next().unwrap().unwrap();
             assert_eq!(
@@ -895,7 +910,7 @@ mod tests {
         assert!(matches!(e, CaptureError::NotACapture { .. }), "{e:?}");
         assert_eq!(
             e.to_string(),
-            "not a pcap or pcapng file (it starts with [68, 65, 6c, 6c])"
+            "not a pcap or pcapng file (it starts with 68 65 6c 6c)"
         );
     }
 

@@ -401,12 +401,22 @@ impl MemSlice {
     /// `mem`. Such a slice is never revoked.
     pub fn new(mem: Arc<dyn RegionMemory>, offset: usize, len: usize) -> Option<MemSlice> {
         let end = offset.checked_add(len)?;
-        (end <= mem.len()).then_some(MemSlice { mem, offset, len, live: None })
+        (end <= mem.len()).then_some(MemSlice {
+            mem,
+            offset,
+            len,
+            live: None,
+        })
     }
 
     /// A slice of no bytes, as zero-length operations get.
     pub fn empty() -> MemSlice {
-        MemSlice { mem: empty_memory(), offset: 0, len: 0, live: None }
+        MemSlice {
+            mem: empty_memory(),
+            offset: 0,
+            len: 0,
+            live: None,
+        }
     }
 
     fn revocable(
@@ -444,7 +454,10 @@ impl MemSlice {
 
     /// False once the key the slice came through has gone away.
     pub fn is_live(&self) -> bool {
-        self.live.as_ref().is_none_or(|l| l.load(Ordering::Acquire))
+        match &self.live {
+            Some(live) => live.load(Ordering::Acquire),
+            None => true,
+        }
     }
 
     fn check_live(&self) -> Result<(), KeyError> {
@@ -469,7 +482,12 @@ impl MemSlice {
     /// packet's worth of a message, say). It is revoked with this one.
     pub fn sub(&self, at: usize, len: usize) -> Result<MemSlice, KeyError> {
         let offset = self.span(at, len)?;
-        Ok(MemSlice { mem: self.mem.clone(), offset, len, live: self.live.clone() })
+        Ok(MemSlice {
+            mem: self.mem.clone(),
+            offset,
+            len,
+            live: self.live.clone(),
+        })
     }
 
     /// Copies `dst.len()` bytes starting at `at` (relative to the slice)
@@ -502,7 +520,7 @@ impl MemSlice {
         if self.len != 8 {
             return Err(KeyError::OutOfRange);
         }
-        if offset % 8 != 0 {
+        if offset & 7 != 0 {
             return Err(KeyError::Misaligned);
         }
         self.mem.atomic(offset, op).ok_or(KeyError::OutOfRange)
@@ -524,7 +542,9 @@ impl VecMemory {
 
     /// These bytes.
     pub fn from_vec(bytes: Vec<u8>) -> VecMemory {
-        VecMemory { bytes: Mutex::new(bytes) }
+        VecMemory {
+            bytes: Mutex::new(bytes),
+        }
     }
 
     /// A copy of the bytes.
@@ -540,7 +560,9 @@ impl VecMemory {
 
 impl fmt::Debug for VecMemory {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("VecMemory").field("len", &self.len()).finish()
+        f.debug_struct("VecMemory")
+            .field("len", &self.len())
+            .finish()
     }
 }
 
@@ -576,7 +598,7 @@ impl RegionMemory for VecMemory {
     }
 
     fn atomic(&self, offset: usize, op: AtomicOp) -> Option<u64> {
-        if offset % 8 != 0 {
+        if offset & 7 != 0 {
             return None;
         }
         let end = offset.checked_add(8)?;
@@ -634,7 +656,10 @@ impl Region {
             return Err(KeyError::Invalid);
         }
         if !self.access.contains(need) {
-            return Err(KeyError::AccessDenied { need, have: self.access });
+            return Err(KeyError::AccessDenied {
+                need,
+                have: self.access,
+            });
         }
         let offset = range_offset(self.base, self.length, addr, len)?;
         MemSlice::revocable(&self.mem, offset, len, &self.live)
@@ -693,6 +718,8 @@ pub struct MemTable {
     num_mws: usize,
     max_mr_size: u64,
     max_mw: u32,
+    /// Largest index handed out: [`MAX_KEY_INDEX`], smaller in tests.
+    max_index: u32,
 }
 
 fn key_err(arg: &'static str) -> impl Fn(KeyError) -> MemError {
@@ -717,6 +744,7 @@ impl MemTable {
             num_mws: 0,
             max_mr_size: caps.max_mr_size,
             max_mw: caps.max_mw,
+            max_index: MAX_KEY_INDEX,
         }
     }
 
@@ -734,15 +762,15 @@ impl MemTable {
     /// retired.
     fn fresh_key(&mut self) -> Result<u32, MemError> {
         for _ in 0..RANDOM_TRIES {
-            let index = self.rng.gen_range(1..=MAX_KEY_INDEX);
+            let index = self.rng.gen_range(1..=self.max_index);
             if let Some(key) = self.fresh_variant(index) {
                 return Ok(key);
             }
         }
         // The table is nearly full: walk the slots from a random start.
-        let start = self.rng.gen_range(0..MAX_KEY_INDEX);
-        for step in 0..MAX_KEY_INDEX {
-            let index = (start + step) % MAX_KEY_INDEX + 1;
+        let start = self.rng.gen_range(0..self.max_index);
+        for step in 0..self.max_index {
+            let index = (start + step) % self.max_index + 1;
             if let Some(key) = self.fresh_variant(index) {
                 return Ok(key);
             }
@@ -773,7 +801,10 @@ impl MemTable {
     }
 
     fn lookup(&self, key: u32) -> Result<&Entry, KeyError> {
-        let entry = self.entries.get(&key_index(key)).ok_or(KeyError::UnknownKey)?;
+        let entry = self
+            .entries
+            .get(&key_index(key))
+            .ok_or(KeyError::UnknownKey)?;
         if entry.key() == key {
             Ok(entry)
         } else {
@@ -819,7 +850,10 @@ impl MemTable {
         access: Access,
     ) -> Result<MrKeys, MemError> {
         if Access::from_bits(access.bits()).is_none() {
-            return Err(MemError::Access { arg: "access", reason: "unknown flag bits" });
+            return Err(MemError::Access {
+                arg: "access",
+                reason: "unknown flag bits",
+            });
         }
         if !access.contains(Access::LOCAL_WRITE) {
             if access.contains(Access::REMOTE_WRITE) {
@@ -836,8 +870,10 @@ impl MemTable {
             }
         }
         let max = self.max_mr_size;
-        let length =
-            u64::try_from(mem.len()).map_err(|_| MemError::TooLarge { length: u64::MAX, max })?;
+        let length = u64::try_from(mem.len()).map_err(|_| MemError::TooLarge {
+            length: u64::MAX,
+            max,
+        })?;
         if length > max {
             return Err(MemError::TooLarge { length, max });
         }
@@ -861,7 +897,10 @@ impl MemTable {
         };
         self.entries.insert(key_index(key), Entry::Mr(region));
         self.num_mrs += 1;
-        Ok(MrKeys { lkey: key, rkey: key })
+        Ok(MrKeys {
+            lkey: key,
+            rkey: key,
+        })
     }
 
     /// Deregisters the region of `lkey` (`ibv_dereg_mr`). Refused while
@@ -870,7 +909,9 @@ impl MemTable {
     pub fn dereg_mr(&mut self, lkey: u32) -> Result<(), MemError> {
         let mr = self.region(lkey).map_err(key_err("lkey"))?;
         if mr.bound_windows > 0 {
-            return Err(MemError::InUse { windows: mr.bound_windows });
+            return Err(MemError::InUse {
+                windows: mr.bound_windows,
+            });
         }
         if let Some(Entry::Mr(mr)) = self.entries.remove(&key_index(lkey)) {
             mr.live.store(false, Ordering::Release);
@@ -897,11 +938,17 @@ impl MemTable {
     /// Allocates an unbound memory window (`ibv_alloc_mw`) and returns its
     /// rkey, which names nothing usable until the window is bound.
     pub fn alloc_mw(&mut self, pd: PdId, mw_type: MwType) -> Result<u32, MemError> {
-        if u32::try_from(self.num_mws).map_or(true, |n| n >= self.max_mw) {
+        let allocated = u32::try_from(self.num_mws).unwrap_or(u32::MAX);
+        if allocated >= self.max_mw {
             return Err(MemError::TooManyWindows { max: self.max_mw });
         }
         let key = self.fresh_key()?;
-        let window = Window { pd, key, mw_type, binding: None };
+        let window = Window {
+            pd,
+            key,
+            mw_type,
+            binding: None,
+        };
         self.entries.insert(key_index(key), Entry::Mw(window));
         self.num_mws += 1;
         Ok(key)
@@ -967,7 +1014,10 @@ impl MemTable {
     pub fn bind_mw(&mut self, pd: PdId, qpn: u32, bind: &MwBind) -> Result<u32, MemError> {
         let mw = self.window(bind.mw_rkey).map_err(key_err("mw_rkey"))?;
         if mw.pd != pd {
-            return Err(MemError::Key { arg: "mw_rkey", err: KeyError::WrongPd });
+            return Err(MemError::Key {
+                arg: "mw_rkey",
+                err: KeyError::WrongPd,
+            });
         }
         let mw_type = mw.mw_type;
         if mw_type == MwType::Type2 && mw.binding.is_some() {
@@ -995,10 +1045,16 @@ impl MemTable {
         } else {
             let mr = self.region(bind.mr_lkey).map_err(key_err("mr_lkey"))?;
             if mr.pd != pd {
-                return Err(MemError::Key { arg: "mr_lkey", err: KeyError::WrongPd });
+                return Err(MemError::Key {
+                    arg: "mr_lkey",
+                    err: KeyError::WrongPd,
+                });
             }
             if !mr.live.load(Ordering::Acquire) {
-                return Err(MemError::Key { arg: "mr_lkey", err: KeyError::Invalid });
+                return Err(MemError::Key {
+                    arg: "mr_lkey",
+                    err: KeyError::Invalid,
+                });
             }
             if !mr.access.contains(Access::MW_BIND) {
                 return Err(MemError::Access {
@@ -1006,7 +1062,9 @@ impl MemTable {
                     reason: "the region was not registered with MW_BIND",
                 });
             }
-            if bind.access.intersects(Access::REMOTE_WRITE | Access::REMOTE_ATOMIC)
+            if bind
+                .access
+                .intersects(Access::REMOTE_WRITE | Access::REMOTE_ATOMIC)
                 && !mr.access.contains(Access::LOCAL_WRITE)
             {
                 return Err(MemError::Access {
@@ -1141,15 +1199,27 @@ impl MemTable {
             return Err(KeyError::WrongQp);
         }
         if !binding.access.contains(need) {
-            return Err(KeyError::AccessDenied { need, have: binding.access });
+            return Err(KeyError::AccessDenied {
+                need,
+                have: binding.access,
+            });
         }
-        let base = if binding.access.contains(Access::ZERO_BASED) { 0 } else { binding.addr };
+        let base = if binding.access.contains(Access::ZERO_BASED) {
+            0
+        } else {
+            binding.addr
+        };
         let in_window = range_offset(base, binding.length, va, len)?;
-        let mr = self.region(binding.mr_lkey).map_err(|_| KeyError::Invalid)?;
+        let mr = self
+            .region(binding.mr_lkey)
+            .map_err(|_| KeyError::Invalid)?;
         if !mr.live.load(Ordering::Acquire) {
             return Err(KeyError::Invalid);
         }
-        let addr = binding.addr.checked_add(in_window).ok_or(KeyError::OutOfRange)?;
+        let addr = binding
+            .addr
+            .checked_add(in_window)
+            .ok_or(KeyError::OutOfRange)?;
         let offset = range_offset(mr.base, mr.length, addr, len)?;
         MemSlice::revocable(&mr.mem, offset, len, &binding.live)
     }
@@ -1177,17 +1247,32 @@ mod tests {
 
     fn reg(t: &mut MemTable, len: usize, access: Access) -> (Arc<VecMemory>, u32) {
         let mem = vec_mem(len);
-        let keys = t.reg_mr(PD, mem.clone(), IOVA, access).expect("registration");
+        let keys = t
+            .reg_mr(PD, mem.clone(), IOVA, access)
+            .expect("registration");
         assert_eq!(keys.lkey, keys.rkey);
         (mem, keys.lkey)
     }
 
-    fn remote(t: &MemTable, rkey: u32, va: u64, len: u64, need: Access) -> Result<MemSlice, KeyError> {
+    fn remote(
+        t: &MemTable,
+        rkey: u32,
+        va: u64,
+        len: u64,
+        need: Access,
+    ) -> Result<MemSlice, KeyError> {
         t.remote(PD, QPN, rkey, va, len, need)
     }
 
     fn bind(mw_rkey: u32, mr_lkey: u32, addr: u64, length: u64, access: Access) -> MwBind {
-        MwBind { mw_rkey, new_rkey: mw_rkey.wrapping_add(1), mr_lkey, addr, length, access }
+        MwBind {
+            mw_rkey,
+            new_rkey: mw_rkey.wrapping_add(1),
+            mr_lkey,
+            addr,
+            length,
+            access,
+        }
     }
 
     /// A table with a region (MW_BIND, 256 bytes at IOVA) and a bound window
@@ -1196,7 +1281,9 @@ mod tests {
         let mut t = MemTable::new(7);
         let (mem, lkey) = reg(&mut t, 256, Access::LOCAL_WRITE | Access::MW_BIND);
         let mw = t.alloc_mw(PD, mw_type).expect("alloc");
-        let rkey = t.bind_mw(PD, QPN, &bind(mw, lkey, IOVA + 64, 64, access)).expect("bind");
+        let rkey = t
+            .bind_mw(PD, QPN, &bind(mw, lkey, IOVA + 64, 64, access))
+            .expect("bind");
         (t, mem, lkey, rkey)
     }
 
@@ -1205,17 +1292,27 @@ mod tests {
         let mut t = MemTable::new(1);
         let mem = vec_mem(16);
         let keys: Vec<u32> = (0..1000)
-            .map(|_| t.reg_mr(PD, mem.clone(), IOVA, Access::empty()).expect("reg").lkey)
+            .map(|_| {
+                t.reg_mr(PD, mem.clone(), IOVA, Access::empty())
+                    .expect("reg")
+                    .lkey
+            })
             .collect();
         let unique: HashSet<u32> = keys.iter().copied().collect();
         assert_eq!(unique.len(), 1000);
         assert_eq!(t.num_mrs(), 1000);
         assert!(keys.iter().all(|&k| key_index(k) != 0));
         // Not sequential: neither in key nor in index order.
-        let steps = keys.windows(2).filter(|w| w[1].wrapping_sub(w[0]) <= 256).count();
+        let steps = keys
+            .windows(2)
+            .filter(|w| w[1].wrapping_sub(w[0]) <= 256)
+            .count();
         assert!(steps < 5, "{steps} near-sequential steps");
         let increasing = keys.windows(2).filter(|w| w[1] > w[0]).count();
-        assert!((300..700).contains(&increasing), "{increasing} increasing steps");
+        assert!(
+            (300..700).contains(&increasing),
+            "{increasing} increasing steps"
+        );
         let variants: HashSet<u8> = keys.iter().map(|&k| key_variant(k)).collect();
         assert!(variants.len() > 200);
 
@@ -1223,7 +1320,13 @@ mod tests {
         let mut again = MemTable::new(1);
         let mut other = MemTable::new(2);
         for &k in &keys[..10] {
-            assert_eq!(again.reg_mr(PD, mem.clone(), 0, Access::empty()).expect("reg").lkey, k);
+            assert_eq!(
+                again
+                    .reg_mr(PD, mem.clone(), 0, Access::empty())
+                    .expect("reg")
+                    .lkey,
+                k
+            );
         }
         let first = other.reg_mr(PD, mem, 0, Access::empty()).expect("reg").lkey;
         assert_ne!(first, keys[0]);
@@ -1235,10 +1338,16 @@ mod tests {
         let mem = vec_mem(64);
         let mut seen = HashSet::new();
         for _ in 0..200 {
-            let k = t.reg_mr(PD, mem.clone(), IOVA, Access::LOCAL_WRITE).expect("reg").lkey;
+            let k = t
+                .reg_mr(PD, mem.clone(), IOVA, Access::LOCAL_WRITE)
+                .expect("reg")
+                .lkey;
             assert!(seen.insert(k), "key {k:#x} reissued");
             t.dereg_mr(k).expect("dereg");
-            assert_eq!(t.local(PD, k, IOVA, 1, Access::empty()).unwrap_err(), KeyError::UnknownKey);
+            assert_eq!(
+                t.local(PD, k, IOVA, 1, Access::empty()).unwrap_err(),
+                KeyError::UnknownKey
+            );
             assert_eq!(t.query_mr(k), None);
         }
         assert_eq!(t.num_mrs(), 0);
@@ -1248,7 +1357,10 @@ mod tests {
     fn retired_keys_are_not_reissued_even_in_the_same_slot() {
         let mut t = MemTable::new(4);
         let mem = vec_mem(8);
-        let k = t.reg_mr(PD, mem.clone(), 0, Access::empty()).expect("reg").lkey;
+        let k = t
+            .reg_mr(PD, mem.clone(), 0, Access::empty())
+            .expect("reg")
+            .lkey;
         t.dereg_mr(k).expect("dereg");
         assert!(t.retired_set.contains(&k));
         // Force the slot: every other key part of it is fine, that one is not.
@@ -1259,34 +1371,30 @@ mod tests {
     }
 
     #[test]
-    fn key_exhaustion_is_reported() {
+    fn a_nearly_full_table_still_finds_the_free_slots() {
+        // 16 slots instead of 2^24 - 1, so that the table fills quickly.
         let mut t = MemTable::new(5);
-        for i in 1..=MAX_KEY_INDEX {
-            assert!(t.fresh_variant(i).is_some() || t.entries.contains_key(&i));
-        }
-        // Fill the table without going through reg_mr (16M registrations
-        // would be slow): the scan must end with Exhausted.
-        let mem: Arc<dyn RegionMemory> = vec_mem(0);
-        let live = Arc::new(AtomicBool::new(true));
-        for index in 1..=MAX_KEY_INDEX {
-            let region = Region {
-                pd: PD,
-                key: make_key(index, 0),
-                access: Access::empty(),
-                iova: 0,
-                base: 0,
-                length: 0,
-                mem: mem.clone(),
-                live: live.clone(),
-                bound_windows: 0,
-            };
-            t.entries.insert(index, Entry::Mr(region));
-        }
-        assert_eq!(t.fresh_key(), Err(MemError::Exhausted));
-        assert_eq!(
-            t.reg_mr(PD, mem, 0, Access::empty()).unwrap_err().to_string(),
-            "key: all key indices are in use"
-        );
+        t.max_index = 16;
+        let mem = vec_mem(8);
+        let mut keys: Vec<u32> = (0..16)
+            .map(|_| {
+                t.reg_mr(PD, mem.clone(), 0, Access::empty())
+                    .expect("reg")
+                    .lkey
+            })
+            .collect();
+        let indices: HashSet<u32> = keys.iter().map(|&k| key_index(k)).collect();
+        assert_eq!(indices, (1..=16).collect());
+        let err = t.reg_mr(PD, mem.clone(), 0, Access::empty()).unwrap_err();
+        assert_eq!(err, MemError::Exhausted);
+        assert_eq!(err.to_string(), "key: all key indices are in use");
+        assert_eq!(t.alloc_mw(PD, MwType::Type1), Err(MemError::Exhausted));
+        // Free one: it is found, with a new key part.
+        let freed = keys.swap_remove(5);
+        t.dereg_mr(freed).expect("dereg");
+        let k = t.reg_mr(PD, mem, 0, Access::empty()).expect("reg").lkey;
+        assert_eq!(key_index(k), key_index(freed));
+        assert_ne!(k, freed);
     }
 
     #[test]
@@ -1294,13 +1402,22 @@ mod tests {
         let mut t = MemTable::new(6);
         let mem = vec_mem(16);
         for (access, msg) in [
-            (Access::REMOTE_WRITE, "access: REMOTE_WRITE requires LOCAL_WRITE"),
-            (Access::REMOTE_ATOMIC, "access: REMOTE_ATOMIC requires LOCAL_WRITE"),
+            (
+                Access::REMOTE_WRITE,
+                "access: REMOTE_WRITE requires LOCAL_WRITE",
+            ),
+            (
+                Access::REMOTE_ATOMIC,
+                "access: REMOTE_ATOMIC requires LOCAL_WRITE",
+            ),
             (
                 Access::REMOTE_READ | Access::REMOTE_ATOMIC,
                 "access: REMOTE_ATOMIC requires LOCAL_WRITE",
             ),
-            (Access::from_bits_retain(1 << 20), "access: unknown flag bits"),
+            (
+                Access::from_bits_retain(1 << 20),
+                "access: unknown flag bits",
+            ),
         ] {
             let err = t.reg_mr(PD, mem.clone(), 0, access).unwrap_err();
             assert!(matches!(err, MemError::Access { arg: "access", .. }));
@@ -1313,17 +1430,29 @@ mod tests {
         // Zero length is fine.
         let k = t.reg_mr(PD, vec_mem(0), IOVA, RW).expect("reg").lkey;
         let info = t.query_mr(k).expect("query");
-        assert_eq!((info.length, info.iova, info.pd, info.access), (0, IOVA, PD, RW));
+        assert_eq!(
+            (info.length, info.iova, info.pd, info.access),
+            (0, IOVA, PD, RW)
+        );
 
         // iova + length must fit; not for zero-based regions.
-        let err = t.reg_mr(PD, mem.clone(), u64::MAX - 8, Access::empty()).unwrap_err();
+        let err = t
+            .reg_mr(PD, mem.clone(), u64::MAX - 8, Access::empty())
+            .unwrap_err();
         assert_eq!(err, MemError::IovaOverflow);
         assert_eq!(err.to_string(), "iova: iova + length overflows 64 bits");
-        assert!(t.reg_mr(PD, mem.clone(), u64::MAX - 16, Access::empty()).is_ok());
-        assert!(t.reg_mr(PD, mem.clone(), u64::MAX, Access::ZERO_BASED).is_ok());
+        assert!(t
+            .reg_mr(PD, mem.clone(), u64::MAX - 16, Access::empty())
+            .is_ok());
+        assert!(t
+            .reg_mr(PD, mem.clone(), u64::MAX, Access::ZERO_BASED)
+            .is_ok());
 
         // max_mr_size.
-        let caps = DeviceCaps { max_mr_size: 8, ..DeviceCaps::default() };
+        let caps = DeviceCaps {
+            max_mr_size: 8,
+            ..DeviceCaps::default()
+        };
         let mut small = MemTable::with_caps(0, &caps);
         let err = small.reg_mr(PD, mem, 0, Access::empty()).unwrap_err();
         assert_eq!(err, MemError::TooLarge { length: 16, max: 8 });
@@ -1337,14 +1466,32 @@ mod tests {
         let (_, k) = reg(&mut t, 16, Access::empty());
         let mw = t.alloc_mw(PD, MwType::Type1).expect("alloc");
         let err = t.dereg_mr(k ^ 0xff).unwrap_err();
-        assert_eq!(err, MemError::Key { arg: "lkey", err: KeyError::StaleKey });
-        assert_eq!(err.to_string(), "lkey: stale key (its slot now holds another key)");
+        assert_eq!(
+            err,
+            MemError::Key {
+                arg: "lkey",
+                err: KeyError::StaleKey
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "lkey: stale key (its slot now holds another key)"
+        );
         let err = t.dereg_mr(mw).unwrap_err();
-        assert_eq!(err, MemError::Key { arg: "lkey", err: KeyError::WrongKind });
-        assert_eq!(t.dealloc_mw(k).unwrap_err(), MemError::Key {
-            arg: "rkey",
-            err: KeyError::WrongKind
-        });
+        assert_eq!(
+            err,
+            MemError::Key {
+                arg: "lkey",
+                err: KeyError::WrongKind
+            }
+        );
+        assert_eq!(
+            t.dealloc_mw(k).unwrap_err(),
+            MemError::Key {
+                arg: "rkey",
+                err: KeyError::WrongKind
+            }
+        );
         assert_eq!(t.query_mr(mw), None);
         assert_eq!(t.query_mw(k), None);
         assert_eq!(t.query_mr(k ^ 1), None);
@@ -1370,19 +1517,45 @@ mod tests {
 
         let check = |key, pd, addr, len, need| t.local(pd, key, addr, len, need).unwrap_err();
         let unknown = make_key(key_index(ro) ^ 0x80_0000, 0);
-        assert_eq!(check(unknown, PD, IOVA, 1, Access::empty()), KeyError::UnknownKey);
-        assert_eq!(check(ro ^ 0x01, PD, IOVA, 1, Access::empty()), KeyError::StaleKey);
+        assert_eq!(
+            check(unknown, PD, IOVA, 1, Access::empty()),
+            KeyError::UnknownKey
+        );
+        assert_eq!(
+            check(ro ^ 0x01, PD, IOVA, 1, Access::empty()),
+            KeyError::StaleKey
+        );
         assert_eq!(check(mw, PD, IOVA, 1, Access::empty()), KeyError::WrongKind);
-        assert_eq!(check(ro, OTHER_PD, IOVA, 1, Access::empty()), KeyError::WrongPd);
+        assert_eq!(
+            check(ro, OTHER_PD, IOVA, 1, Access::empty()),
+            KeyError::WrongPd
+        );
         let err = check(ro, PD, IOVA, 1, Access::LOCAL_WRITE);
-        assert_eq!(err, KeyError::AccessDenied { need: Access::LOCAL_WRITE, have: Access::empty() });
-        assert_eq!(err.to_string(), "access denied: needs LOCAL_WRITE, key grants none");
+        assert_eq!(
+            err,
+            KeyError::AccessDenied {
+                need: Access::LOCAL_WRITE,
+                have: Access::empty()
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "access denied: needs LOCAL_WRITE, key grants none"
+        );
         assert!(t.local(PD, rw, IOVA, 1, Access::LOCAL_WRITE).is_ok());
-        assert_eq!(check(ro, PD, IOVA - 1, 1, Access::empty()), KeyError::OutOfRange);
-        assert_eq!(check(ro, PD, IOVA + 64, 1, Access::empty()), KeyError::OutOfRange);
+        assert_eq!(
+            check(ro, PD, IOVA - 1, 1, Access::empty()),
+            KeyError::OutOfRange
+        );
+        assert_eq!(
+            check(ro, PD, IOVA + 64, 1, Access::empty()),
+            KeyError::OutOfRange
+        );
 
         // A deregistered region's slices are revoked.
-        let slice = t.local(PD, rw, IOVA, 64, Access::LOCAL_WRITE).expect("slice");
+        let slice = t
+            .local(PD, rw, IOVA, 64, Access::LOCAL_WRITE)
+            .expect("slice");
         t.dereg_mr(rw).expect("dereg");
         assert!(!slice.is_live());
         assert_eq!(slice.write(0, &[1]), Err(KeyError::Revoked));
@@ -1400,14 +1573,26 @@ mod tests {
         if let Some(Entry::Mr(mr)) = t.entries.get(&key_index(k)) {
             mr.live.store(false, Ordering::Release);
         }
-        assert_eq!(t.local(PD, k, IOVA, 1, Access::empty()).unwrap_err(), KeyError::Invalid);
         assert_eq!(
-            t.remote(PD, QPN, k, IOVA, 1, Access::REMOTE_READ).unwrap_err(),
+            t.local(PD, k, IOVA, 1, Access::empty()).unwrap_err(),
+            KeyError::Invalid
+        );
+        assert_eq!(
+            t.remote(PD, QPN, k, IOVA, 1, Access::REMOTE_READ)
+                .unwrap_err(),
             KeyError::Invalid
         );
         let mw = t.alloc_mw(PD, MwType::Type1).expect("alloc");
-        let err = t.bind_mw(PD, QPN, &bind(mw, k, IOVA, 8, Access::REMOTE_READ)).unwrap_err();
-        assert_eq!(err, MemError::Key { arg: "mr_lkey", err: KeyError::Invalid });
+        let err = t
+            .bind_mw(PD, QPN, &bind(mw, k, IOVA, 8, Access::REMOTE_READ))
+            .unwrap_err();
+        assert_eq!(
+            err,
+            MemError::Key {
+                arg: "mr_lkey",
+                err: KeyError::Invalid
+            }
+        );
     }
 
     #[test]
@@ -1427,14 +1612,24 @@ mod tests {
         assert_eq!(local(u64::MAX, 2), Err(KeyError::OutOfRange));
         assert_eq!(local(IOVA + 1, u64::MAX), Err(KeyError::OutOfRange));
         assert_eq!(local(0, u64::MAX), Err(KeyError::OutOfRange));
-        let remote = |va, len| t.remote(PD, QPN, k, va, len, Access::REMOTE_WRITE).map(|s| s.len());
+        let remote = |va, len| {
+            t.remote(PD, QPN, k, va, len, Access::REMOTE_WRITE)
+                .map(|s| s.len())
+        };
         assert_eq!(remote(IOVA + 56, 8), Ok(8));
         assert_eq!(remote(IOVA + 57, 8), Err(KeyError::OutOfRange));
         assert_eq!(remote(u64::MAX - 3, 8), Err(KeyError::OutOfRange));
         // Zero length: no check at all, even of a garbage key (IBTA 9.4.4).
         assert_eq!(local(IOVA + 64, 0), Ok(0));
         assert_eq!(local(u64::MAX, 0), Ok(0));
-        let garbage = t.remote(OTHER_PD, QPN, 0xdead_beef, u64::MAX, 0, Access::REMOTE_WRITE);
+        let garbage = t.remote(
+            OTHER_PD,
+            QPN,
+            0xdead_beef,
+            u64::MAX,
+            0,
+            Access::REMOTE_WRITE,
+        );
         assert!(garbage.expect("zero length").is_empty());
         let garbage = t.local(OTHER_PD, 0, 0, 0, Access::LOCAL_WRITE);
         assert!(garbage.expect("zero length").is_empty());
@@ -1444,15 +1639,21 @@ mod tests {
     fn zero_based_regions_start_at_zero() {
         let mut t = MemTable::new(12);
         let mem = vec_mem(32);
-        let k = t.reg_mr(PD, mem, IOVA, Access::ZERO_BASED | Access::REMOTE_READ).expect("reg");
-        let slice = t.remote(PD, QPN, k.rkey, 16, 16, Access::REMOTE_READ).expect("zb");
+        let k = t
+            .reg_mr(PD, mem, IOVA, Access::ZERO_BASED | Access::REMOTE_READ)
+            .expect("reg");
+        let slice = t
+            .remote(PD, QPN, k.rkey, 16, 16, Access::REMOTE_READ)
+            .expect("zb");
         assert_eq!(slice.offset(), 16);
         assert_eq!(
-            t.remote(PD, QPN, k.rkey, IOVA, 1, Access::REMOTE_READ).unwrap_err(),
+            t.remote(PD, QPN, k.rkey, IOVA, 1, Access::REMOTE_READ)
+                .unwrap_err(),
             KeyError::OutOfRange
         );
         assert_eq!(
-            t.remote(PD, QPN, k.rkey, 17, 16, Access::REMOTE_READ).unwrap_err(),
+            t.remote(PD, QPN, k.rkey, 17, 16, Access::REMOTE_READ)
+                .unwrap_err(),
             KeyError::OutOfRange
         );
     }
@@ -1461,34 +1662,48 @@ mod tests {
     fn remote_checks_on_regions() {
         let mut t = MemTable::new(13);
         let (mem, k) = reg(&mut t, 64, Access::LOCAL_WRITE | Access::REMOTE_WRITE);
-        let slice = t.remote(PD, QPN, k, IOVA + 8, 8, Access::REMOTE_WRITE).expect("write");
+        let slice = t
+            .remote(PD, QPN, k, IOVA + 8, 8, Access::REMOTE_WRITE)
+            .expect("write");
         slice.write(0, &[0xaa; 8]).expect("write");
         assert_eq!(&mem.snapshot()[8..16], &[0xaa; 8]);
-        let err = t.remote(PD, QPN, k, IOVA, 8, Access::REMOTE_READ).unwrap_err();
-        assert_eq!(err, KeyError::AccessDenied {
-            need: Access::REMOTE_READ,
-            have: Access::LOCAL_WRITE | Access::REMOTE_WRITE
-        });
+        let err = t
+            .remote(PD, QPN, k, IOVA, 8, Access::REMOTE_READ)
+            .unwrap_err();
+        assert_eq!(
+            err,
+            KeyError::AccessDenied {
+                need: Access::REMOTE_READ,
+                have: Access::LOCAL_WRITE | Access::REMOTE_WRITE
+            }
+        );
         assert_eq!(
             err.to_string(),
             "access denied: needs REMOTE_READ, key grants LOCAL_WRITE|REMOTE_WRITE"
         );
-        let err = t.remote(PD, QPN, k, IOVA, 8, Access::REMOTE_ATOMIC).unwrap_err();
+        let err = t
+            .remote(PD, QPN, k, IOVA, 8, Access::REMOTE_ATOMIC)
+            .unwrap_err();
         assert!(matches!(err, KeyError::AccessDenied { .. }));
         assert_eq!(
-            t.remote(OTHER_PD, QPN, k, IOVA, 8, Access::REMOTE_WRITE).unwrap_err(),
+            t.remote(OTHER_PD, QPN, k, IOVA, 8, Access::REMOTE_WRITE)
+                .unwrap_err(),
             KeyError::WrongPd
         );
         assert_eq!(
-            t.remote(PD, QPN, k ^ 0x10, IOVA, 8, Access::REMOTE_WRITE).unwrap_err(),
+            t.remote(PD, QPN, k ^ 0x10, IOVA, 8, Access::REMOTE_WRITE)
+                .unwrap_err(),
             KeyError::StaleKey
         );
         assert_eq!(
-            t.remote(PD, QPN, 0x42, IOVA, 8, Access::REMOTE_WRITE).unwrap_err(),
+            t.remote(PD, QPN, 0x42, IOVA, 8, Access::REMOTE_WRITE)
+                .unwrap_err(),
             KeyError::UnknownKey
         );
         // Any QP of the PD may use a region's rkey.
-        assert!(t.remote(PD, OTHER_QPN, k, IOVA, 8, Access::REMOTE_WRITE).is_ok());
+        assert!(t
+            .remote(PD, OTHER_QPN, k, IOVA, 8, Access::REMOTE_WRITE)
+            .is_ok());
     }
 
     #[test]
@@ -1498,16 +1713,21 @@ mod tests {
         assert_eq!(t.query_mr(lkey).expect("mr").bound_windows, 1);
         let info = t.query_mw(rkey).expect("mw");
         assert_eq!(info.mw_type, MwType::Type2);
-        assert_eq!(info.binding, Some(MwBinding {
-            mr_lkey: lkey,
-            addr: IOVA + 64,
-            length: 64,
-            access,
-            qpn: Some(QPN)
-        }));
+        assert_eq!(
+            info.binding,
+            Some(MwBinding {
+                mr_lkey: lkey,
+                addr: IOVA + 64,
+                length: 64,
+                access,
+                qpn: Some(QPN)
+            })
+        );
 
         // Use it: the window's range maps onto the region.
-        let slice = t.remote(PD, QPN, rkey, IOVA + 64, 64, Access::REMOTE_WRITE).expect("use");
+        let slice = t
+            .remote(PD, QPN, rkey, IOVA + 64, 64, Access::REMOTE_WRITE)
+            .expect("use");
         assert_eq!(slice.offset(), 64);
         slice.write(0, &[0xee; 64]).expect("write");
         let bytes = mem.snapshot();
@@ -1516,7 +1736,10 @@ mod tests {
         assert_eq!(bytes[128], 128);
 
         // Outside the window but inside the region: refused.
-        assert_eq!(remote(&t, rkey, IOVA + 63, 1, Access::REMOTE_READ).unwrap_err(), KeyError::OutOfRange);
+        assert_eq!(
+            remote(&t, rkey, IOVA + 63, 1, Access::REMOTE_READ).unwrap_err(),
+            KeyError::OutOfRange
+        );
         assert_eq!(
             remote(&t, rkey, IOVA + 64, 65, Access::REMOTE_READ).unwrap_err(),
             KeyError::OutOfRange
@@ -1527,17 +1750,24 @@ mod tests {
         );
         assert_eq!(
             remote(&t, rkey, IOVA + 64, 8, Access::REMOTE_ATOMIC).unwrap_err(),
-            KeyError::AccessDenied { need: Access::REMOTE_ATOMIC, have: access }
+            KeyError::AccessDenied {
+                need: Access::REMOTE_ATOMIC,
+                have: access
+            }
         );
         // The window's key is an rkey only.
         assert_eq!(
-            t.local(PD, rkey, IOVA + 64, 1, Access::empty()).unwrap_err(),
+            t.local(PD, rkey, IOVA + 64, 1, Access::empty())
+                .unwrap_err(),
             KeyError::WrongKind
         );
 
         // A bound type 2 window cannot be bound again.
         let again = bind(rkey, lkey, IOVA, 8, access);
-        assert_eq!(t.bind_mw(PD, QPN, &again).unwrap_err(), MemError::AlreadyBound);
+        assert_eq!(
+            t.bind_mw(PD, QPN, &again).unwrap_err(),
+            MemError::AlreadyBound
+        );
 
         // Invalidate: the window is unbound, in-flight slices are revoked,
         // the rkey names the window but gives no access.
@@ -1545,7 +1775,10 @@ mod tests {
         assert_eq!(t.query_mr(lkey).expect("mr").bound_windows, 0);
         assert_eq!(t.query_mw(rkey).expect("mw").binding, None);
         assert_eq!(slice.write(0, &[1]), Err(KeyError::Revoked));
-        assert_eq!(remote(&t, rkey, IOVA + 64, 1, Access::REMOTE_READ).unwrap_err(), KeyError::Invalid);
+        assert_eq!(
+            remote(&t, rkey, IOVA + 64, 1, Access::REMOTE_READ).unwrap_err(),
+            KeyError::Invalid
+        );
         // Invalidating an unbound window is harmless.
         t.invalidate(PD, None, rkey).expect("again");
 
@@ -1561,7 +1794,10 @@ mod tests {
         let new_rkey = t.bind_mw(PD, QPN, &rebind).expect("rebind");
         assert_eq!(new_rkey, rebind.new_rkey);
         assert_eq!(key_index(new_rkey), key_index(rkey));
-        assert_eq!(remote(&t, rkey, IOVA, 8, Access::REMOTE_READ).unwrap_err(), KeyError::StaleKey);
+        assert_eq!(
+            remote(&t, rkey, IOVA, 8, Access::REMOTE_READ).unwrap_err(),
+            KeyError::StaleKey
+        );
         assert!(remote(&t, new_rkey, IOVA, 8, Access::REMOTE_READ).is_ok());
         assert_eq!(t.query_mw(rkey), None);
         assert_eq!(t.query_mw(new_rkey).expect("mw").rkey, new_rkey);
@@ -1571,7 +1807,11 @@ mod tests {
 
         // Only the low 8 bits of new_rkey count.
         t.invalidate(PD, None, new_rkey).expect("invalidate");
-        let odd = MwBind { mw_rkey: new_rkey, new_rkey: 0xffff_ff00 | 0x5a, ..rebind };
+        let odd = MwBind {
+            mw_rkey: new_rkey,
+            new_rkey: 0xffff_ff00 | 0x5a,
+            ..rebind
+        };
         let k = t.bind_mw(PD, QPN, &odd).expect("rebind");
         assert_eq!(k, make_key(key_index(rkey), 0x5a));
     }
@@ -1579,18 +1819,29 @@ mod tests {
     #[test]
     fn type2_windows_serve_only_their_qp() {
         let (mut t, _, _, rkey) = with_window(MwType::Type2, Access::REMOTE_READ);
-        assert!(t.remote(PD, QPN, rkey, IOVA + 64, 8, Access::REMOTE_READ).is_ok());
+        assert!(t
+            .remote(PD, QPN, rkey, IOVA + 64, 8, Access::REMOTE_READ)
+            .is_ok());
         assert_eq!(
-            t.remote(PD, OTHER_QPN, rkey, IOVA + 64, 8, Access::REMOTE_READ).unwrap_err(),
+            t.remote(PD, OTHER_QPN, rkey, IOVA + 64, 8, Access::REMOTE_READ)
+                .unwrap_err(),
             KeyError::WrongQp
         );
         // A SEND with invalidate from another QP is refused; from the bound
         // QP it works.
-        assert_eq!(t.invalidate(PD, Some(OTHER_QPN), rkey), Err(KeyError::WrongQp));
-        assert_eq!(t.invalidate(OTHER_PD, Some(QPN), rkey), Err(KeyError::WrongPd));
-        t.invalidate(PD, Some(QPN), rkey).expect("send with invalidate");
         assert_eq!(
-            t.remote(PD, QPN, rkey, IOVA + 64, 8, Access::REMOTE_READ).unwrap_err(),
+            t.invalidate(PD, Some(OTHER_QPN), rkey),
+            Err(KeyError::WrongQp)
+        );
+        assert_eq!(
+            t.invalidate(OTHER_PD, Some(QPN), rkey),
+            Err(KeyError::WrongPd)
+        );
+        t.invalidate(PD, Some(QPN), rkey)
+            .expect("send with invalidate");
+        assert_eq!(
+            t.remote(PD, QPN, rkey, IOVA + 64, 8, Access::REMOTE_READ)
+                .unwrap_err(),
             KeyError::Invalid
         );
     }
@@ -1598,11 +1849,21 @@ mod tests {
     #[test]
     fn type1_windows_serve_any_qp_and_rebind_freely() {
         let (mut t, _, lkey, rkey) = with_window(MwType::Type1, Access::REMOTE_READ);
-        assert_eq!(t.query_mw(rkey).expect("mw").binding.expect("bound").qpn, None);
-        assert!(t.remote(PD, QPN, rkey, IOVA + 64, 8, Access::REMOTE_READ).is_ok());
-        let slice = t.remote(PD, OTHER_QPN, rkey, IOVA + 64, 8, Access::REMOTE_READ).expect("ok");
+        assert_eq!(
+            t.query_mw(rkey).expect("mw").binding.expect("bound").qpn,
+            None
+        );
+        assert!(t
+            .remote(PD, QPN, rkey, IOVA + 64, 8, Access::REMOTE_READ)
+            .is_ok());
+        let slice = t
+            .remote(PD, OTHER_QPN, rkey, IOVA + 64, 8, Access::REMOTE_READ)
+            .expect("ok");
         // Not invalidatable.
-        assert_eq!(t.invalidate(PD, None, rkey), Err(KeyError::NotInvalidatable));
+        assert_eq!(
+            t.invalidate(PD, None, rkey),
+            Err(KeyError::NotInvalidatable)
+        );
         // Rebinding moves it, with a random new key; the old binding's
         // slices and rkey stop working.
         let mut keys = HashSet::from([rkey]);
@@ -1614,7 +1875,8 @@ mod tests {
             assert_ne!(next, current);
             keys.insert(next);
             assert_eq!(
-                t.remote(PD, QPN, current, IOVA + i, 1, Access::REMOTE_READ).unwrap_err(),
+                t.remote(PD, QPN, current, IOVA + i, 1, Access::REMOTE_READ)
+                    .unwrap_err(),
                 KeyError::StaleKey
             );
             current = next;
@@ -1623,34 +1885,50 @@ mod tests {
         assert_eq!(slice.read(0, &mut [0; 8]), Err(KeyError::Revoked));
         assert_eq!(t.query_mr(lkey).expect("mr").bound_windows, 1);
         // Length 0 unbinds (and still changes the key).
-        let next = t.bind_mw(PD, QPN, &bind(current, 0, 0, 0, Access::empty())).expect("unbind");
+        let next = t
+            .bind_mw(PD, QPN, &bind(current, 0, 0, 0, Access::empty()))
+            .expect("unbind");
         assert_ne!(next, current);
         assert_eq!(t.query_mr(lkey).expect("mr").bound_windows, 0);
         assert_eq!(
-            t.remote(PD, QPN, next, IOVA, 1, Access::REMOTE_READ).unwrap_err(),
+            t.remote(PD, QPN, next, IOVA, 1, Access::REMOTE_READ)
+                .unwrap_err(),
             KeyError::Invalid
         );
         // Zero-based type 1 windows do not exist (o10-36.2.2).
         let err = t
-            .bind_mw(PD, QPN, &bind(next, lkey, 0, 8, Access::REMOTE_READ | Access::ZERO_BASED))
+            .bind_mw(
+                PD,
+                QPN,
+                &bind(next, lkey, 0, 8, Access::REMOTE_READ | Access::ZERO_BASED),
+            )
             .unwrap_err();
-        assert_eq!(err.to_string(), "bind.access: a type 1 window cannot be zero-based");
+        assert_eq!(
+            err.to_string(),
+            "bind.access: a type 1 window cannot be zero-based"
+        );
     }
 
     #[test]
     fn zero_based_type2_window() {
         let access = Access::REMOTE_READ | Access::ZERO_BASED;
         let (t, _, _, rkey) = with_window(MwType::Type2, access);
-        let slice = t.remote(PD, QPN, rkey, 0, 64, Access::REMOTE_READ).expect("zb");
+        let slice = t
+            .remote(PD, QPN, rkey, 0, 64, Access::REMOTE_READ)
+            .expect("zb");
         assert_eq!(slice.offset(), 64);
-        let slice = t.remote(PD, QPN, rkey, 60, 4, Access::REMOTE_READ).expect("zb end");
+        let slice = t
+            .remote(PD, QPN, rkey, 60, 4, Access::REMOTE_READ)
+            .expect("zb end");
         assert_eq!(slice.offset(), 124);
         assert_eq!(
-            t.remote(PD, QPN, rkey, IOVA + 64, 1, Access::REMOTE_READ).unwrap_err(),
+            t.remote(PD, QPN, rkey, IOVA + 64, 1, Access::REMOTE_READ)
+                .unwrap_err(),
             KeyError::OutOfRange
         );
         assert_eq!(
-            t.remote(PD, QPN, rkey, 61, 4, Access::REMOTE_READ).unwrap_err(),
+            t.remote(PD, QPN, rkey, 61, 4, Access::REMOTE_READ)
+                .unwrap_err(),
             KeyError::OutOfRange
         );
     }
@@ -1661,51 +1939,134 @@ mod tests {
         let (_, lkey) = reg(&mut t, 256, Access::LOCAL_WRITE | Access::MW_BIND);
         let (_, ro_lkey) = reg(&mut t, 256, Access::MW_BIND);
         let (_, plain) = reg(&mut t, 256, RW);
-        let other_pd = t.reg_mr(OTHER_PD, vec_mem(256), IOVA, RW | Access::MW_BIND).expect("reg");
+        let other_pd = t
+            .reg_mr(OTHER_PD, vec_mem(256), IOVA, RW | Access::MW_BIND)
+            .expect("reg");
         let mw = t.alloc_mw(PD, MwType::Type2).expect("alloc");
         let mw1 = t.alloc_mw(PD, MwType::Type1).expect("alloc");
         let r = Access::REMOTE_READ;
         let fail = |t: &mut MemTable, pd, b: MwBind| t.bind_mw(pd, QPN, &b).unwrap_err();
 
         let err = fail(&mut t, PD, bind(mw ^ 1, lkey, IOVA, 8, r));
-        assert_eq!(err, MemError::Key { arg: "mw_rkey", err: KeyError::StaleKey });
+        assert_eq!(
+            err,
+            MemError::Key {
+                arg: "mw_rkey",
+                err: KeyError::StaleKey
+            }
+        );
         let err = fail(&mut t, PD, bind(lkey, lkey, IOVA, 8, r));
-        assert_eq!(err, MemError::Key { arg: "mw_rkey", err: KeyError::WrongKind });
+        assert_eq!(
+            err,
+            MemError::Key {
+                arg: "mw_rkey",
+                err: KeyError::WrongKind
+            }
+        );
         let err = fail(&mut t, OTHER_PD, bind(mw, other_pd.lkey, IOVA, 8, r));
-        assert_eq!(err, MemError::Key { arg: "mw_rkey", err: KeyError::WrongPd });
-        assert_eq!(err.to_string(), "mw_rkey: key belongs to another protection domain");
+        assert_eq!(
+            err,
+            MemError::Key {
+                arg: "mw_rkey",
+                err: KeyError::WrongPd
+            }
+        );
+        assert_eq!(
+            err.to_string(),
+            "mw_rkey: key belongs to another protection domain"
+        );
         let err = fail(&mut t, PD, bind(mw, other_pd.lkey, IOVA, 8, r));
-        assert_eq!(err, MemError::Key { arg: "mr_lkey", err: KeyError::WrongPd });
+        assert_eq!(
+            err,
+            MemError::Key {
+                arg: "mr_lkey",
+                err: KeyError::WrongPd
+            }
+        );
         let err = fail(&mut t, PD, bind(mw, mw1, IOVA, 8, r));
-        assert_eq!(err, MemError::Key { arg: "mr_lkey", err: KeyError::WrongKind });
+        assert_eq!(
+            err,
+            MemError::Key {
+                arg: "mr_lkey",
+                err: KeyError::WrongKind
+            }
+        );
         let err = fail(&mut t, PD, bind(mw, 0x77, IOVA, 8, r));
-        assert_eq!(err, MemError::Key { arg: "mr_lkey", err: KeyError::UnknownKey });
+        assert_eq!(
+            err,
+            MemError::Key {
+                arg: "mr_lkey",
+                err: KeyError::UnknownKey
+            }
+        );
         let err = fail(&mut t, PD, bind(mw, plain, IOVA, 8, r));
-        assert_eq!(err.to_string(), "mr_lkey: the region was not registered with MW_BIND");
+        assert_eq!(
+            err.to_string(),
+            "mr_lkey: the region was not registered with MW_BIND"
+        );
         let err = fail(&mut t, PD, bind(mw, ro_lkey, IOVA, 8, Access::REMOTE_WRITE));
         assert_eq!(
             err.to_string(),
             "bind.access: REMOTE_WRITE or REMOTE_ATOMIC needs LOCAL_WRITE on the region"
         );
-        let err = fail(&mut t, PD, bind(mw, ro_lkey, IOVA, 8, Access::REMOTE_ATOMIC));
-        assert!(matches!(err, MemError::Access { arg: "bind.access", .. }));
+        let err = fail(
+            &mut t,
+            PD,
+            bind(mw, ro_lkey, IOVA, 8, Access::REMOTE_ATOMIC),
+        );
+        assert!(matches!(
+            err,
+            MemError::Access {
+                arg: "bind.access",
+                ..
+            }
+        ));
         assert!(t.bind_mw(PD, QPN, &bind(mw1, ro_lkey, IOVA, 8, r)).is_ok());
         let err = fail(&mut t, PD, bind(mw, lkey, IOVA, 8, Access::LOCAL_WRITE));
-        assert!(matches!(err, MemError::Access { arg: "bind.access", .. }));
+        assert!(matches!(
+            err,
+            MemError::Access {
+                arg: "bind.access",
+                ..
+            }
+        ));
         let err = fail(&mut t, PD, bind(mw, lkey, IOVA, 8, Access::MW_BIND | r));
-        assert!(matches!(err, MemError::Access { arg: "bind.access", .. }));
-        assert_eq!(fail(&mut t, PD, bind(mw, lkey, IOVA, 0, r)), MemError::ZeroLength);
+        assert!(matches!(
+            err,
+            MemError::Access {
+                arg: "bind.access",
+                ..
+            }
+        ));
+        assert_eq!(
+            fail(&mut t, PD, bind(mw, lkey, IOVA, 0, r)),
+            MemError::ZeroLength
+        );
         // Range: inside the region, exact end included.
-        assert_eq!(fail(&mut t, PD, bind(mw, lkey, IOVA - 1, 8, r)), MemError::OutOfRegion);
-        assert_eq!(fail(&mut t, PD, bind(mw, lkey, IOVA + 249, 8, r)), MemError::OutOfRegion);
-        assert_eq!(fail(&mut t, PD, bind(mw, lkey, IOVA, u64::MAX, r)), MemError::OutOfRegion);
-        let rkey = t.bind_mw(PD, QPN, &bind(mw, lkey, IOVA + 248, 8, r)).expect("exact end");
+        assert_eq!(
+            fail(&mut t, PD, bind(mw, lkey, IOVA - 1, 8, r)),
+            MemError::OutOfRegion
+        );
+        assert_eq!(
+            fail(&mut t, PD, bind(mw, lkey, IOVA + 249, 8, r)),
+            MemError::OutOfRegion
+        );
+        assert_eq!(
+            fail(&mut t, PD, bind(mw, lkey, IOVA, u64::MAX, r)),
+            MemError::OutOfRegion
+        );
+        let rkey = t
+            .bind_mw(PD, QPN, &bind(mw, lkey, IOVA + 248, 8, r))
+            .expect("exact end");
         assert_eq!(
             fail(&mut t, PD, bind(rkey, lkey, IOVA, 8, r)).to_string(),
             "mw_rkey: type 2 memory window is already bound; invalidate it first"
         );
         // Invalidating regions is not supported.
-        assert_eq!(t.invalidate(PD, None, lkey), Err(KeyError::NotInvalidatable));
+        assert_eq!(
+            t.invalidate(PD, None, lkey),
+            Err(KeyError::NotInvalidatable)
+        );
         assert_eq!(t.invalidate(OTHER_PD, None, lkey), Err(KeyError::WrongPd));
         assert_eq!(t.invalidate(PD, None, 0x10), Err(KeyError::UnknownKey));
     }
@@ -1717,24 +2078,39 @@ mod tests {
         let a = t.alloc_mw(PD, MwType::Type1).expect("alloc");
         let b = t.alloc_mw(PD, MwType::Type2).expect("alloc");
         assert_eq!(t.num_mws(), 2);
-        let a = t.bind_mw(PD, QPN, &bind(a, lkey, IOVA, 8, Access::REMOTE_READ)).expect("a");
-        let b = t.bind_mw(PD, QPN, &bind(b, lkey, IOVA, 8, Access::REMOTE_WRITE)).expect("b");
+        let a = t
+            .bind_mw(PD, QPN, &bind(a, lkey, IOVA, 8, Access::REMOTE_READ))
+            .expect("a");
+        let b = t
+            .bind_mw(PD, QPN, &bind(b, lkey, IOVA, 8, Access::REMOTE_WRITE))
+            .expect("b");
         let err = t.dereg_mr(lkey).unwrap_err();
         assert_eq!(err, MemError::InUse { windows: 2 });
         assert_eq!(err.to_string(), "mr: 2 memory windows still bound");
         // Rebinding a type 1 window to the same region keeps the count.
-        let a = t.bind_mw(PD, QPN, &bind(a, lkey, IOVA + 8, 8, Access::REMOTE_READ)).expect("a");
+        let a = t
+            .bind_mw(PD, QPN, &bind(a, lkey, IOVA + 8, 8, Access::REMOTE_READ))
+            .expect("a");
         assert_eq!(t.query_mr(lkey).expect("mr").bound_windows, 2);
-        let slice = t.remote(PD, QPN, b, IOVA, 8, Access::REMOTE_WRITE).expect("b");
+        let slice = t
+            .remote(PD, QPN, b, IOVA, 8, Access::REMOTE_WRITE)
+            .expect("b");
         t.dealloc_mw(b).expect("dealloc bound window");
         assert_eq!(slice.write(0, &[0; 8]), Err(KeyError::Revoked));
         assert_eq!(
-            t.remote(PD, QPN, b, IOVA, 8, Access::REMOTE_WRITE).unwrap_err(),
+            t.remote(PD, QPN, b, IOVA, 8, Access::REMOTE_WRITE)
+                .unwrap_err(),
             KeyError::UnknownKey
         );
-        assert_eq!(t.dereg_mr(lkey).unwrap_err(), MemError::InUse { windows: 1 });
+        assert_eq!(
+            t.dereg_mr(lkey).unwrap_err(),
+            MemError::InUse { windows: 1 }
+        );
         t.dealloc_mw(a).expect("dealloc");
-        assert_eq!(t.dealloc_mw(a).unwrap_err().to_string(), "rkey: unknown key");
+        assert_eq!(
+            t.dealloc_mw(a).unwrap_err().to_string(),
+            "rkey: unknown key"
+        );
         t.dereg_mr(lkey).expect("dereg");
         assert_eq!((t.num_mrs(), t.num_mws()), (0, 0));
         assert!(t.entries.is_empty());
@@ -1744,34 +2120,46 @@ mod tests {
     fn windows_check_their_pd_and_state() {
         let (mut t, _, lkey, rkey) = with_window(MwType::Type1, Access::REMOTE_READ);
         assert_eq!(
-            t.remote(OTHER_PD, QPN, rkey, IOVA + 64, 8, Access::REMOTE_READ).unwrap_err(),
+            t.remote(OTHER_PD, QPN, rkey, IOVA + 64, 8, Access::REMOTE_READ)
+                .unwrap_err(),
             KeyError::WrongPd
         );
         // A fresh window is unbound.
         let fresh = t.alloc_mw(PD, MwType::Type2).expect("alloc");
         assert_eq!(t.query_mw(fresh).expect("mw").binding, None);
         assert_eq!(
-            t.remote(PD, QPN, fresh, IOVA, 8, Access::REMOTE_READ).unwrap_err(),
+            t.remote(PD, QPN, fresh, IOVA, 8, Access::REMOTE_READ)
+                .unwrap_err(),
             KeyError::Invalid
         );
         // A window's rights replace the region's: the region has no remote
         // rights at all.
-        assert_eq!(t.query_mr(lkey).expect("mr").access, Access::LOCAL_WRITE | Access::MW_BIND);
+        assert_eq!(
+            t.query_mr(lkey).expect("mr").access,
+            Access::LOCAL_WRITE | Access::MW_BIND
+        );
         assert!(matches!(
-            t.remote(PD, QPN, lkey, IOVA, 8, Access::REMOTE_READ).unwrap_err(),
+            t.remote(PD, QPN, lkey, IOVA, 8, Access::REMOTE_READ)
+                .unwrap_err(),
             KeyError::AccessDenied { .. }
         ));
     }
 
     #[test]
     fn window_limit() {
-        let caps = DeviceCaps { max_mw: 2, ..DeviceCaps::default() };
+        let caps = DeviceCaps {
+            max_mw: 2,
+            ..DeviceCaps::default()
+        };
         let mut t = MemTable::with_caps(16, &caps);
         let a = t.alloc_mw(PD, MwType::Type1).expect("1");
         t.alloc_mw(PD, MwType::Type2).expect("2");
         let err = t.alloc_mw(PD, MwType::Type1).unwrap_err();
         assert_eq!(err, MemError::TooManyWindows { max: 2 });
-        assert_eq!(err.to_string(), "mw: 2 memory windows already allocated (max_mw)");
+        assert_eq!(
+            err.to_string(),
+            "mw: 2 memory windows already allocated (max_mw)"
+        );
         t.dealloc_mw(a).expect("dealloc");
         assert!(t.alloc_mw(PD, MwType::Type1).is_ok());
     }
@@ -1789,9 +2177,15 @@ mod tests {
         let before = mem.snapshot();
         assert_eq!(slice.write(1, &[0xff; 16]), Err(KeyError::OutOfRange));
         assert_eq!(slice.write(16, &[0xff]), Err(KeyError::OutOfRange));
-        assert_eq!(slice.write(usize::MAX, &[0xff; 2]), Err(KeyError::OutOfRange));
+        assert_eq!(
+            slice.write(usize::MAX, &[0xff; 2]),
+            Err(KeyError::OutOfRange)
+        );
         assert_eq!(slice.read(15, &mut [0; 2]), Err(KeyError::OutOfRange));
-        assert_eq!(slice.read(usize::MAX, &mut [0; 1]), Err(KeyError::OutOfRange));
+        assert_eq!(
+            slice.read(usize::MAX, &mut [0; 1]),
+            Err(KeyError::OutOfRange)
+        );
         assert_eq!(mem.snapshot(), before);
         // Empty accesses at the end are fine.
         assert_eq!(slice.write(16, &[]), Ok(()));
@@ -1802,9 +2196,7 @@ mod tests {
         slice.read(0, &mut buf).expect("read all");
         assert_eq!(buf[0], 8);
         assert_eq!(buf[15], 0xff);
-        assert_eq!(mem.snapshot()[24], 0xff);
-        assert_eq!(mem.snapshot()[23], 23);
-        assert_eq!(mem.snapshot()[25], 25);
+        assert_eq!(mem.snapshot()[22..25], [22, 0xff, 24]);
 
         // Sub-slices are bounded by their parent.
         let sub = slice.sub(4, 8).expect("sub");
@@ -1814,20 +2206,35 @@ mod tests {
         assert_eq!(sub.write(0, &[0; 9]), Err(KeyError::OutOfRange));
 
         // Atomics: exactly 8 bytes, aligned in memory.
-        assert_eq!(slice.atomic(AtomicOp::FetchAdd(1)), Err(KeyError::OutOfRange));
-        assert_eq!(sub.atomic(AtomicOp::FetchAdd(1)), Err(KeyError::OutOfRange));
+        assert_eq!(
+            slice.atomic(AtomicOp::FetchAdd(1)),
+            Err(KeyError::OutOfRange)
+        );
+        assert_eq!(sub.atomic(AtomicOp::FetchAdd(1)), Err(KeyError::Misaligned));
+        assert_eq!(
+            sub.sub(4, 4)
+                .expect("4 bytes")
+                .atomic(AtomicOp::FetchAdd(1)),
+            Err(KeyError::OutOfRange)
+        );
         let aligned = slice.sub(0, 8).expect("aligned");
         let old = aligned.atomic(AtomicOp::FetchAdd(1)).expect("atomic");
         assert_eq!(old, u64::from_ne_bytes([8, 9, 10, 11, 12, 13, 14, 15]));
         let misaligned = slice.sub(1, 8).expect("misaligned");
-        assert_eq!(misaligned.atomic(AtomicOp::FetchAdd(1)), Err(KeyError::Misaligned));
+        assert_eq!(
+            misaligned.atomic(AtomicOp::FetchAdd(1)),
+            Err(KeyError::Misaligned)
+        );
 
         // The empty slice.
         let empty = MemSlice::empty();
         assert!(empty.is_empty() && empty.is_live());
         assert_eq!(empty.read(0, &mut []), Ok(()));
         assert_eq!(empty.write(0, &[1]), Err(KeyError::OutOfRange));
-        assert_eq!(empty.atomic(AtomicOp::FetchAdd(1)), Err(KeyError::OutOfRange));
+        assert_eq!(
+            empty.atomic(AtomicOp::FetchAdd(1)),
+            Err(KeyError::OutOfRange)
+        );
     }
 
     /// A memory whose `len()` lies (claims more than it has): slices must
@@ -1855,11 +2262,18 @@ mod tests {
         let mut t = MemTable::new(17);
         let mem = Arc::new(LyingMemory(VecMemory::new(16)));
         let k = t.reg_mr(PD, mem.clone(), 0, RW).expect("reg");
-        let slice = t.remote(PD, QPN, k.rkey, 8, 16, Access::REMOTE_WRITE).expect("checked");
+        let slice = t
+            .remote(PD, QPN, k.rkey, 8, 16, Access::REMOTE_WRITE)
+            .expect("checked");
         assert_eq!(slice.write(0, &[1; 16]), Err(KeyError::OutOfRange));
         assert_eq!(slice.read(0, &mut [0; 16]), Err(KeyError::OutOfRange));
-        let atomic = t.remote(PD, QPN, k.rkey, 16, 8, Access::REMOTE_ATOMIC).expect("checked");
-        assert_eq!(atomic.atomic(AtomicOp::FetchAdd(1)), Err(KeyError::OutOfRange));
+        let atomic = t
+            .remote(PD, QPN, k.rkey, 16, 8, Access::REMOTE_ATOMIC)
+            .expect("checked");
+        assert_eq!(
+            atomic.atomic(AtomicOp::FetchAdd(1)),
+            Err(KeyError::OutOfRange)
+        );
         assert_eq!(mem.0.snapshot(), vec![0; 16]);
     }
 
@@ -1914,12 +2328,19 @@ mod tests {
         let mut t = MemTable::new(18);
         let mem = Arc::new(VecMemory::new(64));
         let k = t.reg_mr(PD, mem.clone(), 0x1000, RW).expect("reg");
-        let target = t.remote(PD, QPN, k.rkey, 0x1008, 8, Access::REMOTE_ATOMIC).expect("ok");
-        let op = AtomicOp::CompareSwap { compare: 0, swap: 42 };
+        let target = t
+            .remote(PD, QPN, k.rkey, 0x1008, 8, Access::REMOTE_ATOMIC)
+            .expect("ok");
+        let op = AtomicOp::CompareSwap {
+            compare: 0,
+            swap: 42,
+        };
         assert_eq!(target.atomic(op), Ok(0));
         assert_eq!(target.atomic(op), Ok(42));
         assert_eq!(&mem.snapshot()[8..16], &42u64.to_ne_bytes());
-        let odd = t.remote(PD, QPN, k.rkey, 0x1004, 8, Access::REMOTE_ATOMIC).expect("checked");
+        let odd = t
+            .remote(PD, QPN, k.rkey, 0x1004, 8, Access::REMOTE_ATOMIC)
+            .expect("checked");
         assert_eq!(odd.atomic(AtomicOp::FetchAdd(1)), Err(KeyError::Misaligned));
     }
 
@@ -1927,9 +2348,18 @@ mod tests {
     fn key_error_messages() {
         for (err, msg) in [
             (KeyError::UnknownKey, "unknown key"),
-            (KeyError::WrongQp, "memory window is bound to another queue pair"),
-            (KeyError::Revoked, "key was deregistered or invalidated while in use"),
-            (KeyError::NotInvalidatable, "key cannot be invalidated (not a type 2 memory window)"),
+            (
+                KeyError::WrongQp,
+                "memory window is bound to another queue pair",
+            ),
+            (
+                KeyError::Revoked,
+                "key was deregistered or invalidated while in use",
+            ),
+            (
+                KeyError::NotInvalidatable,
+                "key cannot be invalidated (not a type 2 memory window)",
+            ),
         ] {
             assert_eq!(err.to_string(), msg);
         }

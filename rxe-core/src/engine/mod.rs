@@ -294,6 +294,11 @@ impl Engine {
         &self.config
     }
 
+    /// Changes how many PSNs an RC requester may have unacknowledged.
+    pub fn set_max_unacked_psns(&mut self, n: u32) {
+        self.config.max_unacked_psns = n.clamp(1, crate::psn::PSN_HALF);
+    }
+
     /// Engine-wide counters (every QP's packets are counted here too).
     pub fn counters(&self) -> &Counters {
         &self.counters

@@ -75,6 +75,13 @@ pub(crate) struct Requester {
     pub rnr_until: Option<Instant>,
     pub since_ackreq: u32,
     pub sqd_notified: bool,
+    /// Every PSN up to this one is acknowledged.
+    pub acked: Psn,
+    /// The PSNs `[from, to)` a go-back is sending again. A NAK for one of
+    /// them is about the old copies (stale, after reordering) and must not
+    /// start another go-back; if the new copy is lost too, the transport
+    /// timer recovers.
+    pub round: Option<(Psn, Psn)>,
     scratch: Vec<u8>,
 }
 
@@ -92,6 +99,8 @@ impl Requester {
             rnr_until: None,
             since_ackreq: 0,
             sqd_notified: false,
+            acked: psn.sub(1),
+            round: None,
             scratch: Vec::new(),
         }
     }
@@ -99,6 +108,7 @@ impl Requester {
     pub fn set_psn(&mut self, psn: Psn) {
         self.psn = psn;
         self.sent_high = psn;
+        self.acked = psn.sub(1);
     }
 
     /// READ/atomic WQEs started before index `i` and not yet answered.
@@ -521,6 +531,12 @@ impl Qp {
         }
         self.req.since_ackreq = 0;
         self.req.retransmit_at = ack_timeout(self.attr.timeout).map(|d| ctx.now + d);
+        self.req.round = psn.is_before(self.req.sent_high).then_some((psn, self.req.sent_high));
+    }
+
+    /// True if `psn` is being sent again by the current go-back.
+    fn in_round(&self, psn: Psn) -> bool {
+        self.req.round.is_some_and(|(from, to)| psn.in_window(from, from.distance_to(to)))
     }
 
     /// Uses up one retry; fails the head WQE when none are left.
@@ -545,11 +561,14 @@ impl Qp {
         };
     }
 
-    /// Acknowledges every WQE whose last PSN is at or before `psn`. A READ
-    /// or atomic covered this way has lost its response: returns its index
-    /// (an "implicit NAK").
+    /// Acknowledges every PSN up to `psn`: WQEs whose last PSN is at or
+    /// before it complete. A READ or atomic covered this way has lost its
+    /// response: its index comes back (an "implicit NAK"). Progress means
+    /// the acknowledged PSN moved, even inside one long message.
     fn ack_through(&mut self, psn: Psn) -> (bool, Option<usize>) {
-        let mut progress = false;
+        let mtu = self.mtu() as u64;
+        let mut limit = psn;
+        let mut lost = None;
         for (i, w) in self.req.sq.iter_mut().enumerate() {
             if !w.started {
                 break;
@@ -561,12 +580,23 @@ impl Qp {
                 break;
             }
             if w.is_rd_atomic() {
-                return (progress, Some(i));
+                let first_missing = w.first_psn.add((w.read_rcvd / mtu) as u32);
+                if first_missing.sub(1).is_before(limit) {
+                    limit = first_missing.sub(1);
+                }
+                lost = Some(i);
+                break;
             }
             w.done = Some(WcStatus::Success);
-            progress = true;
         }
-        (progress, None)
+        let progress = limit.is_after(self.req.acked);
+        if progress {
+            self.req.acked = limit;
+            if self.req.round.is_some_and(|(_, to)| !limit.is_before(to.sub(1))) {
+                self.req.round = None;
+            }
+        }
+        (progress, lost)
     }
 
     /// Retries from the start of READ/atomic WQE `i` whose response was lost,
@@ -575,7 +605,7 @@ impl Qp {
         let mtu = self.mtu() as u64;
         let w = &self.req.sq[i];
         let from = w.first_psn.add((w.read_rcvd / mtu) as u32);
-        if self.req.cursor_psn().is_after(from) && self.consume_retry(ctx) {
+        if !self.in_round(from) && self.req.cursor_psn().is_after(from) && self.consume_retry(ctx) {
             self.go_back(ctx, from);
         }
     }
@@ -631,7 +661,7 @@ impl Qp {
                 }
                 if let Some(i) = lost {
                     self.implicit_nak(ctx, i);
-                } else if self.req.cursor_psn().is_after(psn) && self.consume_retry(ctx) {
+                } else if !self.in_round(psn) && self.req.cursor_psn().is_after(psn) && self.consume_retry(ctx) {
                     self.go_back(ctx, psn);
                 }
             }
@@ -677,6 +707,9 @@ impl Qp {
                 };
                 w.done = Some(status);
                 let _ = progress;
+                if psn.is_after(self.req.acked) {
+                    self.req.acked = psn;
+                }
                 self.progress(ctx);
             }
             _ => self.unexpected(ctx),
@@ -731,6 +764,9 @@ impl Qp {
         w.read_rcvd += payload.len() as u64;
         if position.ends() {
             w.done = Some(WcStatus::Success);
+        }
+        if psn.is_after(self.req.acked) {
+            self.req.acked = psn;
         }
         self.progress(ctx);
     }

@@ -7,13 +7,15 @@
 //! summary, so stdout stays pure JSON lines).
 
 use rxe_core::wire::{
-    AethRepr, AethSyndrome, Error as WireError, LinkType, Operation, PacketRepr, RoceFrame, ROCE_V2_PORT,
+    AethRepr, AethSyndrome, Error as WireError, LinkType, Operation, PacketRepr, RoceFrame,
+    ROCE_V2_PORT,
 };
 use rxe_net::capture::{CaptureReader, Record};
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
-use std::io::{self, BufWriter, Write};
+use std::fs::File;
+use std::io::{self, BufWriter, Read, Write};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -22,7 +24,8 @@ use std::time::Duration;
 /// Arguments of `rxe dump`.
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Capture file: pcap or pcapng (Ethernet, Linux cooked SLL/SLL2 or raw IP).
+    /// Capture file: pcap or pcapng (Ethernet, Linux cooked SLL/SLL2 or raw
+    /// IP); `-` reads standard input (e.g. `tcpdump -U -w - | rxe dump -`).
     pub file: PathBuf,
     /// Print one JSON object per line instead of text.
     #[arg(long)]
@@ -113,7 +116,10 @@ fn text_line(p: &Parsed) -> String {
         s += &format!(" {h}");
     }
     if let Some(h) = r.reth {
-        s += &format!(" RETH va={:#x} rkey={:#010x} dma_len={}", h.va, h.rkey, h.dma_len);
+        s += &format!(
+            " RETH va={:#x} rkey={:#010x} dma_len={}",
+            h.va, h.rkey, h.dma_len
+        );
     }
     if let Some(h) = r.atomic_eth {
         s += &format!(" AtomicETH va={:#x} rkey={:#010x}", h.va, h.rkey);
@@ -223,12 +229,18 @@ fn json_packet(p: &Parsed) -> JsonPacket {
         fecn: b.fecn,
         becn: b.becn,
         rdeth: r.rdeth.map(|h| json!({ "ee_context": h.ee_context })),
-        deth: r.deth.map(|h| json!({ "qkey": h.qkey, "src_qp": h.src_qp })),
-        feth: r.feth.map(|h| json!({ "selectivity": h.selectivity, "placement": h.placement })),
-        reth: r.reth.map(|h| json!({ "va": h.va, "rkey": h.rkey, "dma_len": h.dma_len })),
-        atomic_eth: r.atomic_eth.map(|h| {
-            json!({ "va": h.va, "rkey": h.rkey, "swap_add": h.swap_add, "compare": h.compare })
-        }),
+        deth: r
+            .deth
+            .map(|h| json!({ "qkey": h.qkey, "src_qp": h.src_qp })),
+        feth: r
+            .feth
+            .map(|h| json!({ "selectivity": h.selectivity, "placement": h.placement })),
+        reth: r
+            .reth
+            .map(|h| json!({ "va": h.va, "rkey": h.rkey, "dma_len": h.dma_len })),
+        atomic_eth: r.atomic_eth.map(
+            |h| json!({ "va": h.va, "rkey": h.rkey, "swap_add": h.swap_add, "compare": h.compare }),
+        ),
         aeth: r.aeth.map(aeth),
         atomic_ack_eth: r.atomic_ack_eth.map(|h| json!({ "orig": h.orig })),
         immdt: r.immdt,
@@ -347,7 +359,11 @@ fn roce_addresses(link: LinkType, frame: &[u8]) -> Option<(IpAddr, IpAddr)> {
         ip = ip.get(4..)?;
     }
     let v4 = |at: usize| Some(IpAddr::from(<[u8; 4]>::try_from(ip.get(at..at + 4)?).ok()?));
-    let v6 = |at: usize| Some(IpAddr::from(<[u8; 16]>::try_from(ip.get(at..at + 16)?).ok()?));
+    let v6 = |at: usize| {
+        Some(IpAddr::from(
+            <[u8; 16]>::try_from(ip.get(at..at + 16)?).ok()?,
+        ))
+    };
     let (version, proto, src, dst, udp) = match ip.first()? >> 4 {
         4 => {
             let hlen = usize::from(ip[0] & 0x0f) * 4;
@@ -376,13 +392,16 @@ struct Output {
     bad: bool,
 }
 
-fn dump_record(rec: &Record, time: Rel, args: &Args, stats: &mut Stats) -> Option<Output> {
+fn dump_record(rec: &Record, time: Rel, json: bool, stats: &mut Stats) -> Option<Output> {
+    // Any error, even "not RoCE" (an IP fragment), is worth a line if the
+    // frame was sent to the RoCE port.
     let malformed = |e: &WireError, stats: &mut Stats| {
         let addrs = roce_addresses(rec.link_type, &rec.data)?;
         stats.malformed += 1;
-        let line = match args.json {
-            true => to_json(&error_json(rec.number, time, addrs, e)),
-            false => error_line(rec.number, time, addrs, e),
+        let line = if json {
+            to_json(&error_json(rec.number, time, addrs, e))
+        } else {
+            error_line(rec.number, time, addrs, e)
         };
         Some(Output { line, bad: true })
     };
@@ -409,9 +428,10 @@ fn dump_record(rec: &Record, time: Rel, args: &Args, stats: &mut Stats) -> Optio
     };
     stats.roce += 1;
     stats.icrc_bad += u64::from(!p.icrc_ok());
-    let line = match args.json {
-        true => to_json(&json_packet(&p)),
-        false => text_line(&p),
+    let line = if json {
+        to_json(&json_packet(&p))
+    } else {
+        text_line(&p)
     };
     Some(Output {
         line,
@@ -429,7 +449,16 @@ pub fn run(args: &Args) -> ExitCode {
         eprintln!("rxe: cannot read {}: {e}", args.file.display());
         ExitCode::from(2)
     };
-    let reader = match CaptureReader::open(&args.file) {
+    let stdin = args.file.as_os_str() == "-";
+    let input: Box<dyn Read> = if stdin {
+        Box::new(io::stdin().lock())
+    } else {
+        match File::open(&args.file) {
+            Ok(f) => Box::new(f),
+            Err(e) => return cannot_read(&e),
+        }
+    };
+    let reader = match CaptureReader::new(input) {
         Ok(r) => r,
         Err(e) => return cannot_read(&e),
     };
@@ -454,13 +483,18 @@ pub fn run(args: &Args) -> ExitCode {
             }
         };
         let time = Rel::new(rec.timestamp, *t0.get_or_insert(rec.timestamp));
-        let Some(o) = dump_record(&rec, time, args, &mut stats) else {
+        let Some(o) = dump_record(&rec, time, args.json, &mut stats) else {
             stats.skipped += 1;
             continue;
         };
         any_bad |= o.bad;
         if o.bad || !args.check {
-            if let Err(e) = writeln!(out, "{}", o.line) {
+            // Reading a live capture from a pipe: show each packet at once.
+            let mut written = writeln!(out, "{}", o.line);
+            if stdin {
+                written = written.and_then(|()| out.flush());
+            }
+            if let Err(e) = written {
                 return stdout_error(e);
             }
         }

@@ -16,7 +16,7 @@ mod dump;
 
 /// rxe-rs: a userspace RoCE v2 stack.
 #[derive(Debug, Parser)]
-#[command(name = "rxe", version, about)]
+#[command(name = "rxe", version)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
