@@ -404,9 +404,10 @@ fn packet_for<'a>(op: Opcode, payload: &'a [u8], rng: &mut Rng) -> PacketRepr<'a
     p
 }
 
-/// The outer headers of frame number `k` of a packet: IPv4 or IPv6 as asked,
-/// the VLAN setup and UDP checksum rotating with `k`. Masked fields (TOS,
-/// TTL, traffic class, flow label, hop limit) are all nonzero.
+/// The outer headers for packet number `k`: IPv4 or IPv6 as asked, the VLAN
+/// setup (none, 802.1Q, QinQ) and the UDP checksum (zero or real) rotating
+/// with `k` through all six combinations. Masked fields (TOS, TTL, traffic
+/// class, flow label, hop limit) are all nonzero.
 fn frame_for(v6: bool, k: usize, rng: &mut Rng) -> (FrameRepr, String) {
     let tag = VlanTag {
         tpid: 0x8100,
@@ -555,8 +556,11 @@ fn rxe_core_frames_pass_scapy() {
             let payload = rng.bytes(len);
             for v6 in [false, true] {
                 k += 1;
+                // The packet's number: its IPv4 and IPv6 frames rotate
+                // through the same outer-header setups.
+                let j = (k - 1) / 2;
                 let pkt = packet_for(op, &payload, &mut rng);
-                let (fr, l3name) = frame_for(v6, k, &mut rng);
+                let (fr, l3name) = frame_for(v6, j, &mut rng);
                 let mut frame = vec![0u8; fr.buffer_len(pkt.buffer_len())];
                 fr.emit(&pkt, &mut frame)
                     .unwrap_or_else(|e| panic!("emit {op} len {len}: {e}"));
@@ -589,7 +593,7 @@ fn rxe_core_frames_pass_scapy() {
                 cases.push((format!("{base}~flip:body@{at}"), f, false));
                 // A masked field changed, old ICRC kept.
                 let masked = layout.masked();
-                let (what, at, bits) = masked[k % masked.len()];
+                let (what, at, bits) = masked[j % masked.len()];
                 let mut f = frame.clone();
                 let mut x = 0;
                 while x == 0 {
@@ -604,6 +608,18 @@ fn rxe_core_frames_pass_scapy() {
         }
     }
     assert!(ours_failures.is_empty(), "{}", ours_failures.join("\n"));
+    // Every outer-header setup and every masked field got used.
+    let mut setups = std::collections::BTreeSet::new();
+    let mut masks = std::collections::BTreeSet::new();
+    for (name, _, _) in &cases {
+        let (l3, rest) = name.split_once('/').expect("named setup/...");
+        match rest.split_once("~mask:") {
+            Some((_, what)) => masks.insert(format!("{}:{what}", &l3[..2])),
+            None => setups.insert(l3.to_string()),
+        };
+    }
+    assert_eq!(setups.len(), 12, "{setups:?}");
+    assert_eq!(masks.len(), 7 + 8, "{masks:?}");
     eprintln!(
         "{n_base} frames built by rxe-core, {} with variants",
         cases.len()

@@ -64,8 +64,8 @@
 //! [`KeyError::Revoked`] instead of writing into memory the consumer has
 //! taken back.
 //!
-//! Zero-length operations are not checked: IBTA (9.4.4, 9.4.5) says an RDMA
-//! READ or WRITE of length 0 does not validate its R_Key or virtual address,
+//! Zero-length operations are not checked: IBTA says an RDMA READ or WRITE
+//! of length 0 does not validate its R_Key or virtual address,
 //! and the kernel's rxe skips zero-length SGEs without looking at their lkey.
 //! Both [`MemTable::local`] and [`MemTable::remote`] therefore return an
 //! empty slice for `len == 0` whatever the key.
@@ -1169,9 +1169,9 @@ impl MemTable {
     /// binding, QP (type 2), rights and range, then the underlying region
     /// must still be valid; the window's rights replace the region's.
     ///
-    /// A zero-length request is not checked (IBTA 9.4.4, 9.4.5: an RDMA
-    /// READ or WRITE of length 0 does not validate its R_Key): it gives an
-    /// empty slice whatever its key.
+    /// A zero-length request is not checked (IBTA: an RDMA READ or WRITE of
+    /// length 0 does not validate its R_Key): it gives an empty slice
+    /// whatever its key.
     pub fn remote(
         &self,
         pd: PdId,
@@ -1619,7 +1619,7 @@ mod tests {
         assert_eq!(remote(IOVA + 56, 8), Ok(8));
         assert_eq!(remote(IOVA + 57, 8), Err(KeyError::OutOfRange));
         assert_eq!(remote(u64::MAX - 3, 8), Err(KeyError::OutOfRange));
-        // Zero length: no check at all, even of a garbage key (IBTA 9.4.4).
+        // Zero length: no check at all, even of a garbage key, as IBTA says.
         assert_eq!(local(IOVA + 64, 0), Ok(0));
         assert_eq!(local(u64::MAX, 0), Ok(0));
         let garbage = t.remote(
