@@ -212,16 +212,6 @@ fn roce_frames(file: &str, records: &[Record], errors: &mut Vec<String>) -> Vec<
         let mut buf = vec![0u8; want.len()];
         match f.repr().emit(&repr, &mut buf) {
             Ok(n) if n == want.len() && buf == want => {}
-            Ok(n) if n == want.len() && offloaded_udp_checksum(f.ip_packet) => {
-                // Sent by the capturing host with checksum offload: the
-                // frame carries only the pseudo-header sum, emit computes
-                // the real checksum. Everything else must match.
-                let udp_sum = ip_off - start + (f.ip_packet[0] & 0x0f) as usize * 4 + 6;
-                let differ: Vec<_> = (0..n).filter(|&i| buf[i] != want[i]).collect();
-                if differ.iter().any(|&i| i != udp_sum && i != udp_sum + 1) {
-                    errors.push(format!("{at}: re-emitted bytes differ at {differ:?}"));
-                }
-            }
             Ok(n) => {
                 let first = buf.iter().zip(want).position(|(a, b)| a != b);
                 errors.push(format!(
@@ -319,8 +309,9 @@ fn every_roce_frame_parses_verifies_and_reemits() {
         errors.join("\n")
     );
     assert_eq!(total, summary.values().map(|s| s.frames).sum::<usize>());
-    // The only frames whose UDP checksum could not be re-emitted as carried
-    // are the ones host-peer.py sent from the capturing host (10.99.0.1).
+    // Frames host-peer.py sent from the capturing host (10.99.0.1) carry the
+    // unfinished checksum of checksum offload; they re-emit byte for byte
+    // all the same, since the parsed form keeps the checksum as carried.
     assert_eq!(offloaded.len(), 15);
     assert!(offloaded
         .iter()

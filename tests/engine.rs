@@ -14,7 +14,15 @@ fn rc_send_multi_packet() {
     let (qa, qb) = connect(&mut net, a, b, &p);
     let data: Vec<u8> = (0..10000u32).map(|i| (i * 7) as u8).collect();
     a.mem.write(0, &data);
-    net.engines[b.idx].post_recv(qb, RecvWr { wr_id: 7, sg_list: vec![sge(b, 4096, 20000)] }).unwrap();
+    net.engines[b.idx]
+        .post_recv(
+            qb,
+            RecvWr {
+                wr_id: 7,
+                sg_list: vec![sge(b, 4096, 20000)],
+            },
+        )
+        .unwrap();
     let mut wr = SendWr::new(1, SendOpcode::Send);
     wr.sg_list = vec![sge(a, 0, 10000)];
     net.engines[a.idx].post_send(qa, wr).unwrap();
@@ -30,7 +38,12 @@ fn rc_send_multi_packet() {
 }
 
 fn rc(retry_cnt: u8, rnr_retry: u8) -> ConnParams {
-    ConnParams { retry_cnt, rnr_retry, timeout: 8, ..ConnParams::default() }
+    ConnParams {
+        retry_cnt,
+        rnr_retry,
+        timeout: 8,
+        ..ConnParams::default()
+    }
 }
 
 /// A write request of `len` bytes from A's offset 0 to B's offset `dst`.
@@ -56,16 +69,28 @@ fn link_down_gives_retry_exceeded_after_retry_cnt_plus_one_transmissions() {
             }
         });
         net.faults.loss = 1.0;
-        net.engines[a.idx].post_send(qa, write_wr(1, a, b, 100, 0)).unwrap();
+        net.engines[a.idx]
+            .post_send(qa, write_wr(1, a, b, 100, 0))
+            .unwrap();
         net.run(Duration::from_secs(10));
         let c = completions(&mut net, a);
         assert_eq!(c.len(), 1);
         assert_eq!(c[0].status, WcStatus::RetryExcErr);
-        assert_eq!(sent.load(std::sync::atomic::Ordering::Relaxed), u64::from(retry_cnt) + 1, "retry_cnt {retry_cnt}");
+        assert_eq!(
+            sent.load(std::sync::atomic::Ordering::Relaxed),
+            u64::from(retry_cnt) + 1,
+            "retry_cnt {retry_cnt}"
+        );
         let (attr, _) = net.engines[a.idx].query_qp(qa).unwrap();
         assert_eq!(attr.state, QpState::Err);
-        assert_eq!(net.engines[a.idx].counters().retry_timeouts, u64::from(retry_cnt) + 1);
-        assert_eq!(net.engines[a.idx].poll_event(), Some(rxe_core::engine::AsyncEvent::QpFatal(qa)));
+        assert_eq!(
+            net.engines[a.idx].counters().retry_timeouts,
+            u64::from(retry_cnt) + 1
+        );
+        assert_eq!(
+            net.engines[a.idx].poll_event(),
+            Some(rxe_core::engine::AsyncEvent::QpFatal(qa))
+        );
     }
 }
 
@@ -80,16 +105,29 @@ fn no_receive_buffer_gives_rnr_naks_then_success() {
     wr.sg_list = vec![sge(a, 0, 4)];
     net.engines[a.idx].post_send(qa, wr).unwrap();
     // Nothing posted at B: RNR NAKs, retried after the min RNR timer (code 1 = 10 µs).
-    net.run_until(Duration::from_millis(1), |net| net.engines[a.idx].counters().rcvd_rnr_err >= 3);
+    net.run_until(Duration::from_millis(1), |net| {
+        net.engines[a.idx].counters().rcvd_rnr_err >= 3
+    });
     assert!(completions(&mut net, a).is_empty());
     assert!(net.engines[a.idx].counters().rcvd_rnr_err >= 3);
-    net.engines[b.idx].post_recv(qb, RecvWr { wr_id: 9, sg_list: vec![sge(b, 100, 64)] }).unwrap();
+    net.engines[b.idx]
+        .post_recv(
+            qb,
+            RecvWr {
+                wr_id: 9,
+                sg_list: vec![sge(b, 100, 64)],
+            },
+        )
+        .unwrap();
     net.run(Duration::from_secs(1));
     let ca = completions(&mut net, a);
     assert_eq!(ca.len(), 1);
     assert_eq!(ca[0].status, WcStatus::Success);
     let cb = completions(&mut net, b);
-    assert_eq!((cb[0].wr_id, cb[0].byte_len, cb[0].status), (9, 4, WcStatus::Success));
+    assert_eq!(
+        (cb[0].wr_id, cb[0].byte_len, cb[0].status),
+        (9, 4, WcStatus::Success)
+    );
     assert_eq!(&b.mem.snapshot()[100..104], b"ping");
 }
 
@@ -106,7 +144,10 @@ fn rnr_retry_exceeded() {
         let ca = completions(&mut net, a);
         assert_eq!(ca.len(), 1);
         assert_eq!(ca[0].status, WcStatus::RnrRetryExcErr);
-        assert_eq!(net.engines[b.idx].qp_counters(qb).unwrap().send_rnr_err, u64::from(rnr_retry) + 1);
+        assert_eq!(
+            net.engines[b.idx].qp_counters(qb).unwrap().send_rnr_err,
+            u64::from(rnr_retry) + 1
+        );
         assert_eq!(net.engines[a.idx].counters().retry_rnr_exceeded_err, 1);
     }
 }
@@ -116,7 +157,10 @@ fn rnr_timer_is_the_responders_min_rnr_timer() {
     // Code 14 = 1.28 ms between tries.
     let (mut net, nodes) = network(5, Faults::none(), 2, 1 << 16);
     let (a, b) = (&nodes[0], &nodes[1]);
-    let p = ConnParams { min_rnr_timer: 14, ..rc(7, 2) };
+    let p = ConnParams {
+        min_rnr_timer: 14,
+        ..rc(7, 2)
+    };
     let (qa, _qb) = connect(&mut net, a, b, &p);
     let times = std::sync::Arc::new(parking_lot_free::Times::default());
     let t2 = times.clone();
@@ -133,7 +177,10 @@ fn rnr_timer_is_the_responders_min_rnr_timer() {
     assert_eq!(t.len(), 3);
     for w in t.windows(2) {
         let gap = w[1] - w[0];
-        assert!(gap >= Duration::from_micros(1280) && gap < Duration::from_micros(1400), "{gap:?}");
+        assert!(
+            gap >= Duration::from_micros(1280) && gap < Duration::from_micros(1400),
+            "{gap:?}"
+        );
     }
 }
 
@@ -158,18 +205,37 @@ fn bad_rkey_gives_remote_access_error_and_both_qps_error() {
     let (mut net, nodes) = network(6, Faults::none(), 2, 1 << 16);
     let (a, b) = (&nodes[0], &nodes[1]);
     let (qa, qb) = connect(&mut net, a, b, &rc(7, 7));
-    net.engines[b.idx].post_recv(qb, RecvWr { wr_id: 5, sg_list: vec![sge(b, 0, 64)] }).unwrap();
+    net.engines[b.idx]
+        .post_recv(
+            qb,
+            RecvWr {
+                wr_id: 5,
+                sg_list: vec![sge(b, 0, 64)],
+            },
+        )
+        .unwrap();
     b.mem.write(0, &[0xee; 64]);
     let before = b.mem.snapshot();
     let mut wr = write_wr(1, a, b, 64, 0);
     wr.rkey ^= 0x55;
     net.engines[a.idx].post_send(qa, wr).unwrap();
-    net.engines[a.idx].post_send(qa, write_wr(2, a, b, 64, 0)).unwrap();
+    net.engines[a.idx]
+        .post_send(qa, write_wr(2, a, b, 64, 0))
+        .unwrap();
     net.run(Duration::from_secs(1));
     let ca = completions(&mut net, a);
-    assert_eq!(ca.iter().map(|c| c.status).collect::<Vec<_>>(), vec![WcStatus::RemAccessErr, WcStatus::WrFlushErr]);
-    assert_eq!(net.engines[a.idx].query_qp(qa).unwrap().0.state, QpState::Err);
-    assert_eq!(net.engines[b.idx].query_qp(qb).unwrap().0.state, QpState::Err);
+    assert_eq!(
+        ca.iter().map(|c| c.status).collect::<Vec<_>>(),
+        vec![WcStatus::RemAccessErr, WcStatus::WrFlushErr]
+    );
+    assert_eq!(
+        net.engines[a.idx].query_qp(qa).unwrap().0.state,
+        QpState::Err
+    );
+    assert_eq!(
+        net.engines[b.idx].query_qp(qb).unwrap().0.state,
+        QpState::Err
+    );
     // B's posted receive is flushed, and not one byte of B changed.
     let cb = completions(&mut net, b);
     assert_eq!((cb[0].wr_id, cb[0].status), (5, WcStatus::WrFlushErr));
@@ -182,7 +248,9 @@ fn write_past_the_region_is_refused_without_touching_memory() {
     let (a, b) = (&nodes[0], &nodes[1]);
     let (qa, _) = connect(&mut net, a, b, &rc(7, 7));
     let before = b.mem.snapshot();
-    net.engines[a.idx].post_send(qa, write_wr(1, a, b, 200, 4000)).unwrap();
+    net.engines[a.idx]
+        .post_send(qa, write_wr(1, a, b, 200, 4000))
+        .unwrap();
     net.run(Duration::from_secs(1));
     assert_eq!(completions(&mut net, a)[0].status, WcStatus::RemAccessErr);
     assert_eq!(b.mem.snapshot(), before);
@@ -193,7 +261,15 @@ fn send_longer_than_the_receive_is_an_invalid_request() {
     let (mut net, nodes) = network(8, Faults::none(), 2, 1 << 16);
     let (a, b) = (&nodes[0], &nodes[1]);
     let (qa, qb) = connect(&mut net, a, b, &rc(7, 7));
-    net.engines[b.idx].post_recv(qb, RecvWr { wr_id: 5, sg_list: vec![sge(b, 0, 100)] }).unwrap();
+    net.engines[b.idx]
+        .post_recv(
+            qb,
+            RecvWr {
+                wr_id: 5,
+                sg_list: vec![sge(b, 0, 100)],
+            },
+        )
+        .unwrap();
     let mut wr = SendWr::new(1, SendOpcode::Send);
     wr.sg_list = vec![sge(a, 0, 3000)];
     net.engines[a.idx].post_send(qa, wr).unwrap();
@@ -206,23 +282,43 @@ fn send_longer_than_the_receive_is_an_invalid_request() {
 #[test]
 fn uc_and_ud_under_loss_lose_whole_messages_only() {
     for qp_type in [QpType::Uc, QpType::Ud] {
-        let faults = Faults { loss: 0.1, ..Faults::none() };
+        let faults = Faults {
+            loss: 0.1,
+            ..Faults::none()
+        };
         let (mut net, nodes) = network(9, faults, 2, 1 << 22);
         let (a, b) = (&nodes[0], &nodes[1]);
         let mtu = Mtu::Mtu1024;
-        let p = ConnParams { qp_type, mtu, ..ConnParams::default() };
+        let p = ConnParams {
+            qp_type,
+            mtu,
+            ..ConnParams::default()
+        };
         let (qa, qb) = connect(&mut net, a, b, &p);
         let (n, len) = (200u64, if qp_type == QpType::Ud { 1000u32 } else { 5000 });
         let slot = 8192u64;
         for i in 0..n {
-            a.mem.write((i * slot) as usize, &vec![i as u8 + 1; len as usize]);
-            net.engines[b.idx].post_recv(qb, RecvWr { wr_id: i, sg_list: vec![sge(b, i * slot, len + 40)] }).unwrap();
+            a.mem
+                .write((i * slot) as usize, &vec![i as u8 + 1; len as usize]);
+            net.engines[b.idx]
+                .post_recv(
+                    qb,
+                    RecvWr {
+                        wr_id: i,
+                        sg_list: vec![sge(b, i * slot, len + 40)],
+                    },
+                )
+                .unwrap();
         }
         for i in 0..n {
             let mut wr = SendWr::new(i, SendOpcode::Send);
             wr.sg_list = vec![sge(a, i * slot, len)];
             if qp_type == QpType::Ud {
-                wr.ud = Some(UdDest { av: AddressVector::to(b.addr), remote_qpn: qb, remote_qkey: 0x1111_1111 });
+                wr.ud = Some(UdDest {
+                    av: AddressVector::to(b.addr),
+                    remote_qpn: qb,
+                    remote_qkey: 0x1111_1111,
+                });
             }
             net.engines[a.idx].post_send(qa, wr).unwrap();
             net.run(Duration::from_micros(200));
@@ -230,9 +326,16 @@ fn uc_and_ud_under_loss_lose_whole_messages_only() {
         net.run(Duration::from_secs(1));
         let ca = completions(&mut net, a);
         assert_eq!(ca.len() as u64, n);
-        assert!(ca.iter().all(|c| c.status == WcStatus::Success), "senders complete locally");
+        assert!(
+            ca.iter().all(|c| c.status == WcStatus::Success),
+            "senders complete locally"
+        );
         let cb = completions(&mut net, b);
-        assert!(!cb.is_empty() && (cb.len() as u64) < n, "{qp_type:?}: {} of {n} arrived", cb.len());
+        assert!(
+            !cb.is_empty() && (cb.len() as u64) < n,
+            "{qp_type:?}: {} of {n} arrived",
+            cb.len()
+        );
         let snap = b.mem.snapshot();
         let mut last = None;
         for c in &cb {
@@ -242,7 +345,10 @@ fn uc_and_ud_under_loss_lose_whole_messages_only() {
             // UC reuses the WQE of a lost message: the k-th receive holds some later message, whole.
             let at = (c.wr_id * slot) as usize + grh as usize;
             let v = snap[at];
-            assert!(snap[at..at + len as usize].iter().all(|&x| x == v), "partial message in {c:?}");
+            assert!(
+                snap[at..at + len as usize].iter().all(|&x| x == v),
+                "partial message in {c:?}"
+            );
             assert!(last.is_none_or(|l| v > l), "out of order");
             last = Some(v);
             if qp_type == QpType::Ud {
@@ -255,7 +361,16 @@ fn uc_and_ud_under_loss_lose_whole_messages_only() {
 
 #[test]
 fn atomics_are_executed_once_and_return_the_original_value() {
-    let (mut net, nodes) = network(10, Faults { duplicate: 0.5, loss: 0.1, ..Faults::none() }, 2, 4096);
+    let (mut net, nodes) = network(
+        10,
+        Faults {
+            duplicate: 0.5,
+            loss: 0.1,
+            ..Faults::none()
+        },
+        2,
+        4096,
+    );
     let (a, b) = (&nodes[0], &nodes[1]);
     let (qa, _) = connect(&mut net, a, b, &rc(7, 7));
     b.mem.write(64, &100u64.to_ne_bytes());
@@ -280,9 +395,18 @@ fn atomics_are_executed_once_and_return_the_original_value() {
     assert!(ca.iter().all(|c| c.status == WcStatus::Success));
     let am = a.mem.snapshot();
     for i in 0..20usize {
-        assert_eq!(u64::from_ne_bytes(am[i * 8..i * 8 + 8].try_into().unwrap()), 100 + i as u64);
+        assert_eq!(
+            u64::from_ne_bytes(am[i * 8..i * 8 + 8].try_into().unwrap()),
+            100 + i as u64
+        );
     }
     assert_eq!(u64::from_ne_bytes(am[200..208].try_into().unwrap()), 120);
-    assert_eq!(u64::from_ne_bytes(b.mem.snapshot()[64..72].try_into().unwrap()), 7);
-    assert!(net.engines[b.idx].counters().duplicate_request > 0, "the duplicates were seen");
+    assert_eq!(
+        u64::from_ne_bytes(b.mem.snapshot()[64..72].try_into().unwrap()),
+        7
+    );
+    assert!(
+        net.engines[b.idx].counters().duplicate_request > 0,
+        "the duplicates were seen"
+    );
 }

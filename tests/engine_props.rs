@@ -78,7 +78,13 @@ fn size(rng: &mut SmallRng, big_left: &mut u32) -> u32 {
 
 fn make_case(seed: u64) -> Case {
     let mut rng = SmallRng::seed_from_u64(seed);
-    let mtu = [Mtu::Mtu256, Mtu::Mtu512, Mtu::Mtu1024, Mtu::Mtu2048, Mtu::Mtu4096][rng.gen_range(0..5)];
+    let mtu = [
+        Mtu::Mtu256,
+        Mtu::Mtu512,
+        Mtu::Mtu1024,
+        Mtu::Mtu2048,
+        Mtu::Mtu4096,
+    ][rng.gen_range(0..5)];
     let loss = match rng.gen_range(0..4) {
         0 => 0.0,
         1 => rng.gen_range(0.0..0.05),
@@ -123,13 +129,22 @@ fn make_case(seed: u64) -> Case {
             };
             let src = alloc(u64::from(len));
             let dst = alloc(u64::from(len));
-            ops.push(Op { kind, len, src, dst, imm: rng.gen(), value: 0 });
+            ops.push(Op {
+                kind,
+                len,
+                src,
+                dst,
+                imm: rng.gen(),
+                value: 0,
+            });
         }
         // Distinct powers of two for the fetch-and-adds, so the counter tells how often each ran.
-        let mut bit = 0;
-        for op in ops.iter_mut().filter(|o| o.kind == Kind::FetchAdd) {
+        for (bit, op) in ops
+            .iter_mut()
+            .filter(|o| o.kind == Kind::FetchAdd)
+            .enumerate()
+        {
             op.value = 1 << bit;
-            bit += 1;
         }
         for op in ops.iter_mut().filter(|o| o.kind == Kind::CmpSwap) {
             op.value = rng.gen();
@@ -179,19 +194,39 @@ fn run_case(seed: u64) -> Result<(), String> {
         // Receives first (one per SEND and WRITE with immediate), then the sends.
         for (i, op) in ops.iter().enumerate() {
             if matches!(op.kind, Kind::Send | Kind::SendImm | Kind::WriteImm) {
-                let sg = if op.kind == Kind::WriteImm { vec![] } else { vec![sge(b, op.dst, op.len)] };
-                net.engines[b.idx].post_recv(qb, RecvWr { wr_id: i as u64, sg_list: sg }).unwrap();
+                let sg = if op.kind == Kind::WriteImm {
+                    vec![]
+                } else {
+                    vec![sge(b, op.dst, op.len)]
+                };
+                net.engines[b.idx]
+                    .post_recv(
+                        qb,
+                        RecvWr {
+                            wr_id: i as u64,
+                            sg_list: sg,
+                        },
+                    )
+                    .unwrap();
             }
         }
         for (i, op) in ops.iter().enumerate() {
             let mut wr = SendWr::new(i as u64, SendOpcode::Send);
             match op.kind {
                 Kind::Send | Kind::SendImm => {
-                    wr.opcode = if op.kind == Kind::Send { SendOpcode::Send } else { SendOpcode::SendWithImm };
+                    wr.opcode = if op.kind == Kind::Send {
+                        SendOpcode::Send
+                    } else {
+                        SendOpcode::SendWithImm
+                    };
                     wr.sg_list = vec![sge(a, op.src, op.len)];
                 }
                 Kind::Write | Kind::WriteImm => {
-                    wr.opcode = if op.kind == Kind::Write { SendOpcode::RdmaWrite } else { SendOpcode::RdmaWriteWithImm };
+                    wr.opcode = if op.kind == Kind::Write {
+                        SendOpcode::RdmaWrite
+                    } else {
+                        SendOpcode::RdmaWriteWithImm
+                    };
                     wr.sg_list = vec![sge(a, op.src, op.len)];
                     wr.remote_addr = IOVA + op.dst;
                     wr.rkey = b.mr.rkey;
@@ -207,7 +242,9 @@ fn run_case(seed: u64) -> Result<(), String> {
                     wr.sg_list = vec![sge(a, op.dst, 8)];
                     wr.remote_addr = IOVA + op.src;
                     wr.rkey = b.mr.rkey;
-                    wr.compare_add = u64::from_ne_bytes(b0[op.src as usize..op.src as usize + 8].try_into().unwrap());
+                    wr.compare_add = u64::from_ne_bytes(
+                        b0[op.src as usize..op.src as usize + 8].try_into().unwrap(),
+                    );
                     wr.swap = op.value;
                 }
                 Kind::FetchAdd => {
@@ -226,13 +263,19 @@ fn run_case(seed: u64) -> Result<(), String> {
     let total: usize = case.qps.iter().map(|(ops, _)| ops.len()).sum();
     let mut ca = Vec::new();
     let finished = net.run_until(Duration::from_secs(3600), |net: &mut SimNet| {
-        net.engines[a.idx].poll_cq(a.cq, usize::MAX, &mut ca).unwrap();
+        net.engines[a.idx]
+            .poll_cq(a.cq, usize::MAX, &mut ca)
+            .unwrap();
         ca.len() >= total
     });
     // Let the last ACKs and duplicates settle, then collect the receiver's side.
     net.run(Duration::from_secs(1));
     let cb = completions(&mut net, b);
-    let info = format!("seed {seed}: {case:?}\nnet: {:?}\nA: {:?}", net.stats, net.engines[a.idx].counters());
+    let info = format!(
+        "seed {seed}: {case:?}\nnet: {:?}\nA: {:?}",
+        net.stats,
+        net.engines[a.idx].counters()
+    );
     if !finished {
         return Err(format!("only {} of {total} completions\n{info}", ca.len()));
     }
@@ -242,22 +285,39 @@ fn run_case(seed: u64) -> Result<(), String> {
         let recvs: Vec<_> = cb.iter().filter(|c| c.qp_num == *qb).collect();
         let ids: Vec<u64> = mine.iter().map(|c| c.wr_id).collect();
         if ids != (0..ops.len() as u64).collect::<Vec<_>>() {
-            return Err(format!("completions out of order or missing: {ids:?}\n{info}"));
+            return Err(format!(
+                "completions out of order or missing: {ids:?}\n{info}"
+            ));
         }
         // Successes, then at most one error, then flushes.
-        let ok = mine.iter().take_while(|c| c.status == WcStatus::Success).count();
+        let ok = mine
+            .iter()
+            .take_while(|c| c.status == WcStatus::Success)
+            .count();
         if ok < ops.len() {
             let st = mine[ok].status;
             if !matches!(st, WcStatus::RetryExcErr | WcStatus::RnrRetryExcErr) {
                 return Err(format!("op {ok} failed with {st}\n{info}"));
             }
-            if mine[ok + 1..].iter().any(|c| c.status != WcStatus::WrFlushErr) {
-                return Err(format!("completions after the error are not flushes: {mine:?}\n{info}"));
+            if mine[ok + 1..]
+                .iter()
+                .any(|c| c.status != WcStatus::WrFlushErr)
+            {
+                return Err(format!(
+                    "completions after the error are not flushes: {mine:?}\n{info}"
+                ));
             }
             if case.faults.loss <= 0.05 && case.faults.corrupt <= 0.05 {
-                return Err(format!("gave up ({st}) with only {:.1}% loss\n{info}", case.faults.loss * 100.0));
+                return Err(format!(
+                    "gave up ({st}) with only {:.1}% loss\n{info}",
+                    case.faults.loss * 100.0
+                ));
             }
-            eprintln!("seed {seed}: QP gave up ({st}) at {:.1}% loss after {ok} of {} ops", case.faults.loss * 100.0, ops.len());
+            eprintln!(
+                "seed {seed}: QP gave up ({st}) at {:.1}% loss after {ok} of {} ops",
+                case.faults.loss * 100.0,
+                ops.len()
+            );
         }
         // The receiver saw each message at most once, in order; all of the successful ones.
         let expect_recv: Vec<u64> = ops
@@ -266,9 +326,15 @@ fn run_case(seed: u64) -> Result<(), String> {
             .filter(|(_, o)| matches!(o.kind, Kind::Send | Kind::SendImm | Kind::WriteImm))
             .map(|(i, _)| i as u64)
             .collect();
-        let got: Vec<u64> = recvs.iter().filter(|c| c.status == WcStatus::Success).map(|c| c.wr_id).collect();
+        let got: Vec<u64> = recvs
+            .iter()
+            .filter(|c| c.status == WcStatus::Success)
+            .map(|c| c.wr_id)
+            .collect();
         if !expect_recv.starts_with(&got) {
-            return Err(format!("receives {got:?} are not a prefix of {expect_recv:?}\n{info}"));
+            return Err(format!(
+                "receives {got:?} are not a prefix of {expect_recv:?}\n{info}"
+            ));
         }
         let mut fetch_sum = 0u64;
         let mut fetch_all_ok = true;
@@ -278,28 +344,37 @@ fn run_case(seed: u64) -> Result<(), String> {
             match op.kind {
                 Kind::Send | Kind::SendImm | Kind::Write | Kind::WriteImm if success => {
                     if bm[d..d + l] != a0[s..s + l] {
-                        return Err(format!("op {i} ({:?}, {l} bytes): data differs\n{info}", op.kind));
+                        return Err(format!(
+                            "op {i} ({:?}, {l} bytes): data differs\n{info}",
+                            op.kind
+                        ));
                     }
                     if op.kind != Kind::Write {
                         let r = recvs.iter().find(|c| c.wr_id == i as u64);
-                        let Some(r) = r else { return Err(format!("op {i}: no receive completion\n{info}")) };
-                        let imm = matches!(op.kind, Kind::SendImm | Kind::WriteImm).then_some(op.imm);
-                        if r.status != WcStatus::Success || r.byte_len != op.len || r.imm_data != imm {
+                        let Some(r) = r else {
+                            return Err(format!("op {i}: no receive completion\n{info}"));
+                        };
+                        let imm =
+                            matches!(op.kind, Kind::SendImm | Kind::WriteImm).then_some(op.imm);
+                        if r.status != WcStatus::Success
+                            || r.byte_len != op.len
+                            || r.imm_data != imm
+                        {
                             return Err(format!("op {i}: receive completion {r:?}\n{info}"));
                         }
                     }
                 }
-                Kind::Read if success => {
-                    if am[d..d + l] != b0[s..s + l] {
-                        return Err(format!("op {i} (READ, {l} bytes): data differs\n{info}"));
-                    }
+                Kind::Read if success && am[d..d + l] != b0[s..s + l] => {
+                    return Err(format!("op {i} (READ, {l} bytes): data differs\n{info}"));
                 }
                 Kind::CmpSwap if success => {
                     let orig = u64::from_ne_bytes(am[d..d + 8].try_into().unwrap());
                     let before = u64::from_ne_bytes(b0[s..s + 8].try_into().unwrap());
                     let after = u64::from_ne_bytes(bm[s..s + 8].try_into().unwrap());
                     if orig != before || after != op.value {
-                        return Err(format!("op {i}: compare-and-swap returned {orig:#x}, left {after:#x}\n{info}"));
+                        return Err(format!(
+                            "op {i}: compare-and-swap returned {orig:#x}, left {after:#x}\n{info}"
+                        ));
                     }
                 }
                 Kind::FetchAdd => {
@@ -308,7 +383,10 @@ fn run_case(seed: u64) -> Result<(), String> {
                     if success {
                         let orig = u64::from_ne_bytes(am[d..d + 8].try_into().unwrap());
                         if orig != start.wrapping_add(fetch_sum) {
-                            return Err(format!("op {i}: fetch-and-add returned {orig:#x}, want {:#x}\n{info}", start.wrapping_add(fetch_sum)));
+                            return Err(format!(
+                                "op {i}: fetch-and-add returned {orig:#x}, want {:#x}\n{info}",
+                                start.wrapping_add(fetch_sum)
+                            ));
                         }
                         fetch_sum += op.value;
                     } else {
@@ -324,10 +402,14 @@ fn run_case(seed: u64) -> Result<(), String> {
         let applied = end.wrapping_sub(start);
         // Each add is a distinct bit: a second execution would carry into another bit.
         if fetch_all_ok && applied != fetch_sum {
-            return Err(format!("counter moved by {applied:#x}, the adds sum to {fetch_sum:#x}\n{info}"));
+            return Err(format!(
+                "counter moved by {applied:#x}, the adds sum to {fetch_sum:#x}\n{info}"
+            ));
         }
         if !fetch_all_ok && applied & fetch_sum != fetch_sum {
-            return Err(format!("counter moved by {applied:#x}, missing completed adds {fetch_sum:#x}\n{info}"));
+            return Err(format!(
+                "counter moved by {applied:#x}, missing completed adds {fetch_sum:#x}\n{info}"
+            ));
         }
     }
     Ok(())

@@ -461,9 +461,9 @@ fn frame_for(v6: bool, k: usize, rng: &mut Rng) -> (FrameRepr, String) {
     };
     let l3 = match (v6, udp_checksum) {
         (false, UdpChecksum::Zero) => "v4",
-        (false, UdpChecksum::Compute) => "v4-csum",
+        (false, _) => "v4-csum",
         (true, UdpChecksum::Zero) => "v6",
-        (true, UdpChecksum::Compute) => "v6-csum",
+        (true, _) => "v6-csum",
     };
     let name = format!("{l3}{l2}");
     (fr, name)
@@ -571,7 +571,10 @@ fn rxe_core_frames_pass_scapy() {
                 let back = rf
                     .packet()
                     .and_then(|p| PacketRepr::parse(&p).map(|r| r.payload.to_vec()));
-                if !rf.icrc_ok() || rf.repr() != fr || back.as_deref() != Ok(&payload[..]) {
+                let outer = rf.repr();
+                let same_outer =
+                    (outer.eth, outer.ip, outer.udp_src_port) == (fr.eth, fr.ip, fr.udp_src_port);
+                if !rf.icrc_ok() || !same_outer || back.as_deref() != Ok(&payload[..]) {
                     ours_failures.push(format!("{base}: our own frame does not read back"));
                 }
 

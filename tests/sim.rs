@@ -41,16 +41,35 @@ pub fn add_node(net: &mut SimNet, seed: u64, region_len: usize) -> Node {
     let pd = e.alloc_pd();
     let cq = e.create_cq(65535).unwrap();
     let mem = Arc::new(VecMemory::new(region_len));
-    let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC | Access::MW_BIND;
+    let access = Access::LOCAL_WRITE
+        | Access::REMOTE_WRITE
+        | Access::REMOTE_READ
+        | Access::REMOTE_ATOMIC
+        | Access::MW_BIND;
     let mr = e.reg_mr(pd, mem.clone(), IOVA, access).unwrap();
     let idx = net.add(e);
-    Node { idx, addr: a, pd, cq, mem, mr }
+    Node {
+        idx,
+        addr: a,
+        pd,
+        cq,
+        mem,
+        mr,
+    }
 }
 
 /// A network of `n` nodes.
 pub fn network(seed: u64, faults: Faults, n: usize, region_len: usize) -> (SimNet, Vec<Node>) {
     let mut net = SimNet::new(seed, faults);
-    let nodes = (0..n).map(|i| add_node(&mut net, seed.wrapping_mul(31).wrapping_add(i as u64), region_len)).collect();
+    let nodes = (0..n)
+        .map(|i| {
+            add_node(
+                &mut net,
+                seed.wrapping_mul(31).wrapping_add(i as u64),
+                region_len,
+            )
+        })
+        .collect();
     (net, nodes)
 }
 
@@ -98,29 +117,63 @@ impl Default for ConnParams {
 
 /// Creates a QP on a node (RESET).
 pub fn create_qp(net: &mut SimNet, n: &Node, p: &ConnParams) -> u32 {
-    let cap = QpCap { max_send_wr: p.depth, max_recv_wr: p.depth, ..QpCap::default() };
+    let cap = QpCap {
+        max_send_wr: p.depth,
+        max_recv_wr: p.depth,
+        ..QpCap::default()
+    };
     net.engines[n.idx]
-        .create_qp(QpInit { qp_type: p.qp_type, pd: n.pd, send_cq: n.cq, recv_cq: n.cq, srq: None, cap, sq_sig_all: false })
+        .create_qp(QpInit {
+            qp_type: p.qp_type,
+            pd: n.pd,
+            send_cq: n.cq,
+            recv_cq: n.cq,
+            srq: None,
+            cap,
+            sq_sig_all: false,
+        })
         .unwrap()
 }
 
 /// Takes a QP to RTS, connected to `remote_qpn` at `remote` (RC/UC) or ready for UD.
 #[allow(clippy::too_many_arguments)]
-pub fn bring_up(net: &mut SimNet, n: &Node, qpn: u32, remote: IpAddr, remote_qpn: u32, rq_psn: Psn, sq_psn: Psn, p: &ConnParams) {
+pub fn bring_up(
+    net: &mut SimNet,
+    n: &Node,
+    qpn: u32,
+    remote: IpAddr,
+    remote_qpn: u32,
+    rq_psn: Psn,
+    sq_psn: Psn,
+    p: &ConnParams,
+) {
     let e = &mut net.engines[n.idx];
-    let mut a = QpAttr { state: QpState::Init, port: 1, pkey_index: 0, ..QpAttr::default() };
-    let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+    let mut a = QpAttr {
+        state: QpState::Init,
+        port: 1,
+        pkey_index: 0,
+        ..QpAttr::default()
+    };
+    let access =
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
     let ud = p.qp_type == QpType::Ud;
     let mut m = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
     if ud {
         a.qkey = 0x1111_1111;
         m |= QpAttrMask::QKEY;
     } else {
-        a.access = if p.qp_type == QpType::Uc { Access::LOCAL_WRITE | Access::REMOTE_WRITE } else { access };
+        a.access = if p.qp_type == QpType::Uc {
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE
+        } else {
+            access
+        };
         m |= QpAttrMask::ACCESS_FLAGS;
     }
     e.modify_qp(qpn, &a, m).unwrap();
-    let mut a = QpAttr { state: QpState::Rtr, ..QpAttr::default() };
+    let mut a = QpAttr {
+        state: QpState::Rtr,
+        ..QpAttr::default()
+    };
     let mut m = QpAttrMask::STATE;
     if !ud {
         a.av = Some(AddressVector::to(remote));
@@ -135,14 +188,21 @@ pub fn bring_up(net: &mut SimNet, n: &Node, qpn: u32, remote: IpAddr, remote_qpn
         }
     }
     e.modify_qp(qpn, &a, m).unwrap();
-    let mut a = QpAttr { state: QpState::Rts, sq_psn, ..QpAttr::default() };
+    let mut a = QpAttr {
+        state: QpState::Rts,
+        sq_psn,
+        ..QpAttr::default()
+    };
     let mut m = QpAttrMask::STATE | QpAttrMask::SQ_PSN;
     if p.qp_type == QpType::Rc {
         a.timeout = p.timeout;
         a.retry_cnt = p.retry_cnt;
         a.rnr_retry = p.rnr_retry;
         a.max_rd_atomic = p.rd_atomic;
-        m |= QpAttrMask::TIMEOUT | QpAttrMask::RETRY_CNT | QpAttrMask::RNR_RETRY | QpAttrMask::MAX_QP_RD_ATOMIC;
+        m |= QpAttrMask::TIMEOUT
+            | QpAttrMask::RETRY_CNT
+            | QpAttrMask::RNR_RETRY
+            | QpAttrMask::MAX_QP_RD_ATOMIC;
     }
     e.modify_qp(qpn, &a, m).unwrap();
 }
@@ -158,12 +218,18 @@ pub fn connect(net: &mut SimNet, a: &Node, b: &Node, p: &ConnParams) -> (u32, u3
 
 /// An SGE over `len` bytes at `offset` of a node's region.
 pub fn sge(n: &Node, offset: u64, len: u32) -> Sge {
-    Sge { addr: IOVA + offset, length: len, lkey: n.mr.lkey }
+    Sge {
+        addr: IOVA + offset,
+        length: len,
+        lkey: n.mr.lkey,
+    }
 }
 
 /// Drains a node's CQ.
 pub fn completions(net: &mut SimNet, n: &Node) -> Vec<Completion> {
     let mut v = Vec::new();
-    net.engines[n.idx].poll_cq(n.cq, usize::MAX, &mut v).unwrap();
+    net.engines[n.idx]
+        .poll_cq(n.cq, usize::MAX, &mut v)
+        .unwrap();
     v
 }

@@ -182,7 +182,13 @@ pub struct AddressVector {
 impl AddressVector {
     /// An address vector to `dest` with the defaults the kernel's rxe uses.
     pub fn to(dest: IpAddr) -> Self {
-        AddressVector { dest, sgid_index: 0, hop_limit: 64, traffic_class: 0, flow_label: 0 }
+        AddressVector {
+            dest,
+            sgid_index: 0,
+            hop_limit: 64,
+            traffic_class: 0,
+            flow_label: 0,
+        }
     }
 }
 

@@ -103,6 +103,9 @@ impl Ord for InFlight {
     }
 }
 
+/// A hook that sees every packet sent, with the virtual time since the start.
+pub type Tap = Box<dyn FnMut(Duration, &Transmit) + Send>;
+
 /// Engines joined by a faulty network, on a virtual clock.
 pub struct SimNet {
     /// The engines, in the order they were added.
@@ -117,7 +120,7 @@ pub struct SimNet {
     queue: BinaryHeap<Reverse<InFlight>>,
     seq: u64,
     /// If set, every packet handed to the network is also given to this hook.
-    tap: Option<Box<dyn FnMut(Duration, &Transmit) + Send>>,
+    tap: Option<Tap>,
 }
 
 impl std::fmt::Debug for SimNet {
@@ -183,7 +186,12 @@ impl SimNet {
         };
         self.seq += 1;
         let at = self.now + f.delay + jitter + extra;
-        self.queue.push(Reverse(InFlight { at, seq: self.seq, to, t }));
+        self.queue.push(Reverse(InFlight {
+            at,
+            seq: self.seq,
+            to,
+            t,
+        }));
     }
 
     /// Collects what every engine wants to send and puts it on the wire.
@@ -233,7 +241,11 @@ impl SimNet {
             src: t.src,
             dst: t.dst,
             src_port: t.src_port,
-            icrc: if icrc_ok { IcrcStatus::Ok } else { IcrcStatus::Bad },
+            icrc: if icrc_ok {
+                IcrcStatus::Ok
+            } else {
+                IcrcStatus::Bad
+            },
         };
         self.engines[p.to].handle_datagram(self.now, meta, &t.payload);
     }
@@ -268,7 +280,11 @@ impl SimNet {
 
     /// Steps until `done` holds, nothing is left to do, or `limit` of
     /// virtual time passes. Returns whether `done` held.
-    pub fn run_until(&mut self, limit: Duration, mut done: impl FnMut(&mut SimNet) -> bool) -> bool {
+    pub fn run_until(
+        &mut self,
+        limit: Duration,
+        mut done: impl FnMut(&mut SimNet) -> bool,
+    ) -> bool {
         let deadline = self.now + limit;
         loop {
             if done(self) {

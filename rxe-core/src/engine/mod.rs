@@ -35,7 +35,9 @@ pub mod state;
 pub mod timers;
 
 pub use counters::{Counters, DropReason};
-pub use mem::{AtomicOp, KeyError, MemError, MemSlice, MemTable, MrKeys, PdId, RegionMemory, VecMemory};
+pub use mem::{
+    AtomicOp, KeyError, MemError, MemSlice, MemTable, MrKeys, PdId, RegionMemory, VecMemory,
+};
 
 use crate::psn::Psn;
 use crate::types::*;
@@ -200,7 +202,10 @@ pub enum EngineError {
 }
 
 fn invalid(name: &'static str, reason: impl Into<String>) -> EngineError {
-    EngineError::InvalidArgument { name, reason: reason.into() }
+    EngineError::InvalidArgument {
+        name,
+        reason: reason.into(),
+    }
 }
 
 /// Creation attributes of a QP (`ibv_qp_init_attr`).
@@ -385,7 +390,10 @@ impl Engine {
     /// Creates a completion queue of at least `cqe` entries.
     pub fn create_cq(&mut self, cqe: u32) -> Result<CqId, EngineError> {
         if cqe == 0 || cqe > self.config.caps.max_cqe {
-            return Err(invalid("cqe", format!("must be 1..={}", self.config.caps.max_cqe)));
+            return Err(invalid(
+                "cqe",
+                format!("must be 1..={}", self.config.caps.max_cqe),
+            ));
         }
         let id = CqId(self.next_cq);
         self.next_cq += 1;
@@ -398,7 +406,11 @@ impl Engine {
         if !self.cqs.contains_key(&cq) {
             return Err(EngineError::UnknownCq(cq));
         }
-        if self.qps.values().any(|q| q.send_cq == cq || q.recv_cq == cq) {
+        if self
+            .qps
+            .values()
+            .any(|q| q.send_cq == cq || q.recv_cq == cq)
+        {
             return Err(EngineError::Busy("cq"));
         }
         self.cqs.remove(&cq);
@@ -406,7 +418,12 @@ impl Engine {
     }
 
     /// Takes up to `max` completions from a CQ, oldest first.
-    pub fn poll_cq(&mut self, cq: CqId, max: usize, out: &mut Vec<Completion>) -> Result<usize, EngineError> {
+    pub fn poll_cq(
+        &mut self,
+        cq: CqId,
+        max: usize,
+        out: &mut Vec<Completion>,
+    ) -> Result<usize, EngineError> {
         let q = self.cqs.get_mut(&cq).ok_or(EngineError::UnknownCq(cq))?;
         let n = max.min(q.entries.len());
         out.extend(q.entries.drain(..n));
@@ -422,7 +439,9 @@ impl Engine {
 
     /// True once if an armed CQ received a completion since it was armed.
     pub fn take_cq_notification(&mut self, cq: CqId) -> bool {
-        self.cqs.get_mut(&cq).is_some_and(|q| std::mem::take(&mut q.notified))
+        self.cqs
+            .get_mut(&cq)
+            .is_some_and(|q| std::mem::take(&mut q.notified))
     }
 
     /// Number of completions waiting in a CQ.
@@ -431,26 +450,47 @@ impl Engine {
     }
 
     /// Creates a shared receive queue.
-    pub fn create_srq(&mut self, pd: PdId, max_wr: u32, max_sge: u32, limit: u32) -> Result<SrqId, EngineError> {
+    pub fn create_srq(
+        &mut self,
+        pd: PdId,
+        max_wr: u32,
+        max_sge: u32,
+        limit: u32,
+    ) -> Result<SrqId, EngineError> {
         self.check_pd(pd)?;
         if max_wr == 0 || max_wr > self.config.caps.max_qp_wr {
-            return Err(invalid("max_wr", format!("must be 1..={}", self.config.caps.max_qp_wr)));
+            return Err(invalid(
+                "max_wr",
+                format!("must be 1..={}", self.config.caps.max_qp_wr),
+            ));
         }
         if max_sge == 0 || max_sge > self.config.caps.max_sge {
-            return Err(invalid("max_sge", format!("must be 1..={}", self.config.caps.max_sge)));
+            return Err(invalid(
+                "max_sge",
+                format!("must be 1..={}", self.config.caps.max_sge),
+            ));
         }
         let id = SrqId(self.next_srq);
         self.next_srq += 1;
         self.srqs.insert(
             id,
-            Srq { pd, max_wr: max_wr as usize, max_sge: max_sge as usize, queue: VecDeque::new(), limit },
+            Srq {
+                pd,
+                max_wr: max_wr as usize,
+                max_sge: max_sge as usize,
+                queue: VecDeque::new(),
+                limit,
+            },
         );
         Ok(id)
     }
 
     /// Arms (limit > 0) or disarms the SRQ limit event (`ibv_modify_srq`).
     pub fn modify_srq(&mut self, srq: SrqId, limit: u32) -> Result<(), EngineError> {
-        let s = self.srqs.get_mut(&srq).ok_or(EngineError::UnknownSrq(srq))?;
+        let s = self
+            .srqs
+            .get_mut(&srq)
+            .ok_or(EngineError::UnknownSrq(srq))?;
         if limit as usize > s.max_wr {
             return Err(invalid("srq_limit", "larger than max_wr"));
         }
@@ -472,12 +512,21 @@ impl Engine {
 
     /// Posts a receive to a shared receive queue.
     pub fn post_srq_recv(&mut self, srq: SrqId, wr: RecvWr) -> Result<(), EngineError> {
-        let s = self.srqs.get_mut(&srq).ok_or(EngineError::UnknownSrq(srq))?;
+        let s = self
+            .srqs
+            .get_mut(&srq)
+            .ok_or(EngineError::UnknownSrq(srq))?;
         if wr.sg_list.len() > s.max_sge {
-            return Err(invalid("sg_list", format!("{} entries, max_sge is {}", wr.sg_list.len(), s.max_sge)));
+            return Err(invalid(
+                "sg_list",
+                format!("{} entries, max_sge is {}", wr.sg_list.len(), s.max_sge),
+            ));
         }
         if s.queue.len() >= s.max_wr {
-            return Err(EngineError::QueueFull { queue: "shared receive queue", capacity: s.max_wr });
+            return Err(EngineError::QueueFull {
+                queue: "shared receive queue",
+                capacity: s.max_wr,
+            });
         }
         s.queue.push_back(wr);
         // A receive may unblock a QP waiting for one (RNR): nothing to do,
@@ -511,19 +560,34 @@ impl Engine {
         let caps = &self.config.caps;
         let c = &init.cap;
         if c.max_send_wr == 0 || c.max_send_wr > caps.max_qp_wr {
-            return Err(invalid("cap.max_send_wr", format!("must be 1..={}", caps.max_qp_wr)));
+            return Err(invalid(
+                "cap.max_send_wr",
+                format!("must be 1..={}", caps.max_qp_wr),
+            ));
         }
         if init.srq.is_none() && (c.max_recv_wr == 0 || c.max_recv_wr > caps.max_qp_wr) {
-            return Err(invalid("cap.max_recv_wr", format!("must be 1..={}", caps.max_qp_wr)));
+            return Err(invalid(
+                "cap.max_recv_wr",
+                format!("must be 1..={}", caps.max_qp_wr),
+            ));
         }
         if c.max_send_sge > caps.max_sge || c.max_recv_sge > caps.max_sge {
-            return Err(invalid("cap.max_send_sge", format!("at most {} SGEs", caps.max_sge)));
+            return Err(invalid(
+                "cap.max_send_sge",
+                format!("at most {} SGEs", caps.max_sge),
+            ));
         }
         if c.max_inline_data > caps.max_inline_data {
-            return Err(invalid("cap.max_inline_data", format!("at most {} bytes", caps.max_inline_data)));
+            return Err(invalid(
+                "cap.max_inline_data",
+                format!("at most {} bytes", caps.max_inline_data),
+            ));
         }
         if self.qps.len() as u32 >= caps.max_qp {
-            return Err(EngineError::QueueFull { queue: "QP table", capacity: caps.max_qp as usize });
+            return Err(EngineError::QueueFull {
+                queue: "QP table",
+                capacity: caps.max_qp as usize,
+            });
         }
         let qpn = self.random_qpn();
         let initial_psn = Psn::new(self.rng.gen());
@@ -552,7 +616,12 @@ impl Engine {
 
     /// Moves a QP through its state machine and sets attributes
     /// (`ibv_modify_qp`). The mask says which fields of `attr` count.
-    pub fn modify_qp(&mut self, qpn: u32, attr: &QpAttr, mask: QpAttrMask) -> Result<(), EngineError> {
+    pub fn modify_qp(
+        &mut self,
+        qpn: u32,
+        attr: &QpAttr,
+        mask: QpAttrMask,
+    ) -> Result<(), EngineError> {
         let now = self.last_now;
         let (config, mem, cqs, srqs, events, counters) = (
             &self.config,
@@ -563,20 +632,38 @@ impl Engine {
             &mut self.counters,
         );
         let q = self.qps.get_mut(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
-        let next = state::check_modify(q.qp_type, q.state, attr, mask, &config.caps, config.port_mtu)?;
+        let next = state::check_modify(
+            q.qp_type,
+            q.state,
+            attr,
+            mask,
+            &config.caps,
+            config.port_mtu,
+        )?;
         if mask.contains(QpAttrMask::AV) {
             if let Some(av) = &attr.av {
                 let sgid = config.gids.get(usize::from(av.sgid_index));
                 match sgid {
                     None => return Err(invalid("ah_attr.grh.sgid_index", "no such GID index")),
                     Some(s) if s.is_ipv4() != av.dest.is_ipv4() => {
-                        return Err(invalid("ah_attr.grh.dgid", "address family differs from the source GID"))
+                        return Err(invalid(
+                            "ah_attr.grh.dgid",
+                            "address family differs from the source GID",
+                        ))
                     }
                     _ => {}
                 }
             }
         }
-        let mut ctx = Ctx { now: now.unwrap_or_else(Instant::now), config, mem, cqs, srqs, events, counters };
+        let mut ctx = Ctx {
+            now: now.unwrap_or_else(Instant::now),
+            config,
+            mem,
+            cqs,
+            srqs,
+            events,
+            counters,
+        };
         q.apply_modify(&mut ctx, attr, mask, next);
         self.mark_active(qpn);
         Ok(())
@@ -603,7 +690,15 @@ impl Engine {
             &mut self.events,
             &mut self.counters,
         );
-        let mut ctx = Ctx { now, config, mem, cqs, srqs, events, counters };
+        let mut ctx = Ctx {
+            now,
+            config,
+            mem,
+            cqs,
+            srqs,
+            events,
+            counters,
+        };
         q.post_send(&mut ctx, wr);
         self.mark_active(qpn);
         Ok(())
@@ -613,19 +708,33 @@ impl Engine {
     pub fn post_recv(&mut self, qpn: u32, wr: RecvWr) -> Result<(), EngineError> {
         let q = self.qps.get_mut(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
         if q.srq.is_some() {
-            return Err(invalid("qp", "the QP uses a shared receive queue; post to the SRQ"));
+            return Err(invalid(
+                "qp",
+                "the QP uses a shared receive queue; post to the SRQ",
+            ));
         }
         if q.state == QpState::Reset {
-            return Err(EngineError::WrongState { qpn, state: q.state, what: "post_recv" });
+            return Err(EngineError::WrongState {
+                qpn,
+                state: q.state,
+                what: "post_recv",
+            });
         }
         if wr.sg_list.len() > q.cap.max_recv_sge as usize {
             return Err(invalid(
                 "sg_list",
-                format!("{} entries, max_recv_sge is {}", wr.sg_list.len(), q.cap.max_recv_sge),
+                format!(
+                    "{} entries, max_recv_sge is {}",
+                    wr.sg_list.len(),
+                    q.cap.max_recv_sge
+                ),
             ));
         }
         if q.rq.len() >= q.cap.max_recv_wr as usize {
-            return Err(EngineError::QueueFull { queue: "receive queue", capacity: q.cap.max_recv_wr as usize });
+            return Err(EngineError::QueueFull {
+                queue: "receive queue",
+                capacity: q.cap.max_recv_wr as usize,
+            });
         }
         if q.state == QpState::Err {
             let c = q.flush_completion_recv(&wr);
@@ -673,7 +782,15 @@ impl Engine {
             &mut self.events,
             &mut self.counters,
         );
-        let mut ctx = Ctx { now, config, mem, cqs, srqs, events, counters };
+        let mut ctx = Ctx {
+            now,
+            config,
+            mem,
+            cqs,
+            srqs,
+            events,
+            counters,
+        };
         q.counters.rcvd_pkts += 1;
         q.handle_packet(&mut ctx, &meta, &pkt);
         self.mark_active(qpn);
@@ -699,7 +816,15 @@ impl Engine {
                 &mut self.events,
                 &mut self.counters,
             );
-            let mut ctx = Ctx { now, config, mem, cqs, srqs, events, counters };
+            let mut ctx = Ctx {
+                now,
+                config,
+                mem,
+                cqs,
+                srqs,
+                events,
+                counters,
+            };
             match q.poll_transmit(&mut ctx) {
                 Some(t) => {
                     self.active.push_back(qpn);
@@ -739,7 +864,15 @@ impl Engine {
                 &mut self.counters,
             );
             if let Some(q) = self.qps.get_mut(&qpn) {
-                let mut ctx = Ctx { now, config, mem, cqs, srqs, events, counters };
+                let mut ctx = Ctx {
+                    now,
+                    config,
+                    mem,
+                    cqs,
+                    srqs,
+                    events,
+                    counters,
+                };
                 q.handle_timeout(&mut ctx);
             }
             self.mark_active(qpn);

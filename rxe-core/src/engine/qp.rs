@@ -47,7 +47,10 @@ fn src_port_for(qpn: u32) -> u16 {
 
 impl Qp {
     pub fn new(qpn: u32, init: QpInit, initial_psn: Psn) -> Self {
-        let attr = QpAttr { sq_psn: initial_psn, ..QpAttr::default() };
+        let attr = QpAttr {
+            sq_psn: initial_psn,
+            ..QpAttr::default()
+        };
         Qp {
             qpn,
             qp_type: init.qp_type,
@@ -131,7 +134,7 @@ impl Qp {
         self.state = next;
         match next {
             QpState::Reset if prev != QpState::Reset => self.reset(),
-            QpState::Err if prev != QpState::Err => self.to_error(ctx, false),
+            QpState::Err if prev != QpState::Err => self.enter_error(ctx, false),
             QpState::Sqd => self.req.sqd_notified = false,
             _ => {}
         }
@@ -147,7 +150,7 @@ impl Qp {
     }
 
     /// Moves to ERR and flushes both queues. `fatal` raises `QpFatal`.
-    pub fn to_error(&mut self, ctx: &mut Ctx<'_>, fatal: bool) {
+    pub fn enter_error(&mut self, ctx: &mut Ctx<'_>, fatal: bool) {
         self.state = QpState::Err;
         if fatal {
             ctx.events.push_back(AsyncEvent::QpFatal(self.qpn));
@@ -189,28 +192,47 @@ impl Qp {
     }
 
     /// Checks what `ibv_post_send` checks before queueing.
-    pub fn check_post_send(&self, wr: &SendWr, config: &super::EngineConfig) -> Result<(), super::EngineError> {
+    pub fn check_post_send(
+        &self,
+        wr: &SendWr,
+        config: &super::EngineConfig,
+    ) -> Result<(), super::EngineError> {
         use super::EngineError as E;
         match self.state {
             QpState::Reset | QpState::Init | QpState::Rtr => {
-                return Err(E::WrongState { qpn: self.qpn, state: self.state, what: "post_send" })
+                return Err(E::WrongState {
+                    qpn: self.qpn,
+                    state: self.state,
+                    what: "post_send",
+                })
             }
             _ => {}
         }
         if self.req.sq.len() >= self.cap.max_send_wr as usize {
-            return Err(E::QueueFull { queue: "send queue", capacity: self.cap.max_send_wr as usize });
+            return Err(E::QueueFull {
+                queue: "send queue",
+                capacity: self.cap.max_send_wr as usize,
+            });
         }
         if wr.sg_list.len() > self.cap.max_send_sge as usize {
             return Err(super::invalid(
                 "sg_list",
-                format!("{} entries, max_send_sge is {}", wr.sg_list.len(), self.cap.max_send_sge),
+                format!(
+                    "{} entries, max_send_sge is {}",
+                    wr.sg_list.len(),
+                    self.cap.max_send_sge
+                ),
             ));
         }
         if let Some(d) = &wr.inline_data {
             if d.len() > self.cap.max_inline_data as usize {
                 return Err(super::invalid(
                     "inline_data",
-                    format!("{} bytes, max_inline_data is {}", d.len(), self.cap.max_inline_data),
+                    format!(
+                        "{} bytes, max_inline_data is {}",
+                        d.len(),
+                        self.cap.max_inline_data
+                    ),
                 ));
             }
         }
@@ -219,28 +241,47 @@ impl Qp {
             QpType::Rc => true,
             QpType::Uc => matches!(
                 wr.opcode,
-                O::Send | O::SendWithImm | O::SendWithInv | O::RdmaWrite | O::RdmaWriteWithImm | O::LocalInv | O::BindMw
+                O::Send
+                    | O::SendWithImm
+                    | O::SendWithInv
+                    | O::RdmaWrite
+                    | O::RdmaWriteWithImm
+                    | O::LocalInv
+                    | O::BindMw
             ),
             QpType::Ud => matches!(wr.opcode, O::Send | O::SendWithImm),
         };
         if !allowed {
             return Err(super::invalid(
                 "opcode",
-                format!("{:?} is not supported on a {:?} QP", wr.opcode, self.qp_type),
+                format!(
+                    "{:?} is not supported on a {:?} QP",
+                    wr.opcode, self.qp_type
+                ),
             ));
         }
         if self.qp_type == QpType::Ud {
             match &wr.ud {
                 None => return Err(super::invalid("wr.ud", "a UD send needs an address handle")),
                 Some(ud) => {
-                    if !config.gids.get(usize::from(ud.av.sgid_index)).is_some_and(|g| g.is_ipv4() == ud.av.dest.is_ipv4()) {
-                        return Err(super::invalid("wr.ud.ah", "no source GID of the destination's address family"));
+                    if config
+                        .gids
+                        .get(usize::from(ud.av.sgid_index))
+                        .is_none_or(|g| g.is_ipv4() != ud.av.dest.is_ipv4())
+                    {
+                        return Err(super::invalid(
+                            "wr.ud.ah",
+                            "no source GID of the destination's address family",
+                        ));
                     }
                 }
             }
         }
         if matches!(wr.opcode, O::BindMw) && wr.bind.is_none() {
-            return Err(super::invalid("wr.bind_mw", "a BIND_MW request needs bind parameters"));
+            return Err(super::invalid(
+                "wr.bind_mw",
+                "a BIND_MW request needs bind parameters",
+            ));
         }
         Ok(())
     }
@@ -281,7 +322,10 @@ impl Qp {
             qp.counters.drop(why);
             ctx.counters.drop(why);
         };
-        if !matches!(self.state, QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe) {
+        if !matches!(
+            self.state,
+            QpState::Rtr | QpState::Rts | QpState::Sqd | QpState::Sqe
+        ) {
             return drop(self, ctx, DropReason::QpState);
         }
         let transport_ok = matches!(
@@ -356,10 +400,22 @@ impl Qp {
     }
 
     /// Validates the scatter list of a receive WQE.
-    pub fn recv_slices(&self, ctx: &Ctx<'_>, wr: &RecvWr) -> Result<Vec<MemSlice>, super::mem::KeyError> {
+    pub fn recv_slices(
+        &self,
+        ctx: &Ctx<'_>,
+        wr: &RecvWr,
+    ) -> Result<Vec<MemSlice>, super::mem::KeyError> {
         wr.sg_list
             .iter()
-            .map(|s| ctx.mem.local(self.pd, s.lkey, s.addr, u64::from(s.length), Access::LOCAL_WRITE))
+            .map(|s| {
+                ctx.mem.local(
+                    self.pd,
+                    s.lkey,
+                    s.addr,
+                    u64::from(s.length),
+                    Access::LOCAL_WRITE,
+                )
+            })
             .collect()
     }
 }
@@ -368,7 +424,10 @@ impl Qp {
 /// Returns false (and writes nothing) if it does not fit.
 pub(crate) fn scatter(slices: &[MemSlice], offset: u64, data: &[u8]) -> bool {
     let total: u64 = slices.iter().map(|s| s.len() as u64).sum();
-    if offset.checked_add(data.len() as u64).is_none_or(|end| end > total) {
+    if offset
+        .checked_add(data.len() as u64)
+        .is_none_or(|end| end > total)
+    {
         return false;
     }
     let (mut off, mut data) = (offset, data);

@@ -113,13 +113,21 @@ impl Requester {
 
     /// READ/atomic WQEs started before index `i` and not yet answered.
     fn rd_atomic_in_flight(&self, i: usize) -> usize {
-        self.sq.iter().take(i).filter(|w| w.started && w.done.is_none() && w.is_rd_atomic()).count()
+        self.sq
+            .iter()
+            .take(i)
+            .filter(|w| w.started && w.done.is_none() && w.is_rd_atomic())
+            .count()
     }
 
     /// The first PSN of the oldest unfinished WQE, if one has started: the
     /// left edge of the send window.
     pub fn oldest_unacked(&self) -> Option<Psn> {
-        self.sq.iter().find(|w| w.done.is_none() && w.npkts > 0).filter(|w| w.started).map(|w| w.first_psn)
+        self.sq
+            .iter()
+            .find(|w| w.done.is_none() && w.npkts > 0)
+            .filter(|w| w.started)
+            .map(|w| w.first_psn)
     }
 
     /// The PSN of the packet at the cursor.
@@ -131,7 +139,9 @@ impl Requester {
     }
 
     fn anything_outstanding(&self) -> bool {
-        self.sq.iter().any(|w| w.started && w.done.is_none() && w.npkts > 0)
+        self.sq
+            .iter()
+            .any(|w| w.started && w.done.is_none() && w.npkts > 0)
     }
 }
 
@@ -246,7 +256,8 @@ impl Qp {
                 _ => {}
             }
         }
-        if self.state == QpState::Sqd && !self.req.sqd_notified && !self.req.anything_outstanding() {
+        if self.state == QpState::Sqd && !self.req.sqd_notified && !self.req.anything_outstanding()
+        {
             self.req.sqd_notified = true;
             if self.attr.en_sqd_async_notify {
                 ctx.events.push_back(super::AsyncEvent::SqDrained(self.qpn));
@@ -265,7 +276,7 @@ impl Qp {
                 w.done = Some(WcStatus::WrFlushErr);
             }
         }
-        self.to_error(ctx, true);
+        self.enter_error(ctx, true);
     }
 
     /// Validates a WQE's local memory and assigns its PSNs.
@@ -295,7 +306,11 @@ impl Qp {
             SendOpcode::BindMw => {
                 w.started = true;
                 let bind = w.wr.bind.ok_or(WcStatus::MwBindErr)?;
-                return ctx.mem.bind_mw(pd, qpn, &bind).map(|_| ()).map_err(|_| WcStatus::MwBindErr);
+                return ctx
+                    .mem
+                    .bind_mw(pd, qpn, &bind)
+                    .map(|_| ())
+                    .map_err(|_| WcStatus::MwBindErr);
             }
             _ => {}
         }
@@ -313,7 +328,10 @@ impl Qp {
                 w.wr.sg_list.iter().map(|s| u64::from(s.length)).sum()
             }
         };
-        let is_atomic = matches!(w.wr.opcode, SendOpcode::AtomicCmpSwap | SendOpcode::AtomicFetchAdd);
+        let is_atomic = matches!(
+            w.wr.opcode,
+            SendOpcode::AtomicCmpSwap | SendOpcode::AtomicFetchAdd
+        );
         if is_atomic {
             if len < 8 {
                 return Err(WcStatus::LocLenErr);
@@ -328,7 +346,11 @@ impl Qp {
             }
             w.len = len;
         }
-        w.npkts = if is_atomic { 1 } else { len.div_ceil(mtu).max(1) as u32 };
+        w.npkts = if is_atomic {
+            1
+        } else {
+            len.div_ceil(mtu).max(1) as u32
+        };
         w.first_psn = self.req.psn;
         w.started = true;
         self.req.psn = self.req.psn.add(w.npkts);
@@ -347,7 +369,10 @@ impl Qp {
                 if self.state == QpState::Sqd {
                     return None;
                 }
-                if w.is_rd_atomic() && self.req.rd_atomic_in_flight(i) >= usize::from(self.attr.max_rd_atomic.max(1)) {
+                if w.is_rd_atomic()
+                    && self.req.rd_atomic_in_flight(i)
+                        >= usize::from(self.attr.max_rd_atomic.max(1))
+                {
                     return None;
                 }
                 if w.wr.flags.contains(SendFlags::FENCE) && self.req.rd_atomic_in_flight(i) > 0 {
@@ -388,7 +413,16 @@ impl Qp {
         let w = &self.req.sq[i];
         let psn = w.first_psn.add(k);
         let op = w.wr.opcode;
-        let opcode = opcode_for(qp_type, op, k, if op == SendOpcode::RdmaRead { 1 } else { w.npkts });
+        let opcode = opcode_for(
+            qp_type,
+            op,
+            k,
+            if op == SendOpcode::RdmaRead {
+                1
+            } else {
+                w.npkts
+            },
+        );
         let offset = u64::from(k) * mtu;
         let is_last = k + 1 >= w.npkts;
         let mut ack_req = false;
@@ -417,9 +451,20 @@ impl Qp {
         let mut repr = PacketRepr::new(bth);
         let info = opcode.info().expect("known opcode");
         if info.headers.contains(crate::wire::ExtHeaders::RETH) {
-            let len = if op == SendOpcode::RdmaRead { w.len - offset } else { w.len };
+            let len = if op == SendOpcode::RdmaRead {
+                w.len - offset
+            } else {
+                w.len
+            };
             repr.reth = Some(RethRepr {
-                va: w.wr.remote_addr.wrapping_add(if op == SendOpcode::RdmaRead { offset } else { 0 }),
+                va: w
+                    .wr
+                    .remote_addr
+                    .wrapping_add(if op == SendOpcode::RdmaRead {
+                        offset
+                    } else {
+                        0
+                    }),
                 rkey: w.wr.rkey,
                 dma_len: len as u32,
             });
@@ -428,8 +473,16 @@ impl Qp {
             repr.atomic_eth = Some(AtomicEthRepr {
                 va: w.wr.remote_addr,
                 rkey: w.wr.rkey,
-                swap_add: if op == SendOpcode::AtomicCmpSwap { w.wr.swap } else { w.wr.compare_add },
-                compare: if op == SendOpcode::AtomicCmpSwap { w.wr.compare_add } else { 0 },
+                swap_add: if op == SendOpcode::AtomicCmpSwap {
+                    w.wr.swap
+                } else {
+                    w.wr.compare_add
+                },
+                compare: if op == SendOpcode::AtomicCmpSwap {
+                    w.wr.compare_add
+                } else {
+                    0
+                },
             });
         }
         if info.has_immediate() {
@@ -440,8 +493,15 @@ impl Qp {
         }
         let (src, dst, av) = match (&w.wr.ud, qp_type) {
             (Some(ud), QpType::Ud) => {
-                let qkey = if ud.remote_qkey & 0x8000_0000 != 0 { self.attr.qkey } else { ud.remote_qkey };
-                repr.deth = Some(DethRepr { qkey, src_qp: self.qpn });
+                let qkey = if ud.remote_qkey & 0x8000_0000 != 0 {
+                    self.attr.qkey
+                } else {
+                    ud.remote_qkey
+                };
+                repr.deth = Some(DethRepr {
+                    qkey,
+                    src_qp: self.qpn,
+                });
                 let src = *ctx.config.gids.get(usize::from(ud.av.sgid_index))?;
                 (src, ud.av.dest, Some(ud.av))
             }
@@ -504,7 +564,15 @@ impl Qp {
         } else {
             self.retire(ctx);
         }
-        if is_last && matches!(op, SendOpcode::Send | SendOpcode::SendWithImm | SendOpcode::SendWithInv | SendOpcode::RdmaWriteWithImm) {
+        if is_last
+            && matches!(
+                op,
+                SendOpcode::Send
+                    | SendOpcode::SendWithImm
+                    | SendOpcode::SendWithInv
+                    | SendOpcode::RdmaWriteWithImm
+            )
+        {
             self.counters.rdma_sends += 1;
             ctx.counters.rdma_sends += 1;
         }
@@ -514,7 +582,12 @@ impl Qp {
     /// Restarts sending from `psn` (go-back-N).
     fn go_back(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
         let mtu = self.mtu() as u64;
-        match self.req.sq.iter().position(|w| w.done.is_none() && w.holds(psn)) {
+        match self
+            .req
+            .sq
+            .iter()
+            .position(|w| w.done.is_none() && w.holds(psn))
+        {
             Some(i) => {
                 let w = &mut self.req.sq[i];
                 let k = w.first_psn.distance_to(psn);
@@ -525,24 +598,38 @@ impl Qp {
                 self.req.next_pkt = k;
             }
             None => {
-                self.req.next = self.req.sq.iter().position(|w| !w.started).unwrap_or(self.req.sq.len());
+                self.req.next = self
+                    .req
+                    .sq
+                    .iter()
+                    .position(|w| !w.started)
+                    .unwrap_or(self.req.sq.len());
                 self.req.next_pkt = 0;
             }
         }
         self.req.since_ackreq = 0;
         self.req.retransmit_at = ack_timeout(self.attr.timeout).map(|d| ctx.now + d);
-        self.req.round = psn.is_before(self.req.sent_high).then_some((psn, self.req.sent_high));
+        self.req.round = psn
+            .is_before(self.req.sent_high)
+            .then_some((psn, self.req.sent_high));
     }
 
     /// True if `psn` is being sent again by the current go-back.
     fn in_round(&self, psn: Psn) -> bool {
-        self.req.round.is_some_and(|(from, to)| psn.in_window(from, from.distance_to(to)))
+        self.req
+            .round
+            .is_some_and(|(from, to)| psn.in_window(from, from.distance_to(to)))
     }
 
     /// Uses up one retry; fails the head WQE when none are left.
     fn consume_retry(&mut self, ctx: &mut Ctx<'_>) -> bool {
         if self.req.retry_left == 0 {
-            let i = self.req.sq.iter().position(|w| w.done.is_none()).unwrap_or(0);
+            let i = self
+                .req
+                .sq
+                .iter()
+                .position(|w| w.done.is_none())
+                .unwrap_or(0);
             self.fail(ctx, i, WcStatus::RetryExcErr);
             return false;
         }
@@ -592,7 +679,11 @@ impl Qp {
         let progress = limit.is_after(self.req.acked);
         if progress {
             self.req.acked = limit;
-            if self.req.round.is_some_and(|(_, to)| !limit.is_before(to.sub(1))) {
+            if self
+                .req
+                .round
+                .is_some_and(|(_, to)| !limit.is_before(to.sub(1)))
+            {
                 self.req.round = None;
             }
         }
@@ -638,7 +729,12 @@ impl Qp {
                 if progress {
                     self.progress(ctx);
                 }
-                let Some(i) = self.req.sq.iter().position(|w| w.done.is_none() && w.holds(psn)) else {
+                let Some(i) = self
+                    .req
+                    .sq
+                    .iter()
+                    .position(|w| w.done.is_none() && w.holds(psn))
+                else {
                     return;
                 };
                 if self.attr.rnr_retry != RNR_RETRY_INFINITE {
@@ -661,7 +757,10 @@ impl Qp {
                 }
                 if let Some(i) = lost {
                     self.implicit_nak(ctx, i);
-                } else if !self.in_round(psn) && self.req.cursor_psn().is_after(psn) && self.consume_retry(ctx) {
+                } else if !self.in_round(psn)
+                    && self.req.cursor_psn().is_after(psn)
+                    && self.consume_retry(ctx)
+                {
                     self.go_back(ctx, psn);
                 }
             }
@@ -686,10 +785,18 @@ impl Qp {
             }
             (Operation::ReadResponse, _) => self.handle_read_response(ctx, pkt, psn),
             (Operation::AtomicAcknowledge, Some(AethSyndrome::Ack { .. })) => {
-                let Some(i) = self.req.sq.iter().position(|w| w.done.is_none() && w.holds(psn)) else {
+                let Some(i) = self
+                    .req
+                    .sq
+                    .iter()
+                    .position(|w| w.done.is_none() && w.holds(psn))
+                else {
                     return self.unexpected(ctx);
                 };
-                if !matches!(self.req.sq[i].wr.opcode, SendOpcode::AtomicCmpSwap | SendOpcode::AtomicFetchAdd) {
+                if !matches!(
+                    self.req.sq[i].wr.opcode,
+                    SendOpcode::AtomicCmpSwap | SendOpcode::AtomicFetchAdd
+                ) {
                     return self.unexpected(ctx);
                 }
                 let (progress, lost) = self.ack_through(psn.sub(1));
@@ -724,7 +831,12 @@ impl Qp {
 
     fn handle_read_response(&mut self, ctx: &mut Ctx<'_>, pkt: &Packet<&[u8]>, psn: Psn) {
         let mtu = self.mtu() as u64;
-        let Some(i) = self.req.sq.iter().position(|w| w.done.is_none() && w.holds(psn)) else {
+        let Some(i) = self
+            .req
+            .sq
+            .iter()
+            .position(|w| w.done.is_none() && w.holds(psn))
+        else {
             return self.unexpected(ctx);
         };
         if self.req.sq[i].wr.opcode != SendOpcode::RdmaRead {
@@ -779,7 +891,9 @@ impl Qp {
         }
         if self.req.retransmit_at.is_some_and(|t| t <= ctx.now) {
             self.req.retransmit_at = None;
-            let Some(oldest) = self.oldest_unacked_psn() else { return };
+            let Some(oldest) = self.oldest_unacked_psn() else {
+                return;
+            };
             self.counters.retry_timeouts += 1;
             ctx.counters.retry_timeouts += 1;
             if self.consume_retry(ctx) {
@@ -791,7 +905,11 @@ impl Qp {
     /// The oldest PSN still waiting for an answer, READ progress included.
     fn oldest_unacked_psn(&self) -> Option<Psn> {
         let mtu = self.mtu() as u64;
-        let w = self.req.sq.iter().find(|w| w.done.is_none() && w.npkts > 0 && w.started)?;
+        let w = self
+            .req
+            .sq
+            .iter()
+            .find(|w| w.done.is_none() && w.npkts > 0 && w.started)?;
         Some(if w.wr.opcode == SendOpcode::RdmaRead {
             w.first_psn.add((w.read_rcvd / mtu) as u32)
         } else {

@@ -19,8 +19,8 @@ use crate::psn::Psn;
 use crate::types::*;
 use crate::wire::aeth::CREDITS_INVALID;
 use crate::wire::{
-    AethRepr, AethSyndrome, AtomicAckEthRepr, BthRepr, NakCode, Opcode, Operation, Packet, PacketRepr,
-    Position,
+    AethRepr, AethSyndrome, AtomicAckEthRepr, BthRepr, NakCode, Opcode, Operation, Packet,
+    PacketRepr, Position,
 };
 use std::collections::VecDeque;
 use std::net::IpAddr;
@@ -44,8 +44,17 @@ pub(crate) enum InMsg {
 /// What the responder remembers of a READ or atomic, to answer duplicates.
 #[derive(Debug)]
 pub(crate) enum Resource {
-    Read { psn: Psn, npkts: u32, va: u64, len: u64, slice: MemSlice },
-    Atomic { psn: Psn, orig: u64 },
+    Read {
+        psn: Psn,
+        npkts: u32,
+        va: u64,
+        len: u64,
+        slice: MemSlice,
+    },
+    Atomic {
+        psn: Psn,
+        orig: u64,
+    },
 }
 
 /// A READ response in progress.
@@ -64,9 +73,17 @@ pub(crate) struct ReadJob {
 /// Something the responder has to send.
 #[derive(Debug)]
 pub(crate) enum RespOut {
-    Ack { psn: Psn, syndrome: AethSyndrome, msn: u32 },
+    Ack {
+        psn: Psn,
+        syndrome: AethSyndrome,
+        msn: u32,
+    },
     Read(ReadJob),
-    AtomicAck { psn: Psn, orig: u64, msn: u32 },
+    AtomicAck {
+        psn: Psn,
+        orig: u64,
+        msn: u32,
+    },
 }
 
 impl RespOut {
@@ -122,11 +139,17 @@ impl Responder {
     fn push_ack(&mut self, psn: Psn, counters: &mut super::Counters) {
         let ack = RespOut::Ack {
             psn,
-            syndrome: AethSyndrome::Ack { credits: CREDITS_INVALID },
+            syndrome: AethSyndrome::Ack {
+                credits: CREDITS_INVALID,
+            },
             msn: self.msn,
         };
         // Coalesce with an ACK that has not gone out yet.
-        if let Some(RespOut::Ack { syndrome: AethSyndrome::Ack { .. }, .. }) = self.out.back() {
+        if let Some(RespOut::Ack {
+            syndrome: AethSyndrome::Ack { .. },
+            ..
+        }) = self.out.back()
+        {
             counters.ack_deferred += 1;
             *self.out.back_mut().expect("checked") = ack;
         } else {
@@ -135,7 +158,11 @@ impl Responder {
     }
 
     fn push_nak(&mut self, psn: Psn, syndrome: AethSyndrome) {
-        self.out.push_back(RespOut::Ack { psn, syndrome, msn: self.msn });
+        self.out.push_back(RespOut::Ack {
+            psn,
+            syndrome,
+            msn: self.msn,
+        });
     }
 }
 
@@ -169,7 +196,8 @@ impl Qp {
                 self.counters.send_seq_err += 1;
                 ctx.counters.send_seq_err += 1;
                 let e = self.resp.epsn;
-                self.resp.push_nak(e, AethSyndrome::Nak(NakCode::PsnSequenceError));
+                self.resp
+                    .push_nak(e, AethSyndrome::Nak(NakCode::PsnSequenceError));
             } else {
                 self.count_drop(ctx, DropReason::Sequence);
             }
@@ -183,7 +211,12 @@ impl Qp {
         self.resp.nak_sent = false;
         match self.execute(ctx, pkt, psn) {
             Ok(()) => {
-                if pkt.bth().ack_req() && !matches!(pkt.info().operation, Operation::ReadRequest | Operation::CompareSwap | Operation::FetchAdd) {
+                if pkt.bth().ack_req()
+                    && !matches!(
+                        pkt.info().operation,
+                        Operation::ReadRequest | Operation::CompareSwap | Operation::FetchAdd
+                    )
+                {
                     self.resp.push_ack(psn, &mut self.counters);
                 }
             }
@@ -196,12 +229,14 @@ impl Qp {
             Err(Refusal::Nak(code, recv_status)) => {
                 self.counters.send_err += 1;
                 ctx.counters.send_err += 1;
-                if let (Some(status), Some(InMsg::Send { wr, .. })) = (recv_status, self.resp.cur.take()) {
+                if let (Some(status), Some(InMsg::Send { wr, .. })) =
+                    (recv_status, self.resp.cur.take())
+                {
                     let c = self.recv_completion(wr.wr_id, status, WcOpcode::Recv, 0, None);
                     ctx.complete(self.recv_cq, c, false);
                 }
                 self.resp.push_nak(psn, AethSyndrome::Nak(code));
-                self.to_error(ctx, true);
+                self.enter_error(ctx, true);
             }
         }
     }
@@ -221,7 +256,8 @@ impl Qp {
             Ok(()) => {}
             Err(Refusal::Rnr) => self.count_drop(ctx, DropReason::NoReceiveBuffer),
             Err(Refusal::Nak(_, status)) => {
-                if let (Some(status), Some(InMsg::Send { wr, .. })) = (status, self.resp.cur.take()) {
+                if let (Some(status), Some(InMsg::Send { wr, .. })) = (status, self.resp.cur.take())
+                {
                     let c = self.recv_completion(wr.wr_id, status, WcOpcode::Recv, 0, None);
                     ctx.complete(self.recv_cq, c, false);
                 }
@@ -246,7 +282,8 @@ impl Qp {
         // Opcode sequence: a message in progress continues with middle/last
         // of the same operation; otherwise a new one starts with first/only.
         let continuing = match (&self.resp.cur, info.operation) {
-            (Some(InMsg::Send { .. }), Operation::Send) | (Some(InMsg::Write { .. }), Operation::RdmaWrite) => true,
+            (Some(InMsg::Send { .. }), Operation::Send)
+            | (Some(InMsg::Write { .. }), Operation::RdmaWrite) => true,
             (None, _) => false,
             _ => return Err(Refusal::Nak(NakCode::InvalidRequest, None)),
         };
@@ -269,22 +306,49 @@ impl Qp {
                     let slices = match self.recv_slices(ctx, &wr) {
                         Ok(s) => s,
                         Err(_) => {
-                            self.resp.cur = Some(InMsg::Send { wr, from_srq, slices: vec![], written: 0 });
-                            return Err(Refusal::Nak(NakCode::RemoteOperationalError, Some(WcStatus::LocProtErr)));
+                            self.resp.cur = Some(InMsg::Send {
+                                wr,
+                                from_srq,
+                                slices: vec![],
+                                written: 0,
+                            });
+                            return Err(Refusal::Nak(
+                                NakCode::RemoteOperationalError,
+                                Some(WcStatus::LocProtErr),
+                            ));
                         }
                     };
-                    self.resp.cur = Some(InMsg::Send { wr, from_srq, slices, written: 0 });
+                    self.resp.cur = Some(InMsg::Send {
+                        wr,
+                        from_srq,
+                        slices,
+                        written: 0,
+                    });
                 }
-                let Some(InMsg::Send { slices, written, .. }) = &mut self.resp.cur else {
+                let Some(InMsg::Send {
+                    slices, written, ..
+                }) = &mut self.resp.cur
+                else {
                     unreachable!("a send is in progress")
                 };
                 if !scatter(slices, *written, payload) {
-                    return Err(Refusal::Nak(NakCode::InvalidRequest, Some(WcStatus::LocLenErr)));
+                    return Err(Refusal::Nak(
+                        NakCode::InvalidRequest,
+                        Some(WcStatus::LocLenErr),
+                    ));
                 }
                 *written += payload.len() as u64;
                 if info.position.ends() {
-                    let Some(InMsg::Send { wr, written, .. }) = self.resp.cur.take() else { unreachable!() };
-                    let mut c = self.recv_completion(wr.wr_id, WcStatus::Success, WcOpcode::Recv, written as u32, pkt.immdt());
+                    let Some(InMsg::Send { wr, written, .. }) = self.resp.cur.take() else {
+                        unreachable!()
+                    };
+                    let mut c = self.recv_completion(
+                        wr.wr_id,
+                        WcStatus::Success,
+                        WcOpcode::Recv,
+                        written as u32,
+                        pkt.immdt(),
+                    );
                     if let Some(rkey) = pkt.ieth() {
                         if ctx.mem.invalidate(self.pd, Some(self.qpn), rkey).is_err() {
                             c.status = WcStatus::LocQpOpErr;
@@ -307,11 +371,25 @@ impl Qp {
                     }
                     let slice = ctx
                         .mem
-                        .remote(self.pd, self.qpn, reth.rkey(), reth.va(), dma_len, Access::REMOTE_WRITE)
+                        .remote(
+                            self.pd,
+                            self.qpn,
+                            reth.rkey(),
+                            reth.va(),
+                            dma_len,
+                            Access::REMOTE_WRITE,
+                        )
                         .map_err(refuse_key)?;
-                    self.resp.cur = Some(InMsg::Write { slice, written: 0, dma_len });
+                    self.resp.cur = Some(InMsg::Write {
+                        slice,
+                        written: 0,
+                        dma_len,
+                    });
                 }
-                let Some(InMsg::Write { written, dma_len, .. }) = &self.resp.cur else {
+                let Some(InMsg::Write {
+                    written, dma_len, ..
+                }) = &self.resp.cur
+                else {
                     unreachable!("a write is in progress")
                 };
                 let end = *written + payload.len() as u64;
@@ -324,7 +402,14 @@ impl Qp {
                 } else {
                     None
                 };
-                let Some(InMsg::Write { slice, written, dma_len }) = &mut self.resp.cur else { unreachable!() };
+                let Some(InMsg::Write {
+                    slice,
+                    written,
+                    dma_len,
+                }) = &mut self.resp.cur
+                else {
+                    unreachable!()
+                };
                 if slice.write(*written as usize, payload).is_err() {
                     return Err(Refusal::Nak(NakCode::RemoteAccessError, None));
                 }
@@ -333,7 +418,13 @@ impl Qp {
                 if info.position.ends() {
                     self.resp.cur = None;
                     if let Some((wr, _)) = recv {
-                        let c = self.recv_completion(wr.wr_id, WcStatus::Success, WcOpcode::RecvRdmaWithImm, total as u32, pkt.immdt());
+                        let c = self.recv_completion(
+                            wr.wr_id,
+                            WcStatus::Success,
+                            WcOpcode::RecvRdmaWithImm,
+                            total as u32,
+                            pkt.immdt(),
+                        );
                         self.finish_message(ctx, c, pkt.bth().solicited());
                     } else {
                         self.resp.msn = self.resp.msn.wrapping_add(1);
@@ -351,11 +442,24 @@ impl Qp {
                 }
                 let slice = ctx
                     .mem
-                    .remote(self.pd, self.qpn, reth.rkey(), reth.va(), len, Access::REMOTE_READ)
+                    .remote(
+                        self.pd,
+                        self.qpn,
+                        reth.rkey(),
+                        reth.va(),
+                        len,
+                        Access::REMOTE_READ,
+                    )
                     .map_err(refuse_key)?;
                 let npkts = len.div_ceil(mtu).max(1) as u32;
                 self.resp.msn = self.resp.msn.wrapping_add(1);
-                self.remember(Resource::Read { psn, npkts, va: reth.va(), len, slice: slice.clone() });
+                self.remember(Resource::Read {
+                    psn,
+                    npkts,
+                    va: reth.va(),
+                    len,
+                    slice: slice.clone(),
+                });
                 self.resp.out.push_back(RespOut::Read(ReadJob {
                     slice,
                     start: 0,
@@ -373,22 +477,38 @@ impl Qp {
                 if !self.attr.access.contains(Access::REMOTE_ATOMIC) {
                     return Err(Refusal::Nak(NakCode::RemoteAccessError, None));
                 }
-                if a.va() % 8 != 0 {
+                if !a.va().is_multiple_of(8) {
                     return Err(Refusal::Nak(NakCode::InvalidRequest, None));
                 }
                 let slice = ctx
                     .mem
-                    .remote(self.pd, self.qpn, a.rkey(), a.va(), 8, Access::REMOTE_ATOMIC)
+                    .remote(
+                        self.pd,
+                        self.qpn,
+                        a.rkey(),
+                        a.va(),
+                        8,
+                        Access::REMOTE_ATOMIC,
+                    )
                     .map_err(refuse_key)?;
                 let op = if info.operation == Operation::CompareSwap {
-                    AtomicOp::CompareSwap { compare: a.compare(), swap: a.swap_add() }
+                    AtomicOp::CompareSwap {
+                        compare: a.compare(),
+                        swap: a.swap_add(),
+                    }
                 } else {
                     AtomicOp::FetchAdd(a.swap_add())
                 };
-                let orig = slice.atomic(op).map_err(|_| Refusal::Nak(NakCode::InvalidRequest, None))?;
+                let orig = slice
+                    .atomic(op)
+                    .map_err(|_| Refusal::Nak(NakCode::InvalidRequest, None))?;
                 self.resp.msn = self.resp.msn.wrapping_add(1);
                 self.remember(Resource::Atomic { psn, orig });
-                self.resp.out.push_back(RespOut::AtomicAck { psn, orig, msn: self.resp.msn });
+                self.resp.out.push_back(RespOut::AtomicAck {
+                    psn,
+                    orig,
+                    msn: self.resp.msn,
+                });
                 self.resp.epsn = psn.next();
                 return Ok(());
             }
@@ -409,7 +529,14 @@ impl Qp {
         ctx.complete(self.recv_cq, c, solicited);
     }
 
-    fn recv_completion(&self, wr_id: u64, status: WcStatus, opcode: WcOpcode, byte_len: u32, imm: Option<u32>) -> Completion {
+    fn recv_completion(
+        &self,
+        wr_id: u64,
+        status: WcStatus,
+        opcode: WcOpcode,
+        byte_len: u32,
+        imm: Option<u32>,
+    ) -> Completion {
         Completion {
             wr_id,
             status,
@@ -439,12 +566,19 @@ impl Qp {
             Operation::ReadRequest => {
                 let reth = pkt.reth().expect("READ requests carry a RETH");
                 let found = self.resp.resources.iter().find_map(|r| match r {
-                    Resource::Read { psn: p, npkts, va, len, slice } if psn.in_window(*p, *npkts) => {
+                    Resource::Read {
+                        psn: p,
+                        npkts,
+                        va,
+                        len,
+                        slice,
+                    } if psn.in_window(*p, *npkts) => {
                         let k = u64::from(p.distance_to(psn));
                         let start = k * mtu;
                         // A retried READ may start part way: it must be the same READ's tail.
-                        (reth.va() == va.wrapping_add(start) && u64::from(reth.dma_len()) == len - start.min(*len))
-                            .then(|| (slice.clone(), start, len - start.min(*len)))
+                        (reth.va() == va.wrapping_add(start)
+                            && u64::from(reth.dma_len()) == len - start.min(*len))
+                        .then(|| (slice.clone(), start, len - start.min(*len)))
                     }
                     _ => None,
                 });
@@ -452,7 +586,15 @@ impl Qp {
                     Some((slice, start, len)) => {
                         let npkts = len.div_ceil(mtu).max(1) as u32;
                         let msn = self.resp.msn;
-                        self.resp.out.push_back(RespOut::Read(ReadJob { slice, start, len, psn, npkts, sent: 0, msn }));
+                        self.resp.out.push_back(RespOut::Read(ReadJob {
+                            slice,
+                            start,
+                            len,
+                            psn,
+                            npkts,
+                            sent: 0,
+                            msn,
+                        }));
                     }
                     None => self.count_drop(ctx, DropReason::Sequence),
                 }
@@ -465,7 +607,9 @@ impl Qp {
                 match orig {
                     Some(orig) => {
                         let msn = self.resp.msn;
-                        self.resp.out.push_back(RespOut::AtomicAck { psn, orig, msn });
+                        self.resp
+                            .out
+                            .push_back(RespOut::AtomicAck { psn, orig, msn });
                     }
                     None => self.count_drop(ctx, DropReason::Sequence),
                 }
@@ -492,7 +636,8 @@ impl Qp {
         let Some((wr, _)) = self.take_recv(ctx) else {
             return self.count_drop(ctx, DropReason::NoReceiveBuffer);
         };
-        let mut c = self.recv_completion(wr.wr_id, WcStatus::Success, WcOpcode::Recv, 0, pkt.immdt());
+        let mut c =
+            self.recv_completion(wr.wr_id, WcStatus::Success, WcOpcode::Recv, 0, pkt.immdt());
         c.src_qp = deth.src_qp();
         c.grh = true;
         let grh = grh_for(meta, pkt.as_bytes().len());
@@ -540,13 +685,21 @@ impl Qp {
         match front {
             RespOut::Ack { psn, syndrome, msn } => {
                 let mut r = PacketRepr::new(bth(Opcode::RC_ACKNOWLEDGE, *psn));
-                r.aeth = Some(AethRepr { syndrome: *syndrome, msn: *msn & 0xff_ffff });
+                r.aeth = Some(AethRepr {
+                    syndrome: *syndrome,
+                    msn: *msn & 0xff_ffff,
+                });
                 self.resp.out.pop_front();
                 self.build(&r, src, dst, av.as_ref())
             }
             RespOut::AtomicAck { psn, orig, msn } => {
                 let mut r = PacketRepr::new(bth(Opcode::RC_ATOMIC_ACKNOWLEDGE, *psn));
-                r.aeth = Some(AethRepr { syndrome: AethSyndrome::Ack { credits: CREDITS_INVALID }, msn: *msn & 0xff_ffff });
+                r.aeth = Some(AethRepr {
+                    syndrome: AethSyndrome::Ack {
+                        credits: CREDITS_INVALID,
+                    },
+                    msn: *msn & 0xff_ffff,
+                });
                 r.atomic_ack_eth = Some(AtomicAckEthRepr { orig: *orig });
                 self.resp.out.pop_front();
                 self.build(&r, src, dst, av.as_ref())
@@ -564,15 +717,27 @@ impl Qp {
                 let mut data = std::mem::take(&mut self.resp.scratch);
                 data.clear();
                 data.resize(n, 0);
-                let read_ok = job.slice.read((job.start + off) as usize, &mut data).is_ok();
+                let read_ok = job
+                    .slice
+                    .read((job.start + off) as usize, &mut data)
+                    .is_ok();
                 let mut r = PacketRepr::new(bth(opcode, job.psn.add(i)));
                 if opcode != Opcode::RC_RDMA_READ_RESPONSE_MIDDLE {
-                    r.aeth = Some(AethRepr { syndrome: AethSyndrome::Ack { credits: CREDITS_INVALID }, msn: job.msn & 0xff_ffff });
+                    r.aeth = Some(AethRepr {
+                        syndrome: AethSyndrome::Ack {
+                            credits: CREDITS_INVALID,
+                        },
+                        msn: job.msn & 0xff_ffff,
+                    });
                 }
                 r.payload = &data;
                 job.sent += 1;
                 let finished = job.sent >= job.npkts;
-                let t = if read_ok { self.build(&r, src, dst, av.as_ref()) } else { None };
+                let t = if read_ok {
+                    self.build(&r, src, dst, av.as_ref())
+                } else {
+                    None
+                };
                 self.resp.scratch = data;
                 if finished {
                     self.resp.out.pop_front();
@@ -607,7 +772,10 @@ fn grh_for(meta: &RecvMeta, transport_len: usize) -> [u8; 40] {
             h[9] = 17;
             h[12..16].copy_from_slice(&s.octets());
             h[16..20].copy_from_slice(&d.octets());
-            let mut sum: u32 = h.chunks(2).map(|c| u32::from(u16::from_be_bytes([c[0], c[1]]))).sum();
+            let mut sum: u32 = h
+                .chunks(2)
+                .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+                .sum();
             while sum > 0xffff {
                 sum = (sum & 0xffff) + (sum >> 16);
             }

@@ -139,7 +139,7 @@ impl<T: AsRef<[u8]> + AsMut<[u8]>> Bth<T> {
     pub fn set_becn(&mut self, on: bool) {
         self.set_bit(f::FB, 0x40, on);
     }
-    /// Sets the destination QP (low 24 bits) and clears the reserved bits of byte 4.
+    /// Sets the destination QP (low 24 bits); byte 4 is left as it is.
     pub fn set_dest_qp(&mut self, qpn: u32) {
         set_u24(self.bm(), f::DEST_QP, qpn & 0x00ff_ffff);
     }

@@ -175,6 +175,20 @@ pub enum Error {
         /// True if the header is present but must not be, false if missing.
         present: bool,
     },
+    /// A header length that is not possible (IPv4 with options past 60 bytes, IPv6 not 40).
+    #[error("bad {header} length {len}")]
+    BadHeaderLength {
+        /// Which header.
+        header: Header,
+        /// Its length.
+        len: usize,
+    },
+    /// A datagram longer than the 16-bit IP and UDP length fields allow.
+    #[error("datagram of {len} bytes is longer than IP/UDP allow (65535)")]
+    TooLong {
+        /// Length of the datagram.
+        len: usize,
+    },
     /// More than two VLAN tags in front of the IP header.
     #[error("more than two VLAN tags")]
     TooManyVlanTags,

@@ -211,6 +211,11 @@ pub struct RoceFrame<'a> {
     pub transport: &'a [u8],
 }
 
+/// The UDP destination port, if the bytes reach that far.
+fn udp_dst_port(udp: &[u8]) -> Option<u16> {
+    Some(u16::from_be_bytes([*udp.get(2)?, *udp.get(3)?]))
+}
+
 fn truncated(header: Header, need: usize, have: usize) -> Error {
     Error::Truncated { header, need, have }
 }
@@ -277,6 +282,7 @@ impl<'a> RoceFrame<'a> {
         };
         match rest.first() {
             Some(b) if b >> 4 != want => Err(Error::BadIpVersion(b >> 4)),
+            None if want == 6 => Err(truncated(Header::Ipv6, 40, 0)),
             _ => Self::parse_ip(rest, eth),
         }
     }
@@ -301,14 +307,9 @@ impl<'a> RoceFrame<'a> {
         if ip.len() < hlen {
             return Err(truncated(Header::Ipv4, hlen, ip.len()));
         }
-        let total = usize::from(p.get_total_length());
-        if total > ip.len() || total < hlen {
-            return Err(Error::LengthMismatch {
-                field: LengthField::Ipv4TotalLength,
-                claimed: total,
-                actual: ip.len(),
-            });
-        }
+        // What the packet is decides before whether its lengths add up, so
+        // that other traffic cut short by a capture's snapshot length is
+        // "not RoCE" rather than "malformed".
         if p.get_next_level_protocol() != IpNextHeaderProtocols::Udp {
             return Err(Error::NotRoce(NotRoce::NotUdp(
                 p.get_next_level_protocol().0,
@@ -316,6 +317,19 @@ impl<'a> RoceFrame<'a> {
         }
         if p.get_fragment_offset() != 0 || p.get_flags() & ipv4::Ipv4Flags::MoreFragments != 0 {
             return Err(Error::NotRoce(NotRoce::Fragment));
+        }
+        if let Some(port) = udp_dst_port(&ip[hlen..]) {
+            if port != ROCE_V2_PORT {
+                return Err(Error::NotRoce(NotRoce::WrongPort(port)));
+            }
+        }
+        let total = usize::from(p.get_total_length());
+        if total > ip.len() || total < hlen {
+            return Err(Error::LengthMismatch {
+                field: LengthField::Ipv4TotalLength,
+                claimed: total,
+                actual: ip.len(),
+            });
         }
         let repr = IpRepr::V4 {
             src: p.get_source(),
@@ -330,6 +344,14 @@ impl<'a> RoceFrame<'a> {
 
     fn parse_ipv6(ip: &'a [u8], eth: Option<EthRepr>) -> Result<Self> {
         let p = Ipv6Packet::new(ip).ok_or(truncated(Header::Ipv6, 40, ip.len()))?;
+        if p.get_next_header() != IpNextHeaderProtocols::Udp {
+            return Err(Error::NotRoce(NotRoce::NotUdp(p.get_next_header().0)));
+        }
+        if let Some(port) = udp_dst_port(&ip[40..]) {
+            if port != ROCE_V2_PORT {
+                return Err(Error::NotRoce(NotRoce::WrongPort(port)));
+            }
+        }
         let plen = usize::from(p.get_payload_length());
         if 40 + plen > ip.len() {
             return Err(Error::LengthMismatch {
@@ -337,9 +359,6 @@ impl<'a> RoceFrame<'a> {
                 claimed: plen,
                 actual: ip.len() - 40,
             });
-        }
-        if p.get_next_header() != IpNextHeaderProtocols::Udp {
-            return Err(Error::NotRoce(NotRoce::NotUdp(p.get_next_header().0)));
         }
         let repr = IpRepr::V6 {
             src: p.get_source(),
@@ -406,7 +425,7 @@ impl<'a> RoceFrame<'a> {
             udp_checksum: if self.udp_checksum == 0 {
                 UdpChecksum::Zero
             } else {
-                UdpChecksum::Compute
+                UdpChecksum::Carried(self.udp_checksum)
             },
         }
     }
@@ -419,6 +438,10 @@ pub enum UdpChecksum {
     Zero,
     /// The real checksum.
     Compute,
+    /// This exact value, right or wrong (to reproduce a captured frame: a
+    /// host with checksum offload captures its own frames before the NIC
+    /// fills the checksum in).
+    Carried(u16),
 }
 
 /// The outer headers of a RoCE v2 frame, to build one around a
@@ -449,6 +472,14 @@ impl FrameRepr {
     /// Builds the whole frame, ICRC included. Returns the frame length.
     pub fn emit(&self, packet: &PacketRepr<'_>, buf: &mut [u8]) -> Result<usize> {
         let tlen = packet.buffer_len();
+        let ip_len = self.ip.header_len() + UDP_LEN + tlen;
+        let limit = match self.ip {
+            IpRepr::V4 { .. } => 0xffff,
+            IpRepr::V6 { .. } => 0xffff + 40,
+        };
+        if ip_len > limit {
+            return Err(Error::TooLong { len: ip_len });
+        }
         let len = self.buffer_len(tlen);
         if buf.len() < len {
             return Err(Error::BufferTooSmall {
@@ -489,6 +520,11 @@ impl FrameRepr {
             u.set_checksum(0);
         }
         icrc::fill(ip_packet)?;
+        if let UdpChecksum::Carried(c) = self.udp_checksum {
+            MutableUdpPacket::new(&mut ip_packet[hlen..])
+                .expect("length checked")
+                .set_checksum(c);
+        }
         if self.udp_checksum == UdpChecksum::Compute {
             let seg = &mut ip_packet[hlen..];
             let c = {
@@ -605,7 +641,15 @@ mod tests {
             };
             let rf = RoceFrame::parse(link, &buf).unwrap();
             assert!(rf.icrc_ok(), "{f:?}");
-            assert_eq!(rf.repr(), f);
+            let back = rf.repr();
+            assert_eq!(
+                (back.eth, back.ip, back.udp_src_port),
+                (f.eth, f.ip, f.udp_src_port)
+            );
+            match f.udp_checksum {
+                UdpChecksum::Zero => assert_eq!(back.udp_checksum, UdpChecksum::Zero),
+                _ => assert!(matches!(back.udp_checksum, UdpChecksum::Carried(c) if c != 0)),
+            }
             let p = rf.packet().unwrap();
             assert_eq!(PacketRepr::parse(&p).unwrap().payload, b"hello, world!");
             // Emitting the parsed form gives the same bytes back.

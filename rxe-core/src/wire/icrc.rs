@@ -39,10 +39,9 @@ pub fn compute_parts(ip_header: &[u8], udp_header: &[u8], transport: &[u8]) -> R
     match ip_header.first().map(|b| b >> 4) {
         Some(4) => {
             if !(20..=60).contains(&ip_header.len()) {
-                return Err(Error::Truncated {
+                return Err(Error::BadHeaderLength {
                     header: Header::Ipv4,
-                    need: 20,
-                    have: ip_header.len(),
+                    len: ip_header.len(),
                 });
             }
             let ip = &mut ip[..ip_header.len()];
@@ -55,10 +54,9 @@ pub fn compute_parts(ip_header: &[u8], udp_header: &[u8], transport: &[u8]) -> R
         }
         Some(6) => {
             if ip_header.len() != 40 {
-                return Err(Error::Truncated {
+                return Err(Error::BadHeaderLength {
                     header: Header::Ipv6,
-                    need: 40,
-                    have: ip_header.len(),
+                    len: ip_header.len(),
                 });
             }
             let ip = &mut ip[..40];
@@ -80,10 +78,9 @@ pub fn compute_parts(ip_header: &[u8], udp_header: &[u8], transport: &[u8]) -> R
         }
     }
     if udp_header.len() != UDP_LEN {
-        return Err(Error::Truncated {
+        return Err(Error::BadHeaderLength {
             header: Header::Udp,
-            need: UDP_LEN,
-            have: udp_header.len(),
+            len: udp_header.len(),
         });
     }
     let mut udp = [0u8; UDP_LEN];
@@ -269,9 +266,14 @@ mod tests {
         ];
         for (src, dst) in ips {
             let ip = match (src, dst) {
-                (IpAddr::V4(s), IpAddr::V4(d)) => {
-                    IpRepr::V4 { src: s, dst: d, tos: 3, id: 0, dont_fragment: true, ttl: 9 }
-                }
+                (IpAddr::V4(s), IpAddr::V4(d)) => IpRepr::V4 {
+                    src: s,
+                    dst: d,
+                    tos: 3,
+                    id: 0,
+                    dont_fragment: true,
+                    ttl: 9,
+                },
                 (IpAddr::V6(s), IpAddr::V6(d)) => IpRepr::V6 {
                     src: s,
                     dst: d,
@@ -281,12 +283,20 @@ mod tests {
                 },
                 _ => unreachable!(),
             };
-            let f = FrameRepr { eth: None, ip, udp_src_port: 0xc123, udp_checksum: UdpChecksum::Zero };
+            let f = FrameRepr {
+                eth: None,
+                ip,
+                udp_src_port: 0xc123,
+                udp_checksum: UdpChecksum::Zero,
+            };
             let mut buf = vec![0u8; f.buffer_len(p.buffer_len())];
             f.emit(&p, &mut buf).unwrap();
             let hlen = ip.header_len() + 8;
             let t = &buf[hlen..buf.len() - 4];
-            assert_eq!(compute_udp(src, dst, 0xc123, t).unwrap(), carried(&buf).unwrap());
+            assert_eq!(
+                compute_udp(src, dst, 0xc123, t).unwrap(),
+                carried(&buf).unwrap()
+            );
         }
     }
 

@@ -55,7 +55,7 @@ impl ExtHeaders {
     ];
 
     /// Total length in bytes of these extension headers.
-    pub const fn len(self) -> usize {
+    pub const fn byte_len(self) -> usize {
         let mut total = 0;
         let mut i = 0;
         while i < Self::WIRE_ORDER.len() {
@@ -216,7 +216,7 @@ pub struct OpcodeInfo {
 impl OpcodeInfo {
     /// Length of the BTH plus extension headers.
     pub const fn header_len(&self) -> usize {
-        super::bth::BTH_LEN + self.headers.len()
+        super::bth::BTH_LEN + self.headers.byte_len()
     }
     /// Whether the packet carries immediate data.
     pub fn has_immediate(&self) -> bool {

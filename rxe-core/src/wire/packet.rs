@@ -91,7 +91,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
                 len: available,
             });
         }
-        if available % 4 != 0 {
+        if !available.is_multiple_of(4) {
             return Err(Error::Misaligned {
                 payload: payload_len,
                 pad,
@@ -329,7 +329,7 @@ impl<'a> PacketRepr<'a> {
     pub fn buffer_len(&self) -> usize {
         let hdr = match self.bth.opcode.info() {
             Some(i) => i.header_len(),
-            None => BTH_LEN + self.headers().len(),
+            None => BTH_LEN + self.headers().byte_len(),
         };
         hdr + self.payload.len() + usize::from(self.pad_count()) + ICRC_LEN
     }
