@@ -76,6 +76,10 @@ pub struct EngineConfig {
     pub max_unacked_psns: u32,
     /// Set AckReq at least every this many packets of a long message.
     pub ack_every: u32,
+    /// The UDP source port of every packet, when the transport cannot
+    /// choose one per QP (a UDP socket bound to port 4791 sends from 4791).
+    /// `None`: a hash of the QP number, as the kernel's rxe does.
+    pub udp_src_port: Option<u16>,
 }
 
 impl EngineConfig {
@@ -88,6 +92,7 @@ impl EngineConfig {
             seed,
             max_unacked_psns: 256,
             ack_every: 64,
+            udp_src_port: None,
         }
     }
 }
@@ -591,7 +596,11 @@ impl Engine {
         }
         let qpn = self.random_qpn();
         let initial_psn = Psn::new(self.rng.gen());
-        self.qps.insert(qpn, Qp::new(qpn, init, initial_psn));
+        let mut qp = Qp::new(qpn, init, initial_psn);
+        if let Some(port) = self.config.udp_src_port {
+            qp.src_port = port;
+        }
+        self.qps.insert(qpn, qp);
         Ok(qpn)
     }
 
