@@ -1,1 +1,94 @@
-//! placeholder
+//! # rxe-verbs: RDMA verbs over the rxe-rs soft RoCE v2 engine
+//!
+//! The API an RDMA program holds, shaped like libibverbs (and the `ibverbs`
+//! crate) but with Rust ownership and typed errors:
+//!
+//! ```no_run
+//! use rxe_verbs::*;
+//! # fn main() -> Result<(), Error> {
+//! let ctx = Device::soft("127.0.0.2".parse().unwrap()).open()?;
+//! let pd = ctx.alloc_pd()?;
+//! let cq = ctx.create_cq(64, None)?;
+//! let mr = pd.alloc_mr(4096, Access::LOCAL_WRITE | Access::REMOTE_WRITE)?;
+//! let qp = ctx.create_qp(&pd, &QpInitAttr::new(QpType::Rc, &cq, &cq))?;
+//! // ... exchange qp.endpoint() with the peer out of band, then:
+//! # let remote = qp.endpoint();
+//! qp.connect(&remote, &ConnectOptions::default())?;
+//! mr.write(0, b"hello")?;
+//! qp.post_send(&[SendWr::send(1, &[mr.sge(0..5)])])?;
+//! let wc = cq.wait(1, std::time::Duration::from_secs(1))?;
+//! # Ok(()) }
+//! ```
+//!
+//! ## Devices
+//! A soft device is bound to one local IP address (IPv4 or IPv6) and sends
+//! RoCE v2 over UDP port 4791 through the kernel's UDP stack: no root, no
+//! kernel module. Its GID table holds that address as the kernel's rxe would
+//! show it: `::ffff:a.b.c.d` for IPv4. A background progress thread receives
+//! packets, runs the timers and sends; application threads post work and
+//! send what it produced directly, so a post does not wait for the thread.
+//!
+//! ## Memory and soundness
+//! The engine reads and writes registered memory while the application holds
+//! the region, from another thread. So a [`MemoryRegion`] owns its bytes and
+//! never hands out a plain `&[u8]` or `&mut [u8]` that the engine could
+//! change underneath: access goes through [`MemoryRegion::read`],
+//! [`MemoryRegion::write`] and the closures of [`MemoryRegion::with_bytes`]
+//! / [`MemoryRegion::with_bytes_mut`], which hold the region's lock (the
+//! engine takes the same lock for each packet's worth of data). No `unsafe`
+//! is involved: a bad key or an SGE outside its region becomes an error
+//! completion, never an access outside the region. After deregistration
+//! the engine's references to the region are revoked, so work still in
+//! flight fails cleanly instead of touching freed memory.
+#![forbid(unsafe_code)]
+
+mod context;
+mod cq;
+mod device;
+mod error;
+mod mr;
+mod qp;
+
+pub use context::{AsyncEventKind, Context};
+pub use cq::{CompletionChannel, CompletionQueue};
+pub use device::{Device, DeviceAttr, PortAttr, PortState};
+pub use error::Error;
+pub use mr::{MemoryRegion, MemoryWindow, ProtectionDomain, RemoteRegion};
+pub use qp::{AddressHandle, ConnectOptions, Endpoint, QpInitAttr, QueuePair, SharedReceiveQueue};
+pub use rxe_core::engine::mem::MwType;
+pub use rxe_core::types::{
+    Access, AddressVector, Completion, DeviceCaps, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType,
+    RecvWr, SendFlags, SendOpcode, SendWr, Sge, WcOpcode, WcStatus,
+};
+
+/// Convenience constructors for work requests.
+pub trait SendWrExt {
+    /// A signaled SEND of the given gather list.
+    fn send(wr_id: u64, sges: &[Sge]) -> SendWr;
+    /// A signaled RDMA WRITE to `remote`.
+    fn write(wr_id: u64, sges: &[Sge], remote: RemoteRegion) -> SendWr;
+    /// A signaled RDMA READ from `remote` into `sges`.
+    fn read(wr_id: u64, sges: &[Sge], remote: RemoteRegion) -> SendWr;
+}
+
+impl SendWrExt for SendWr {
+    fn send(wr_id: u64, sges: &[Sge]) -> SendWr {
+        let mut wr = SendWr::new(wr_id, SendOpcode::Send);
+        wr.sg_list = sges.to_vec();
+        wr
+    }
+    fn write(wr_id: u64, sges: &[Sge], remote: RemoteRegion) -> SendWr {
+        let mut wr = SendWr::new(wr_id, SendOpcode::RdmaWrite);
+        wr.sg_list = sges.to_vec();
+        wr.remote_addr = remote.addr;
+        wr.rkey = remote.rkey;
+        wr
+    }
+    fn read(wr_id: u64, sges: &[Sge], remote: RemoteRegion) -> SendWr {
+        let mut wr = SendWr::new(wr_id, SendOpcode::RdmaRead);
+        wr.sg_list = sges.to_vec();
+        wr.remote_addr = remote.addr;
+        wr.rkey = remote.rkey;
+        wr
+    }
+}

@@ -389,6 +389,19 @@ impl Engine {
     /// work request.
     pub fn bind_mw(&mut self, qpn: u32, bind: &MwBind) -> Result<u32, EngineError> {
         let pd = self.qps.get(&qpn).ok_or(EngineError::UnknownQp(qpn))?.pd;
+        // As libibverbs' `ibv_bind_mw` (EINVAL for any other type): binding a
+        // type 2 window here would tie it to this QP and to a key part of the
+        // caller's choosing without a BIND_MW work request.
+        if self
+            .mem
+            .query_mw(bind.mw_rkey)
+            .is_some_and(|mw| mw.mw_type != mem::MwType::Type1)
+        {
+            return Err(invalid(
+                "mw",
+                "ibv_bind_mw binds type 1 windows; bind a type 2 window with a BIND_MW work request",
+            ));
+        }
         Ok(self.mem.bind_mw(pd, qpn, bind)?)
     }
 
@@ -597,6 +610,15 @@ impl Engine {
         let qpn = self.random_qpn();
         let initial_psn = Psn::new(self.rng.gen());
         let mut qp = Qp::new(qpn, init, initial_psn);
+        if init.qp_type == QpType::Ud {
+            // A UD QP has no path MTU of its own (no UD transition accepts
+            // IBV_QP_PATH_MTU): its datagrams are limited by the port's
+            // active MTU, as the kernel's rxe `get_mtu()` has it. Without
+            // this it kept the 1024-byte default, so larger datagrams failed
+            // with LOC_LEN_ERR at the sender and were dropped as TooLong at
+            // the receiver.
+            qp.attr.path_mtu = self.config.port_mtu;
+        }
         if let Some(port) = self.config.udp_src_port {
             qp.src_port = port;
         }

@@ -204,7 +204,9 @@ fn opcode_for(qp_type: QpType, op: SendOpcode, k: u32, n: u32) -> Opcode {
 impl Qp {
     /// Queues a send WQE (already checked by `check_post_send`).
     pub fn post_send(&mut self, ctx: &mut Ctx<'_>, wr: SendWr) {
-        let flushed = self.state == QpState::Err;
+        // In SQE (UC/UD after a failed send) the send queue is in error too:
+        // new work is flushed until SQE->RTS.
+        let flushed = matches!(self.state, QpState::Err | QpState::Sqe);
         self.req.sq.push_back(SendWqe {
             wr,
             len: 0,
@@ -275,6 +277,21 @@ impl Qp {
             if w.done.is_none() {
                 w.done = Some(WcStatus::WrFlushErr);
             }
+        }
+        if self.qp_type != QpType::Rc {
+            // UC and UD: a send completing in error takes only the send queue
+            // down (IBTA 10.3.1 SQEr; the RTS->SQE edge of state.rs): the rest
+            // of the send queue is flushed, receives go on, no QP_FATAL, and
+            // SQE->RTS resumes sending. Before, this took UC/UD QPs to ERR
+            // like RC, flushing the receive queue too.
+            self.state = QpState::Sqe;
+            for w in self.req.sq.iter_mut() {
+                if w.done.is_none() {
+                    w.done = Some(WcStatus::WrFlushErr);
+                }
+            }
+            self.retire(ctx);
+            return;
         }
         self.enter_error(ctx, true);
     }

@@ -12,7 +12,10 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+mod demo;
+mod devinfo;
 mod dump;
+mod pingpong;
 
 /// rxe-rs: a userspace RoCE v2 stack.
 #[derive(Debug, Parser)]
@@ -27,10 +30,21 @@ enum Command {
     /// Print the RoCE v2 packets of a pcap or pcapng file, one line each
     /// (like tshark's summary), with their ICRC checked.
     Dump(dump::Args),
+    /// Two processes on 127.0.0.2 and 127.0.0.3 do SEND/RECV, RDMA WRITE,
+    /// READ and atomics over UDP port 4791, and print what moved.
+    Demo(demo::Args),
+    /// Show soft devices and their attributes, like `ibv_devinfo`.
+    Devinfo(devinfo::Args),
+    /// Ping-pong SENDs with a peer, like rdma-core's ibv_rc_pingpong,
+    /// ibv_uc_pingpong, ibv_ud_pingpong and ibv_srq_pingpong (--mode).
+    Pingpong(pingpong::Args),
 }
 
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Dump(args) => dump::run(&args),
+        Command::Demo(args) => demo::run(&args),
+        Command::Devinfo(args) => devinfo::run(&args),
+        Command::Pingpong(args) => pingpong::run(&args),
     }
 }

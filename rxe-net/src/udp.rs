@@ -1,0 +1,1832 @@
+//! RoCE v2 over the kernel's UDP stack, unprivileged: [`UdpTransport`].
+//!
+//! A soft device needs nothing more than a UDP socket bound to port 4791 of
+//! one local address: the engine's [`Transmit`]s carry the UDP payload (BTH
+//! through ICRC) and the kernel writes the IP and UDP headers. Packets go
+//! out in batches with `sendmmsg(2)` and come in with `recvmmsg(2)`, waiting
+//! with `ppoll(2)` when there is nothing queued. Both sockets are
+//! nonblocking; [`UdpTransport::recv_fd`] and [`UdpTransport::send_fd`] can
+//! go into an event loop. (`recvmmsg` runs with `MSG_DONTWAIT` after the
+//! wait: on a nonblocking socket that is what `MSG_WAITFORONE` amounts to,
+//! and it never blocks past the timeout when the packets that woke the
+//! poll turn out to be filtered away.)
+//!
+//! # The ICRC and the IP header the kernel writes
+//!
+//! The ICRC covers most of the IP header (see [`rxe_core::wire::icrc`]), so
+//! the sender must know the header the kernel will write before the kernel
+//! writes it. The masked fields (TOS/traffic class, TTL/hop limit, IPv4
+//! header checksum, IPv6 flow label, UDP checksum) may be anything. The one
+//! troublesome field is the **IPv4 identification**, which is covered:
+//!
+//! * Linux gives a datagram with don't-fragment set *and not allowed to be
+//!   fragmented* (`IP_PMTUDISC_DO`; plain `IP_PMTUDISC_WANT` also sets DF but
+//!   lets the stack ignore it) an ID from the socket's own counter if the
+//!   socket is connected, and **ID 0** if it is not (`ip_select_ident`).
+//!   Everything else gets a hashed, unpredictable ID.
+//! * So this transport sets `IP_MTU_DISCOVER = IP_PMTUDISC_DO` and never
+//!   calls `connect(2)`: every IPv4 packet it sends has ID 0 and DF, which is
+//!   exactly what [`rxe_core::wire::icrc::compute_udp`] (and so the engine)
+//!   assumes. A send larger than the path MTU fails with `EMSGSIZE` instead
+//!   of being fragmented, which RoCE forbids anyway.
+//! * The kernel's `rdma_rxe` builds its own IP header, with DF set and IDs
+//!   that go up by one per packet. Its packets carry a correct ICRC over
+//!   that ID, which a UDP socket never sees.
+//!
+//! IPv6 has no identification field, and everything the ICRC covers (source
+//! and destination address, payload length, next header, UDP ports and
+//! length, the transport packet) is known to the receiver of a UDP socket.
+//!
+//! # ICRC verdicts ([`IcrcStatus`]) on receive
+//!
+//! * **IPv6**: always verifiable: [`IcrcStatus::Ok`] or [`IcrcStatus::Bad`].
+//! * **IPv4, plain UDP socket** ([`RecvMode::Plain`]): the ICRC is checked
+//!   assuming ID 0 and DF. A match is [`IcrcStatus::Ok`] (what this
+//!   transport, and any unconnected `IP_PMTUDISC_DO` sender, produces). A
+//!   mismatch is [`IcrcStatus::Unverified`]: it may be a good packet from
+//!   the kernel's rxe with a nonzero ID, or a corrupted one. The engine
+//!   accepts and counts those (`Counters::icrc_unverified`); so does
+//!   [`UdpStats::icrc_unverified`]. Link-level corruption is still caught by
+//!   the Ethernet FCS and, for senders that fill it in, the UDP checksum.
+//! * **IPv4, raw mode** ([`RecvMode::Raw`]): every packet is checked against
+//!   its real IP header: [`IcrcStatus::Ok`] or [`IcrcStatus::Bad`]. See below.
+//!
+//! A datagram too short to hold a BTH and an ICRC is handed out as
+//! [`IcrcStatus::Bad`]: it cannot carry a correct ICRC.
+//!
+//! # Raw mode: checking every IPv4 packet
+//!
+//! With `CAP_NET_RAW`, [`UdpTransport::bind_with`] and [`RecvMode::Raw`]
+//! (or [`RecvMode::Auto`]) also open `socket(AF_INET, SOCK_RAW,
+//! IPPROTO_UDP)` bound to the same address. The kernel gives such a socket a
+//! copy of every UDP packet to that address *with its IPv4 header*, so the
+//! ICRC can be checked over the real identification field. The raw socket
+//! carries a classic BPF filter keeping UDP destination port 4791 only, and
+//! packets are checked again in userspace (destination address, port, IP
+//! and UDP lengths) before the UDP payload is handed out.
+//!
+//! The UDP socket stays bound (it reserves the port, keeps the kernel from
+//! answering with ICMP port unreachable, and does all the sending) but
+//! carries a BPF filter that drops everything (`ret #0`), so the same
+//! packets are not queued twice. The kernel counts those drops in the UDP
+//! `InErrors` of `/proc/net/snmp`. The raw socket sees packets before the
+//! UDP layer checks them, so a packet whose UDP checksum is wrong but whose
+//! ICRC is right would be accepted; the ICRC covers everything the UDP
+//! checksum does except the checksum itself.
+//!
+//! Raw mode is IPv4 only: an `AF_INET6` raw socket never hands out the IPv6
+//! header, and IPv6 does not need it.
+//!
+//! # Zero UDP checksums over IPv6
+//!
+//! The kernel's rxe sends UDP checksum 0 also over IPv6 (RFC 6935 allows it
+//! for tunnels). Linux drops zero-checksum UDP over IPv6 unless the
+//! receiving socket sets `UDP_NO_CHECK6_RX`, which this transport does.
+//! Its own IPv6 packets carry a real checksum.
+//!
+//! # Ports
+//!
+//! Everything goes to UDP port 4791, and everything leaves from 4791: a
+//! socket bound to 4791 cannot choose a source port per QP as the kernel's
+//! rxe does. The source port is covered by the ICRC, so the engine must
+//! know it: set [`rxe_core::engine::EngineConfig::udp_src_port`] to
+//! `Some(transport.src_port())`. Any source port is accepted on receive.
+
+use rxe_core::engine::{IcrcStatus, RecvMeta, Transmit};
+use rxe_core::wire::{icrc, RoceFrame, BTH_LEN, ICRC_LEN, ROCE_V2_PORT};
+use std::fmt;
+use std::io;
+use std::mem::size_of;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::time::{Duration, Instant};
+
+/// Largest datagram received: the UDP payload in plain mode, the whole IP
+/// packet in raw mode. Covers a 9000-byte jumbo frame MTU; anything larger
+/// is dropped and counted in [`UdpStats::rx_truncated`].
+pub const MAX_DATAGRAM: usize = 9216;
+
+/// Datagrams taken per `recvmmsg(2)` call (and sent per `sendmmsg(2)` call).
+pub const BATCH: usize = 64;
+
+/// The socket buffer size asked for (best effort: `SO_RCVBUFFORCE` if
+/// permitted, else `SO_RCVBUF`, which `net.core.rmem_max` caps).
+pub const SOCKET_BUFFER: usize = 4 << 20;
+
+/// Where received packets come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum RecvMode {
+    /// From the UDP socket. Unprivileged; IPv4 packets with a nonzero IP ID
+    /// cannot have their ICRC checked ([`IcrcStatus::Unverified`]).
+    #[default]
+    Plain,
+    /// From a raw IPv4 socket that sees the IP header, so that every ICRC
+    /// is checked. Needs `CAP_NET_RAW`; IPv4 only.
+    Raw,
+    /// Raw for IPv4 if permitted, plain otherwise (and always for IPv6,
+    /// which a plain socket verifies fully). Only a request:
+    /// [`UdpTransport::recv_mode`] never returns it.
+    Auto,
+}
+
+impl fmt::Display for RecvMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RecvMode::Plain => "plain",
+            RecvMode::Raw => "raw",
+            RecvMode::Auto => "auto",
+        })
+    }
+}
+
+/// A received datagram, owned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Received {
+    /// Where it came from and the ICRC verdict.
+    pub meta: RecvMeta,
+    /// The UDP payload: BTH through ICRC.
+    pub data: Vec<u8>,
+}
+
+/// A received datagram, borrowed from the transport's receive buffers.
+#[derive(Debug, Clone, Copy)]
+pub struct Datagram<'a> {
+    /// Where it came from and the ICRC verdict.
+    pub meta: RecvMeta,
+    /// The UDP payload: BTH through ICRC.
+    pub payload: &'a [u8],
+    /// In raw mode, the whole IP packet (IPv4 header, UDP header, payload);
+    /// something a capture can write as a raw-IP frame.
+    pub ip_packet: Option<&'a [u8]>,
+}
+
+/// What a transport did since it was bound.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct UdpStats {
+    /// Datagrams handed to the kernel.
+    pub tx_packets: u64,
+    /// Their UDP payload bytes.
+    pub tx_bytes: u64,
+    /// Sends that stopped early because the socket buffer was full
+    /// (`EAGAIN`/`ENOBUFS`).
+    pub tx_full: u64,
+    /// Datagrams handed out.
+    pub rx_packets: u64,
+    /// Their UDP payload bytes.
+    pub rx_bytes: u64,
+    /// Handed out with [`IcrcStatus::Ok`].
+    pub icrc_ok: u64,
+    /// Handed out with [`IcrcStatus::Bad`].
+    pub icrc_bad: u64,
+    /// Handed out with [`IcrcStatus::Unverified`].
+    pub icrc_unverified: u64,
+    /// Dropped: larger than [`MAX_DATAGRAM`].
+    pub rx_truncated: u64,
+    /// Raw mode: packets that were not RoCE v2 to this address (dropped).
+    pub rx_ignored: u64,
+    /// Raw mode: packets to this address and port 4791 whose IP or UDP
+    /// lengths do not add up (dropped, as the UDP layer would).
+    pub rx_malformed: u64,
+}
+
+/// RoCE v2 packets through a UDP socket bound to `(addr, 4791)`.
+pub struct UdpTransport {
+    addr: IpAddr,
+    udp: OwnedFd,
+    raw: Option<OwnedFd>,
+    stats: UdpStats,
+    /// `BATCH` buffers of `MAX_DATAGRAM` bytes.
+    bufs: Vec<u8>,
+}
+
+impl fmt::Debug for UdpTransport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("UdpTransport")
+            .field("addr", &self.addr)
+            .field("recv_mode", &self.recv_mode())
+            .field("udp_fd", &self.udp.as_raw_fd())
+            .field("raw_fd", &self.raw.as_ref().map(|r| r.as_raw_fd()))
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl UdpTransport {
+    /// Binds a UDP socket to `(addr, 4791)` and receives from it
+    /// ([`RecvMode::Plain`]). `addr` must be a specific unicast address
+    /// (the ICRC covers the destination address); an IPv4-mapped IPv6
+    /// address means its IPv4 address.
+    pub fn bind(addr: IpAddr) -> io::Result<Self> {
+        Self::bind_with(addr, RecvMode::Plain)
+    }
+
+    /// Binds as [`Self::bind`] and receives as `mode` says. [`RecvMode::Raw`]
+    /// fails without `CAP_NET_RAW` (`PermissionDenied`) and for IPv6
+    /// (`Unsupported`); [`RecvMode::Auto`] falls back to plain then.
+    pub fn bind_with(addr: IpAddr, mode: RecvMode) -> io::Result<Self> {
+        let addr = addr.to_canonical();
+        let sa = SocketAddr::new(addr, ROCE_V2_PORT);
+        if addr.is_unspecified() || addr.is_multicast() || is_broadcast(addr) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "bind {sa}: needs a specific unicast address \
+                     (the ICRC covers the destination address)"
+                ),
+            ));
+        }
+        let raw = match (mode, addr) {
+            (RecvMode::Plain, _) | (RecvMode::Auto, IpAddr::V6(_)) => None,
+            (RecvMode::Raw, IpAddr::V6(_)) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::Unsupported,
+                    format!(
+                        "bind {sa}: raw receive mode is IPv4 only \
+                         (IPv6 is fully verified from the UDP socket)"
+                    ),
+                ))
+            }
+            (RecvMode::Raw, IpAddr::V4(a)) => Some(open_raw(a)?),
+            (RecvMode::Auto, IpAddr::V4(a)) => match open_raw(a) {
+                Ok(fd) => Some(fd),
+                Err(e) if e.kind() == io::ErrorKind::PermissionDenied => None,
+                Err(e) => return Err(e),
+            },
+        };
+        let udp = open_udp(sa, raw.is_some())?;
+        Ok(UdpTransport {
+            addr,
+            udp,
+            raw,
+            stats: UdpStats::default(),
+            bufs: vec![0; BATCH * MAX_DATAGRAM],
+        })
+    }
+
+    /// The bound address (also [`RecvMeta::dst`] of every datagram).
+    pub fn addr(&self) -> IpAddr {
+        self.addr
+    }
+
+    /// The bound socket address, `(addr, 4791)`.
+    pub fn local_addr(&self) -> SocketAddr {
+        SocketAddr::new(self.addr, ROCE_V2_PORT)
+    }
+
+    /// The UDP source port of every packet sent: 4791. Give it to the
+    /// engine (`EngineConfig::udp_src_port = Some(4791)`), which covers it
+    /// with the ICRC.
+    pub fn src_port(&self) -> u16 {
+        ROCE_V2_PORT
+    }
+
+    /// How packets are received: [`RecvMode::Plain`] or [`RecvMode::Raw`].
+    pub fn recv_mode(&self) -> RecvMode {
+        if self.raw.is_some() {
+            RecvMode::Raw
+        } else {
+            RecvMode::Plain
+        }
+    }
+
+    /// What happened so far.
+    pub fn stats(&self) -> &UdpStats {
+        &self.stats
+    }
+
+    /// The socket to wait on for readability (the raw socket in raw mode).
+    pub fn recv_fd(&self) -> BorrowedFd<'_> {
+        self.raw.as_ref().unwrap_or(&self.udp).as_fd()
+    }
+
+    /// The socket to wait on for writability (always the UDP socket).
+    pub fn send_fd(&self) -> BorrowedFd<'_> {
+        self.udp.as_fd()
+    }
+
+    /// The receive and send buffer sizes the kernel granted (it reports
+    /// twice what was asked for, counting its bookkeeping).
+    pub fn buffer_sizes(&self) -> io::Result<(usize, usize)> {
+        let rcv = getsockopt_int(
+            self.recv_fd().as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+        )?;
+        let snd = getsockopt_int(self.udp.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF)?;
+        Ok((rcv.max(0) as usize, snd.max(0) as usize))
+    }
+
+    /// Sends packets, in order, with `sendmmsg(2)`, each to `(t.dst, 4791)`
+    /// with its TOS/traffic class and TTL/hop limit (ancillary data; a hop
+    /// limit of 0 means the socket's default). Never blocks.
+    ///
+    /// Returns how many packets from the front went to the kernel; fewer
+    /// than `pkts.len()` when the socket buffer is full (send the rest
+    /// later: [`Self::wait_writable`]) or when a later packet fails (the
+    /// next call reports it). An `Err` is always about `pkts[0]`, which
+    /// cannot be sent (wrong source address or port, wrong address family,
+    /// too large for the path MTU, no route...); skip it.
+    pub fn send_batch(&mut self, pkts: &[Transmit]) -> io::Result<usize> {
+        let mut sent = 0;
+        while sent < pkts.len() {
+            let chunk = &pkts[sent..pkts.len().min(sent + BATCH)];
+            let mut valid = 0;
+            for t in chunk {
+                if let Err(e) = self.check_transmit(t) {
+                    if sent + valid == 0 {
+                        return Err(e);
+                    }
+                    break;
+                }
+                valid += 1;
+            }
+            if valid == 0 {
+                return Ok(sent);
+            }
+            match self.sendmmsg(&chunk[..valid]) {
+                Ok(n) => {
+                    self.stats.tx_packets += n as u64;
+                    self.stats.tx_bytes += chunk[..n]
+                        .iter()
+                        .map(|t| t.payload.len() as u64)
+                        .sum::<u64>();
+                    sent += n;
+                    if n == 0 {
+                        return Ok(sent);
+                    }
+                    if n < valid {
+                        // The kernel stopped at packet n; the next call
+                        // says why (a full buffer, or an error to report).
+                        continue;
+                    }
+                    if valid < chunk.len() {
+                        return Ok(sent);
+                    }
+                }
+                Err(e) if is_full(&e) => {
+                    self.stats.tx_full += 1;
+                    return Ok(sent);
+                }
+                // Reported again by the next call, with this packet first.
+                Err(_) if sent > 0 => return Ok(sent),
+                Err(e) => {
+                    let dst = SocketAddr::new(pkts[0].dst, ROCE_V2_PORT);
+                    return Err(context(
+                        e,
+                        format!("send to {dst} from {}", self.local_addr()),
+                    ));
+                }
+            }
+        }
+        Ok(sent)
+    }
+
+    /// Waits until the UDP socket has room to send, or `timeout` passes
+    /// (`None`: no limit). Returns whether it has room.
+    pub fn wait_writable(&self, timeout: Option<Duration>) -> io::Result<bool> {
+        wait_fd(self.udp.as_raw_fd(), libc::POLLOUT, timeout)
+    }
+
+    /// Waits up to `timeout` until a datagram is ready to receive; true if
+    /// one is.
+    pub fn wait_readable(&self, timeout: Option<Duration>) -> io::Result<bool> {
+        wait_fd(self.recv_fd().as_raw_fd(), libc::POLLIN, timeout)
+    }
+
+    /// A handle that waits for incoming datagrams on its own duplicate of
+    /// the receiving socket, so one thread can wait while another holds the
+    /// transport (behind a lock) to send.
+    pub fn waiter(&self) -> io::Result<Waiter> {
+        Ok(Waiter {
+            fd: self.recv_fd().try_clone_to_owned()?,
+        })
+    }
+
+    /// Receives at least one datagram, waiting up to `timeout` (`None`: no
+    /// limit; `Some(Duration::ZERO)`: only what is queued), and appends up
+    /// to [`BATCH`] of them to `out`. Returns how many were appended: 0
+    /// when the time ran out.
+    pub fn recv_batch(
+        &mut self,
+        timeout: Option<Duration>,
+        out: &mut Vec<Received>,
+    ) -> io::Result<usize> {
+        self.recv_with(timeout, |d| {
+            out.push(Received {
+                meta: d.meta,
+                data: d.payload.to_vec(),
+            })
+        })
+    }
+
+    /// As [`Self::recv_batch`], without copying: `f` sees each datagram in
+    /// the transport's own buffers (for example to pass it straight to
+    /// `Engine::handle_datagram`).
+    pub fn recv_with<F: FnMut(Datagram<'_>)>(
+        &mut self,
+        timeout: Option<Duration>,
+        mut f: F,
+    ) -> io::Result<usize> {
+        // An unrepresentable deadline is as good as none.
+        let deadline = timeout.map(|d| Instant::now().checked_add(d));
+        loop {
+            let (got, handed) = self.recv_once(&mut f)?;
+            if handed > 0 {
+                return Ok(handed);
+            }
+            let wait = match deadline {
+                None | Some(None) => None,
+                Some(Some(d)) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return Ok(0);
+                    }
+                    Some(d - now)
+                }
+            };
+            if got > 0 {
+                continue; // all filtered out: look again before waiting
+            }
+            wait_fd(self.recv_fd().as_raw_fd(), libc::POLLIN, wait)?;
+        }
+    }
+
+    /// One `recvmmsg(2)`: returns (datagrams received, datagrams handed out).
+    fn recv_once(&mut self, f: &mut dyn FnMut(Datagram<'_>)) -> io::Result<(usize, usize)> {
+        let fd = self.recv_fd().as_raw_fd();
+        let raw_mode = self.raw.is_some();
+        // SAFETY: all-zero is a valid value for these plain C structs
+        // (null pointers, zero lengths).
+        let mut names: [libc::sockaddr_storage; BATCH] = unsafe { std::mem::zeroed() };
+        let mut iovs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
+        let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
+        let base = self.bufs.as_mut_ptr();
+        for i in 0..BATCH {
+            iovs[i] = libc::iovec {
+                // SAFETY: i * MAX_DATAGRAM + MAX_DATAGRAM <= bufs.len().
+                iov_base: unsafe { base.add(i * MAX_DATAGRAM) }.cast(),
+                iov_len: MAX_DATAGRAM,
+            };
+            let h = &mut hdrs[i].msg_hdr;
+            h.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
+            h.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_iov = &mut iovs[i];
+            h.msg_iovlen = 1;
+        }
+        let n = loop {
+            // SAFETY: every header points at live buffers of the lengths
+            // given (names, iovs and bufs outlive the call); the kernel
+            // writes at most that much.
+            let r = unsafe {
+                libc::recvmmsg(
+                    fd,
+                    hdrs.as_mut_ptr(),
+                    BATCH as libc::c_uint,
+                    libc::MSG_DONTWAIT as _,
+                    std::ptr::null_mut(),
+                )
+            };
+            if r >= 0 {
+                break r as usize;
+            }
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EAGAIN) => return Ok((0, 0)),
+                // Errors queued by ICMP (only on connected sockets, or
+                // with IP_RECVERR): nothing to receive, nothing wrong here.
+                Some(libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH) => {
+                    return Ok((0, 0))
+                }
+                _ => return Err(context(e, format!("receive on {}", self.local_addr()))),
+            }
+        };
+        let mut handed = 0;
+        for (i, h) in hdrs.iter().enumerate().take(n) {
+            let len = (h.msg_len as usize).min(MAX_DATAGRAM);
+            if h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0 {
+                self.stats.rx_truncated += 1;
+                continue;
+            }
+            let data = &self.bufs[i * MAX_DATAGRAM..i * MAX_DATAGRAM + len];
+            let d = if raw_mode {
+                match raw_datagram(self.addr, data, &mut self.stats) {
+                    Some(d) => d,
+                    None => continue,
+                }
+            } else {
+                let Some(from) = from_sockaddr(&names[i], h.msg_hdr.msg_namelen) else {
+                    self.stats.rx_ignored += 1;
+                    continue;
+                };
+                let icrc = plain_verdict(from.ip(), self.addr, from.port(), data);
+                Datagram {
+                    meta: RecvMeta {
+                        src: from.ip().to_canonical(),
+                        dst: self.addr,
+                        src_port: from.port(),
+                        icrc,
+                    },
+                    payload: data,
+                    ip_packet: None,
+                }
+            };
+            let s = &mut self.stats;
+            s.rx_packets += 1;
+            s.rx_bytes += d.payload.len() as u64;
+            match d.meta.icrc {
+                IcrcStatus::Ok => s.icrc_ok += 1,
+                IcrcStatus::Bad => s.icrc_bad += 1,
+                IcrcStatus::Unverified => s.icrc_unverified += 1,
+            }
+            handed += 1;
+            f(d);
+        }
+        Ok((n, handed))
+    }
+
+    fn check_transmit(&self, t: &Transmit) -> io::Result<()> {
+        let bad = |why: String| Err(io::Error::new(io::ErrorKind::InvalidInput, why));
+        if t.src != self.addr {
+            return bad(format!(
+                "packet from {} on a transport bound to {}: its ICRC would not match",
+                t.src, self.addr
+            ));
+        }
+        if t.src_port != ROCE_V2_PORT {
+            return bad(format!(
+                "packet from UDP port {}, but a socket bound to {ROCE_V2_PORT} sends from \
+                 {ROCE_V2_PORT}: set EngineConfig::udp_src_port = Some({ROCE_V2_PORT})",
+                t.src_port
+            ));
+        }
+        if t.dst.is_ipv4() != self.addr.is_ipv4() {
+            return bad(format!(
+                "packet to {} on a transport bound to {}: wrong address family",
+                t.dst, self.addr
+            ));
+        }
+        Ok(())
+    }
+
+    /// One `sendmmsg(2)` of at most [`BATCH`] checked packets.
+    fn sendmmsg(&self, pkts: &[Transmit]) -> io::Result<usize> {
+        debug_assert!(pkts.len() <= BATCH);
+        // Room for two `int` control messages, aligned for `cmsghdr`.
+        type Cbuf = [u64; 8];
+        // SAFETY: CMSG_SPACE is pure arithmetic.
+        let space = unsafe { libc::CMSG_SPACE(size_of::<libc::c_int>() as u32) } as usize;
+        debug_assert!(2 * space <= size_of::<Cbuf>());
+        // SAFETY: all-zero is a valid value for these plain C structs.
+        let mut names: [libc::sockaddr_storage; BATCH] = unsafe { std::mem::zeroed() };
+        let mut iovs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
+        let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
+        let mut cbufs: [Cbuf; BATCH] = [[0; 8]; BATCH];
+        let v6 = self.addr.is_ipv6();
+        let (level, tos, ttl) = if v6 {
+            (libc::IPPROTO_IPV6, libc::IPV6_TCLASS, libc::IPV6_HOPLIMIT)
+        } else {
+            (libc::IPPROTO_IP, libc::IP_TOS, libc::IP_TTL)
+        };
+        for (i, t) in pkts.iter().enumerate() {
+            let namelen = to_sockaddr(SocketAddr::new(t.dst, ROCE_V2_PORT), &mut names[i]);
+            iovs[i] = libc::iovec {
+                // The kernel only reads through this pointer.
+                iov_base: t.payload.as_ptr() as *mut libc::c_void,
+                iov_len: t.payload.len(),
+            };
+            let cmsgs = [
+                (tos, libc::c_int::from(t.traffic_class)),
+                (ttl, libc::c_int::from(t.hop_limit)),
+            ];
+            // A hop limit of 0 leaves the socket's default (IPv4 refuses a TTL of 0).
+            let ncmsgs = if t.hop_limit == 0 { 1 } else { 2 };
+            let cbuf = cbufs[i].as_mut_ptr().cast::<u8>();
+            for (k, &(ty, val)) in cmsgs[..ncmsgs].iter().enumerate() {
+                // SAFETY: cmsg k lies at k * space within the 64-byte,
+                // 8-aligned buffer (2 * space <= 64); the data of an `int`
+                // cmsg fits in its space.
+                unsafe {
+                    let c = cbuf.add(k * space).cast::<libc::cmsghdr>();
+                    (*c).cmsg_level = level;
+                    (*c).cmsg_type = ty;
+                    (*c).cmsg_len = libc::CMSG_LEN(size_of::<libc::c_int>() as u32) as _;
+                    std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::c_int>(), val);
+                }
+            }
+            let h = &mut hdrs[i].msg_hdr;
+            h.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
+            h.msg_namelen = namelen;
+            h.msg_iov = &mut iovs[i];
+            h.msg_iovlen = 1;
+            h.msg_control = cbuf.cast();
+            h.msg_controllen = (ncmsgs * space) as _;
+        }
+        loop {
+            // SAFETY: every header points at live buffers of the lengths
+            // given (names, iovs, cbufs and the payloads outlive the call).
+            let r = unsafe {
+                libc::sendmmsg(
+                    self.udp.as_raw_fd(),
+                    hdrs.as_mut_ptr(),
+                    pkts.len() as libc::c_uint,
+                    libc::MSG_DONTWAIT as _,
+                )
+            };
+            if r >= 0 {
+                return Ok(r as usize);
+            }
+            let e = io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EINTR) {
+                return Err(e);
+            }
+        }
+    }
+}
+
+fn is_full(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::ENOBUFS))
+}
+
+fn is_broadcast(addr: IpAddr) -> bool {
+    matches!(addr, IpAddr::V4(a) if a.is_broadcast())
+}
+
+/// The verdict on a datagram from a plain UDP socket (see the module docs).
+fn plain_verdict(src: IpAddr, dst: IpAddr, src_port: u16, payload: &[u8]) -> IcrcStatus {
+    let src = src.to_canonical();
+    if payload.len() < BTH_LEN + ICRC_LEN {
+        return IcrcStatus::Bad;
+    }
+    let (body, tail) = payload.split_at(payload.len() - ICRC_LEN);
+    let carried = u32::from_le_bytes([tail[0], tail[1], tail[2], tail[3]]);
+    let ok = icrc::compute_udp(src, dst, src_port, body).is_ok_and(|c| c == carried);
+    match (ok, dst) {
+        (true, _) => IcrcStatus::Ok,
+        (false, IpAddr::V6(_)) => IcrcStatus::Bad,
+        // Maybe a nonzero IP ID: the kernel's rxe numbers its packets.
+        (false, IpAddr::V4(_)) => IcrcStatus::Unverified,
+    }
+}
+
+/// Checks a packet from the raw socket and finds the datagram in it.
+fn raw_datagram<'a>(addr: IpAddr, ip: &'a [u8], stats: &mut UdpStats) -> Option<Datagram<'a>> {
+    let frame = match RoceFrame::parse_ip(ip, None) {
+        Ok(f) => f,
+        Err(rxe_core::wire::Error::NotRoce(_)) => {
+            stats.rx_ignored += 1;
+            return None;
+        }
+        Err(_) => {
+            stats.rx_malformed += 1;
+            return None;
+        }
+    };
+    if frame.ip.dst() != addr {
+        stats.rx_ignored += 1;
+        return None;
+    }
+    let icrc = if frame.transport.len() >= BTH_LEN + ICRC_LEN && frame.icrc_ok() {
+        IcrcStatus::Ok
+    } else {
+        IcrcStatus::Bad
+    };
+    Some(Datagram {
+        meta: RecvMeta {
+            src: frame.ip.src(),
+            dst: addr,
+            src_port: frame.udp_src_port,
+            icrc,
+        },
+        payload: frame.transport,
+        ip_packet: Some(frame.ip_packet),
+    })
+}
+
+/// An `io::Error` that says what was being done, keeping the kind and the
+/// original error as its source.
+#[derive(Debug)]
+struct Context {
+    what: String,
+    source: io::Error,
+}
+
+impl fmt::Display for Context {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.what, self.source)
+    }
+}
+
+impl std::error::Error for Context {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+fn context(source: io::Error, what: impl Into<String>) -> io::Error {
+    io::Error::new(
+        source.kind(),
+        Context {
+            what: what.into(),
+            source,
+        },
+    )
+}
+
+fn cvt(r: libc::c_int) -> io::Result<libc::c_int> {
+    if r < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(r)
+    }
+}
+
+fn socket(domain: libc::c_int, ty: libc::c_int, proto: libc::c_int) -> io::Result<OwnedFd> {
+    // SAFETY: plain system call; a nonnegative result is a new descriptor
+    // that nothing else owns.
+    let fd =
+        cvt(unsafe { libc::socket(domain, ty | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC, proto) })?;
+    // SAFETY: fd is open and ours.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+fn setsockopt<T>(fd: RawFd, level: libc::c_int, name: libc::c_int, val: &T) -> io::Result<()> {
+    // SAFETY: val points at size_of::<T>() readable bytes.
+    cvt(unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (val as *const T).cast(),
+            size_of::<T>() as libc::socklen_t,
+        )
+    })
+    .map(drop)
+}
+
+fn setsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int, val: i32) -> io::Result<()> {
+    setsockopt(fd, level, name, &(val as libc::c_int))
+}
+
+fn getsockopt_int(fd: RawFd, level: libc::c_int, name: libc::c_int) -> io::Result<libc::c_int> {
+    let mut val: libc::c_int = 0;
+    let mut len = size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: val and len are valid for writes of the lengths given.
+    cvt(unsafe {
+        libc::getsockopt(
+            fd,
+            level,
+            name,
+            (&mut val as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    })?;
+    Ok(val)
+}
+
+/// Asks for large buffers: the forcing variant if permitted, else the capped one.
+fn grow_buffers(fd: RawFd, rcv: bool, snd: bool) {
+    let size = SOCKET_BUFFER as i32;
+    let set = |force, plain| {
+        if setsockopt_int(fd, libc::SOL_SOCKET, force, size).is_err() {
+            let _ = setsockopt_int(fd, libc::SOL_SOCKET, plain, size);
+        }
+    };
+    if rcv {
+        set(libc::SO_RCVBUFFORCE, libc::SO_RCVBUF);
+    }
+    if snd {
+        set(libc::SO_SNDBUFFORCE, libc::SO_SNDBUF);
+    }
+}
+
+fn attach_filter(fd: RawFd, prog: &[libc::sock_filter]) -> io::Result<()> {
+    let fprog = libc::sock_fprog {
+        len: prog.len() as libc::c_ushort,
+        // The kernel copies the program and only reads it.
+        filter: prog.as_ptr() as *mut libc::sock_filter,
+    };
+    setsockopt(fd, libc::SOL_SOCKET, libc::SO_ATTACH_FILTER, &fprog)
+}
+
+const fn bpf(code: u32, jt: u8, jf: u8, k: u32) -> libc::sock_filter {
+    libc::sock_filter {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    }
+}
+
+/// `ret #0`: drop everything.
+const DROP_ALL: [libc::sock_filter; 1] = [bpf(libc::BPF_RET | libc::BPF_K, 0, 0, 0)];
+
+/// For a raw IPv4 socket (data starts at the IP header): keep UDP
+/// destination port 4791, drop the rest.
+const KEEP_ROCE: [libc::sock_filter; 5] = [
+    // x = 4 * (ip[0] & 0xf): the IP header length
+    bpf(libc::BPF_LDX | libc::BPF_B | libc::BPF_MSH, 0, 0, 0),
+    // a = the 16 bits at x + 2: the UDP destination port
+    bpf(libc::BPF_LD | libc::BPF_H | libc::BPF_IND, 0, 0, 2),
+    bpf(
+        libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K,
+        0,
+        1,
+        ROCE_V2_PORT as u32,
+    ),
+    bpf(libc::BPF_RET | libc::BPF_K, 0, 0, u32::MAX),
+    bpf(libc::BPF_RET | libc::BPF_K, 0, 0, 0),
+];
+
+fn open_udp(sa: SocketAddr, drop_all: bool) -> io::Result<OwnedFd> {
+    let setup = || -> io::Result<OwnedFd> {
+        let domain = if sa.is_ipv4() {
+            libc::AF_INET
+        } else {
+            libc::AF_INET6
+        };
+        let s = socket(domain, libc::SOCK_DGRAM, 0)?;
+        let fd = s.as_raw_fd();
+        if sa.is_ipv4() {
+            setsockopt_int(
+                fd,
+                libc::IPPROTO_IP,
+                libc::IP_MTU_DISCOVER,
+                libc::IP_PMTUDISC_DO,
+            )?;
+        } else {
+            setsockopt_int(fd, libc::IPPROTO_IPV6, libc::IPV6_V6ONLY, 1)?;
+            setsockopt_int(fd, libc::IPPROTO_UDP, libc::UDP_NO_CHECK6_RX, 1)?;
+            setsockopt_int(
+                fd,
+                libc::IPPROTO_IPV6,
+                libc::IPV6_MTU_DISCOVER,
+                libc::IPV6_PMTUDISC_DO,
+            )?;
+        }
+        grow_buffers(fd, !drop_all, true);
+        if drop_all {
+            // Before bind, so that nothing is ever queued here.
+            attach_filter(fd, &DROP_ALL)?;
+        }
+        Ok(s)
+    };
+    let s = setup().map_err(|e| context(e, format!("set up a UDP socket for {sa}")))?;
+    bind_fd(&s, sa).map_err(|e| context(e, format!("bind {sa}")))?;
+    Ok(s)
+}
+
+fn open_raw(addr: Ipv4Addr) -> io::Result<OwnedFd> {
+    let s = socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_UDP).map_err(|e| {
+        context(
+            e,
+            format!("raw IPv4/UDP socket for {addr} (needs CAP_NET_RAW)"),
+        )
+    })?;
+    let fd = s.as_raw_fd();
+    attach_filter(fd, &KEEP_ROCE).map_err(|e| {
+        context(
+            e,
+            format!("attach a BPF filter to the raw socket for {addr}"),
+        )
+    })?;
+    grow_buffers(fd, true, false);
+    // A bound raw socket only gets packets to that address.
+    bind_fd(&s, SocketAddr::new(IpAddr::V4(addr), 0))
+        .map_err(|e| context(e, format!("bind a raw socket to {addr}")))?;
+    Ok(s)
+}
+
+fn bind_fd(s: &OwnedFd, sa: SocketAddr) -> io::Result<()> {
+    // SAFETY: all-zero is a valid sockaddr_storage.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let len = to_sockaddr(sa, &mut ss);
+    // SAFETY: ss holds a sockaddr of len bytes.
+    cvt(unsafe {
+        libc::bind(
+            s.as_raw_fd(),
+            (&ss as *const libc::sockaddr_storage).cast(),
+            len,
+        )
+    })
+    .map(drop)
+}
+
+/// Writes a socket address in C form; returns its length.
+fn to_sockaddr(sa: SocketAddr, out: &mut libc::sockaddr_storage) -> libc::socklen_t {
+    match sa {
+        SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
+                sin_zero: [0; 8],
+            };
+            // SAFETY: sockaddr_storage is big enough and aligned for any sockaddr.
+            unsafe { std::ptr::write((out as *mut libc::sockaddr_storage).cast(), sin) };
+            size_of::<libc::sockaddr_in>() as libc::socklen_t
+        }
+        SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: 0,
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
+                sin6_scope_id: a.scope_id(),
+            };
+            // SAFETY: as above.
+            unsafe { std::ptr::write((out as *mut libc::sockaddr_storage).cast(), sin6) };
+            size_of::<libc::sockaddr_in6>() as libc::socklen_t
+        }
+    }
+}
+
+/// Reads a socket address the kernel wrote.
+fn from_sockaddr(ss: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<SocketAddr> {
+    let len = len as usize;
+    match libc::c_int::from(ss.ss_family) {
+        libc::AF_INET if len >= size_of::<libc::sockaddr_in>() => {
+            // SAFETY: the family says it is a sockaddr_in, and the storage
+            // is aligned for it.
+            let sin =
+                unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let ip = Ipv4Addr::from(sin.sin_addr.s_addr.to_ne_bytes());
+            Some(SocketAddr::V4(SocketAddrV4::new(
+                ip,
+                u16::from_be(sin.sin_port),
+            )))
+        }
+        libc::AF_INET6 if len >= size_of::<libc::sockaddr_in6>() => {
+            // SAFETY: as above, for sockaddr_in6.
+            let sin6 =
+                unsafe { &*(ss as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            let ip = Ipv6Addr::from(sin6.sin6_addr.s6_addr);
+            Some(SocketAddr::V6(SocketAddrV6::new(
+                ip,
+                u16::from_be(sin6.sin6_port),
+                sin6.sin6_flowinfo,
+                sin6.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
+}
+
+/// `ppoll(2)` on one descriptor. Returns whether it is ready; `false` on
+/// timeout or interruption.
+/// Waits for a transport's receiving socket; see [`UdpTransport::waiter`].
+#[derive(Debug)]
+pub struct Waiter {
+    fd: OwnedFd,
+}
+
+impl Waiter {
+    /// Waits up to `timeout` (`None`: no limit) for a datagram; true if one is ready.
+    pub fn wait(&self, timeout: Option<Duration>) -> io::Result<bool> {
+        wait_fd(self.fd.as_raw_fd(), libc::POLLIN, timeout)
+    }
+}
+
+fn wait_fd(fd: RawFd, events: libc::c_short, timeout: Option<Duration>) -> io::Result<bool> {
+    let mut pfd = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    let ts = timeout.map(|d| libc::timespec {
+        tv_sec: d.as_secs().min(libc::time_t::MAX as u64) as libc::time_t,
+        tv_nsec: d.subsec_nanos() as _,
+    });
+    let tsp = ts
+        .as_ref()
+        .map_or(std::ptr::null(), |t| t as *const libc::timespec);
+    // SAFETY: pfd and the optional timespec are valid for the call.
+    let r = unsafe { libc::ppoll(&mut pfd, 1, tsp, std::ptr::null()) };
+    if r < 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EINTR) {
+            return Ok(false);
+        }
+        return Err(context(e, "poll"));
+    }
+    Ok(r > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    //! Everything here sends to loopback addresses only (127.0.0.0/8, ::1).
+
+    use super::*;
+    use rxe_core::engine::{
+        CqId, Engine, EngineConfig, MrKeys, PdId, QpInit, RegionMemory, VecMemory,
+    };
+    use rxe_core::psn::Psn;
+    use rxe_core::types::*;
+    use rxe_core::wire::{BthRepr, FrameRepr, IpRepr, Opcode, PacketRepr, UdpChecksum};
+    use std::sync::Arc;
+
+    /// Binds on `preferred`, or on a stand-in 127.x address if another run
+    /// of these tests holds it.
+    fn bind_loopback(preferred: Ipv4Addr, mode: RecvMode) -> io::Result<UdpTransport> {
+        let [_, _, c, d] = preferred.octets();
+        let mut last = None;
+        for k in 0..32u8 {
+            let a = if k == 0 {
+                preferred
+            } else {
+                Ipv4Addr::new(127, 100 + k, c, d)
+            };
+            match UdpTransport::bind_with(IpAddr::V4(a), mode) {
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse => last = Some(e),
+                r => return r,
+            }
+        }
+        Err(last.expect("tried"))
+    }
+
+    fn lo(d: u8) -> Ipv4Addr {
+        Ipv4Addr::new(127, 0, 0, d)
+    }
+
+    /// `None` (with a note) if raw sockets are not permitted here.
+    fn bind_raw(preferred: Ipv4Addr, test: &str) -> Option<UdpTransport> {
+        match bind_loopback(preferred, RecvMode::Raw) {
+            Ok(t) => {
+                assert_eq!(t.recv_mode(), RecvMode::Raw);
+                Some(t)
+            }
+            Err(e) if e.kind() == io::ErrorKind::PermissionDenied => {
+                println!("SKIPPED {test}: no CAP_NET_RAW ({e})");
+                None
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    fn bth(psn: u32) -> BthRepr {
+        BthRepr {
+            opcode: Opcode::RC_SEND_ONLY,
+            solicited: false,
+            mig_req: false,
+            pad_count: 0,
+            pkey: 0xffff,
+            fecn: false,
+            becn: false,
+            dest_qp: 0x12,
+            ack_req: true,
+            psn: Psn::new(psn),
+        }
+    }
+
+    /// A UDP payload (BTH through ICRC) with the ICRC `compute_udp` gives.
+    fn roce(src: IpAddr, dst: IpAddr, src_port: u16, psn: u32, data: &[u8]) -> Vec<u8> {
+        let mut p = PacketRepr::new(bth(psn));
+        p.payload = data;
+        let mut buf = vec![0; p.buffer_len()];
+        let n = p.emit(&mut buf).unwrap();
+        buf.truncate(n);
+        let crc = icrc::compute_udp(src, dst, src_port, &buf[..n - ICRC_LEN]).unwrap();
+        buf[n - ICRC_LEN..].copy_from_slice(&crc.to_le_bytes());
+        buf
+    }
+
+    fn transmit(from: &UdpTransport, dst: IpAddr, psn: u32, data: &[u8]) -> Transmit {
+        Transmit {
+            src: from.addr(),
+            dst,
+            src_port: from.src_port(),
+            traffic_class: 0,
+            hop_limit: 64,
+            payload: roce(from.addr(), dst, from.src_port(), psn, data),
+        }
+    }
+
+    /// Flips one payload bit after the ICRC was computed.
+    fn corrupt(mut t: Transmit) -> Transmit {
+        t.payload[BTH_LEN + 1] ^= 0x10;
+        t
+    }
+
+    /// Receives until `n` datagrams arrived (or 2 s passed); also returns
+    /// how many each call returned.
+    fn recv_n(t: &mut UdpTransport, n: usize) -> (Vec<Received>, Vec<usize>) {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let (mut out, mut calls) = (Vec::new(), Vec::new());
+        while out.len() < n && Instant::now() < deadline {
+            let k = t
+                .recv_batch(Some(Duration::from_millis(100)), &mut out)
+                .unwrap();
+            if k > 0 {
+                calls.push(k);
+            }
+        }
+        (out, calls)
+    }
+
+    fn assert_nothing_queued(t: &mut UdpTransport) {
+        let mut out = Vec::new();
+        assert_eq!(
+            t.recv_batch(Some(Duration::from_millis(20)), &mut out)
+                .unwrap(),
+            0,
+            "{out:?}"
+        );
+    }
+
+    /// Sends a whole IPv4 packet through an `IPPROTO_RAW` socket (IP_HDRINCL).
+    fn send_ip_hdrincl(pkt: &[u8], dst: Ipv4Addr) -> io::Result<()> {
+        let s = socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW)?;
+        // SAFETY: all-zero is a valid sockaddr_storage.
+        let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let len = to_sockaddr(SocketAddr::new(IpAddr::V4(dst), 0), &mut ss);
+        // SAFETY: pkt and ss are valid for the lengths given.
+        let r = unsafe {
+            libc::sendto(
+                s.as_raw_fd(),
+                pkt.as_ptr().cast(),
+                pkt.len(),
+                0,
+                (&ss as *const libc::sockaddr_storage).cast(),
+                len,
+            )
+        };
+        if r < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        assert_eq!(r as usize, pkt.len());
+        Ok(())
+    }
+
+    /// A whole IPv4 packet as the kernel's rxe builds it: any IP ID, DF,
+    /// UDP checksum 0, a QP-hashed source port, a correct ICRC.
+    fn rxe_style_ipv4(src: Ipv4Addr, dst: Ipv4Addr, id: u16, psn: u32, data: &[u8]) -> Vec<u8> {
+        let f = FrameRepr {
+            eth: None,
+            ip: IpRepr::V4 {
+                src,
+                dst,
+                tos: 0,
+                id,
+                dont_fragment: true,
+                ttl: 64,
+            },
+            udp_src_port: 50596,
+            udp_checksum: UdpChecksum::Zero,
+        };
+        let mut p = PacketRepr::new(bth(psn));
+        p.payload = data;
+        let mut buf = vec![0; f.buffer_len(p.buffer_len())];
+        let n = f.emit(&p, &mut buf).unwrap();
+        buf.truncate(n);
+        buf
+    }
+
+    #[test]
+    fn ipv4_plain_exchange_and_verdicts() {
+        let mut a = bind_loopback(lo(4), RecvMode::Plain).unwrap();
+        let mut b = bind_loopback(lo(5), RecvMode::Plain).unwrap();
+        assert_eq!(a.recv_mode(), RecvMode::Plain);
+        assert_eq!(a.src_port(), 4791);
+        assert_eq!(a.local_addr(), SocketAddr::new(a.addr(), 4791));
+        let (aa, ba) = (a.addr(), b.addr());
+        let pkts = [
+            transmit(&a, ba, 1, b"first packet"),
+            corrupt(transmit(&a, ba, 2, b"second packet")),
+            Transmit {
+                traffic_class: 0x2e << 2,
+                hop_limit: 3,
+                ..transmit(&a, ba, 3, b"third packet, other TOS and TTL")
+            },
+            Transmit {
+                hop_limit: 0,
+                ..transmit(&a, ba, 4, b"fourth, default TTL")
+            },
+        ];
+        assert_eq!(a.send_batch(&pkts).unwrap(), 4);
+        let (got, _) = recv_n(&mut b, 4);
+        let verdicts: Vec<_> = got.iter().map(|r| r.meta.icrc).collect();
+        assert_eq!(
+            verdicts,
+            [
+                IcrcStatus::Ok,
+                IcrcStatus::Unverified,
+                IcrcStatus::Ok,
+                IcrcStatus::Ok
+            ]
+        );
+        for (r, t) in got.iter().zip(&pkts) {
+            assert_eq!(r.data, t.payload);
+            assert_eq!(
+                r.meta,
+                RecvMeta {
+                    src: aa,
+                    dst: ba,
+                    src_port: 4791,
+                    icrc: r.meta.icrc
+                }
+            );
+        }
+        assert_eq!(b.stats().icrc_unverified, 1);
+        assert_eq!(b.stats().icrc_ok, 3);
+        assert_eq!(b.stats().rx_packets, 4);
+        assert_eq!(a.stats().tx_packets, 4);
+        // And back.
+        assert_eq!(b.send_batch(&[transmit(&b, aa, 9, b"reply")]).unwrap(), 1);
+        let (got, _) = recv_n(&mut a, 1);
+        assert_eq!(got[0].meta.icrc, IcrcStatus::Ok);
+        assert_eq!(got[0].meta.src, ba);
+        assert_nothing_queued(&mut a);
+        assert_nothing_queued(&mut b);
+    }
+
+    #[test]
+    fn batch_of_64_through_sendmmsg_and_recvmmsg() {
+        let mut a = bind_loopback(lo(6), RecvMode::Plain).unwrap();
+        let mut b = bind_loopback(lo(7), RecvMode::Plain).unwrap();
+        let pkts: Vec<_> = (0..64u32)
+            .map(|i| {
+                let data: Vec<u8> = (0..100 + 17 * i).map(|j| (i + j) as u8).collect();
+                transmit(&a, b.addr(), i, &data)
+            })
+            .collect();
+        assert_eq!(a.send_batch(&pkts).unwrap(), 64);
+        let (got, calls) = recv_n(&mut b, 64);
+        println!(
+            "64 datagrams came in {} recvmmsg batches: {calls:?}",
+            calls.len()
+        );
+        assert_eq!(got.len(), 64);
+        for (r, t) in got.iter().zip(&pkts) {
+            assert_eq!(r.data, t.payload);
+            assert_eq!(r.meta.icrc, IcrcStatus::Ok);
+        }
+        assert!(calls.iter().any(|&k| k > 1), "no batching: {calls:?}");
+        // More than one sendmmsg worth in one call.
+        let many: Vec<_> = (0..200).map(|i| transmit(&a, b.addr(), i, b"x")).collect();
+        assert_eq!(a.send_batch(&many).unwrap(), 200);
+        let (got, calls) = recv_n(&mut b, 200);
+        assert_eq!(got.len(), 200);
+        assert!(calls.iter().all(|&k| k <= BATCH));
+        assert_eq!(a.stats().tx_packets, 264);
+    }
+
+    #[test]
+    fn recv_timeout_returns_zero_on_nothing() {
+        // Auto: raw with CAP_NET_RAW, plain without; both must time out.
+        let mut t = bind_loopback(lo(8), RecvMode::Auto).unwrap();
+        println!("auto mode on {}: {}", t.addr(), t.recv_mode());
+        assert_ne!(t.recv_mode(), RecvMode::Auto);
+        let mut out = Vec::new();
+        let start = Instant::now();
+        assert_eq!(t.recv_batch(Some(Duration::ZERO), &mut out).unwrap(), 0);
+        assert_eq!(
+            t.recv_batch(Some(Duration::from_millis(50)), &mut out)
+                .unwrap(),
+            0
+        );
+        let took = start.elapsed();
+        assert!(took >= Duration::from_millis(50), "{took:?}");
+        assert!(took < Duration::from_secs(2), "{took:?}");
+        assert!(out.is_empty());
+        // A huge timeout does not overflow; something to read ends it.
+        let addr = t.addr();
+        assert_eq!(
+            t.send_batch(&[transmit(&t, addr, 1, b"to self")]).unwrap(),
+            1
+        );
+        assert_eq!(t.recv_batch(Some(Duration::MAX), &mut out).unwrap(), 1);
+        assert_eq!(out[0].meta.icrc, IcrcStatus::Ok);
+        assert!(t.wait_writable(Some(Duration::ZERO)).unwrap());
+        let (rcv, snd) = t.buffer_sizes().unwrap();
+        println!("socket buffers: rcv {rcv}, snd {snd}");
+        // What was granted depends on privileges and net.core.[rw]mem_max.
+        assert!(rcv > 0 && snd > 0);
+    }
+
+    #[test]
+    fn bad_input_is_an_error_not_a_panic() {
+        for a in ["0.0.0.0", "::", "224.0.0.1", "255.255.255.255", "ff02::1"] {
+            let e = UdpTransport::bind(a.parse().unwrap()).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{a}: {e}");
+        }
+        let e = UdpTransport::bind_with("::1".parse().unwrap(), RecvMode::Raw).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::Unsupported, "{e}");
+        // Not a local address: nothing is sent, bind just fails.
+        let e = UdpTransport::bind("192.0.2.1".parse().unwrap()).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AddrNotAvailable, "{e}");
+        assert!(e.to_string().starts_with("bind 192.0.2.1:4791: "), "{e}");
+
+        let mut t = bind_loopback(lo(12), RecvMode::Plain).unwrap();
+        let e = UdpTransport::bind(t.addr()).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AddrInUse);
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with(&format!("bind {}:4791: ", t.addr())),
+            "{msg}"
+        );
+        assert!(std::error::Error::source(e.get_ref().unwrap()).is_some());
+
+        let me = t.addr();
+        let good = transmit(&t, me, 1, b"ok");
+        let wrong_src = Transmit {
+            src: IpAddr::V4(lo(99)),
+            ..good.clone()
+        };
+        let wrong_port = Transmit {
+            src_port: 50000,
+            ..good.clone()
+        };
+        let wrong_family = Transmit {
+            dst: "::1".parse().unwrap(),
+            ..good.clone()
+        };
+        for bad in [&wrong_src, &wrong_port, &wrong_family] {
+            let e = t.send_batch(std::slice::from_ref(bad)).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "{e}");
+        }
+        assert!(t
+            .send_batch(std::slice::from_ref(&wrong_port))
+            .unwrap_err()
+            .to_string()
+            .contains("udp_src_port"));
+        // A bad packet after good ones: the good ones go, the next call
+        // reports the bad one.
+        let batch = [good.clone(), good.clone(), wrong_src.clone(), good.clone()];
+        assert_eq!(t.send_batch(&batch).unwrap(), 2);
+        assert!(t.send_batch(&batch[2..]).is_err());
+        assert_eq!(t.send_batch(&batch[3..]).unwrap(), 1);
+        assert_eq!(t.send_batch(&[]).unwrap(), 0);
+        // One the kernel refuses (larger than a UDP datagram can be; the
+        // loopback MTU is 64 KiB, so EMSGSIZE from path MTU discovery cannot
+        // be shown here): the packets before it go, then it is the error.
+        let mut huge = good.clone();
+        huge.payload = vec![0; 70_000];
+        let batch = [good.clone(), huge, good.clone()];
+        assert_eq!(t.send_batch(&batch).unwrap(), 1);
+        let e = t.send_batch(&batch[1..]).unwrap_err();
+        assert_eq!(e.raw_os_error(), None, "wrapped with context");
+        assert!(
+            e.to_string()
+                .starts_with(&format!("send to {me}:4791 from {me}:4791: ")),
+            "{e}"
+        );
+        assert_eq!(t.send_batch(&batch[2..]).unwrap(), 1);
+
+        // Garbage in: short and non-RoCE datagrams are handed out, never a panic.
+        let (got, _) = recv_n(&mut t, 5);
+        assert_eq!(got.len(), 5);
+        assert!(got.iter().all(|r| r.meta.icrc == IcrcStatus::Ok));
+        let junk = std::net::UdpSocket::bind((lo(1), 0)).unwrap();
+        for len in [0usize, 1, 15, 16, 100] {
+            junk.send_to(&vec![0xa5; len], t.local_addr()).unwrap();
+        }
+        let (got, _) = recv_n(&mut t, 5);
+        assert_eq!(got.len(), 5);
+        for r in &got {
+            let want = if r.data.len() < BTH_LEN + ICRC_LEN {
+                IcrcStatus::Bad
+            } else {
+                IcrcStatus::Unverified
+            };
+            assert_eq!(r.meta.icrc, want, "{} bytes", r.data.len());
+            assert_eq!(r.meta.src, IpAddr::V4(lo(1)));
+            assert_eq!(r.meta.src_port, junk.local_addr().unwrap().port());
+        }
+    }
+
+    /// ::1 is one address: IPv6 checks run in this one test, with the
+    /// transport sending to itself.
+    #[test]
+    fn ipv6_verdicts_and_zero_checksum() {
+        let me: IpAddr = "::1".parse().unwrap();
+        let mut tries = 0;
+        let mut t = loop {
+            match UdpTransport::bind_with(me, RecvMode::Auto) {
+                Ok(t) => break t,
+                Err(e) if e.kind() == io::ErrorKind::AddrInUse && tries < 60 => {
+                    tries += 1; // another run of this test
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                Err(e) if e.kind() == io::ErrorKind::AddrNotAvailable => {
+                    println!("SKIPPED ipv6_verdicts_and_zero_checksum: no ::1 ({e})");
+                    return;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        };
+        assert_eq!(t.recv_mode(), RecvMode::Plain, "auto is plain for IPv6");
+        let pkts = [
+            transmit(&t, me, 1, b"v6 good"),
+            corrupt(transmit(&t, me, 2, b"v6 bad")),
+            Transmit {
+                traffic_class: 0xb8,
+                hop_limit: 1,
+                ..transmit(&t, me, 3, b"v6 tclass and hop limit")
+            },
+        ];
+        assert_eq!(t.send_batch(&pkts).unwrap(), 3);
+        let (got, _) = recv_n(&mut t, 3);
+        let verdicts: Vec<_> = got.iter().map(|r| r.meta.icrc).collect();
+        assert_eq!(verdicts, [IcrcStatus::Ok, IcrcStatus::Bad, IcrcStatus::Ok]);
+        assert_eq!(got[0].meta.src, me);
+        assert_eq!(got[0].meta.dst, me);
+        assert_eq!(got[0].meta.src_port, 4791);
+
+        // Zero-checksum UDP, as the kernel's rxe sends over IPv6, from an
+        // ephemeral port. A socket without UDP_NO_CHECK6_RX drops it.
+        let zero = std::net::UdpSocket::bind((me, 0)).unwrap();
+        setsockopt_int(
+            zero.as_raw_fd(),
+            libc::IPPROTO_UDP,
+            libc::UDP_NO_CHECK6_TX,
+            1,
+        )
+        .unwrap();
+        let normal = std::net::UdpSocket::bind((me, 0)).unwrap();
+        let control = std::net::UdpSocket::bind((me, 0)).unwrap();
+        control
+            .set_read_timeout(Some(Duration::from_secs(2)))
+            .unwrap();
+        let zport = zero.local_addr().unwrap().port();
+        let payload = roce(me, me, zport, 7, b"zero checksum");
+        zero.send_to(b"zero checksum to control", control.local_addr().unwrap())
+            .unwrap();
+        zero.send_to(&payload, t.local_addr()).unwrap();
+        normal
+            .send_to(b"checksummed", control.local_addr().unwrap())
+            .unwrap();
+        let mut buf = [0u8; 64];
+        let n = control.recv(&mut buf).unwrap();
+        assert_eq!(
+            &buf[..n],
+            b"checksummed",
+            "the control socket should have dropped the zero-checksum datagram"
+        );
+        let (got, _) = recv_n(&mut t, 1);
+        assert_eq!(got.len(), 1, "zero-checksum datagram not received");
+        assert_eq!(got[0].data, payload);
+        assert_eq!(got[0].meta.src_port, zport);
+        assert_eq!(got[0].meta.icrc, IcrcStatus::Ok);
+        assert_eq!(t.stats().icrc_unverified, 0);
+    }
+
+    #[test]
+    fn raw_mode_verifies_every_ipv4_packet() {
+        let Some(mut rx) = bind_raw(lo(9), "raw_mode_verifies_every_ipv4_packet") else {
+            return;
+        };
+        let mut tx = bind_loopback(lo(10), RecvMode::Plain).unwrap();
+        let mut plain_rx = bind_loopback(lo(11), RecvMode::Plain).unwrap();
+        let (rxa, txa) = (rx.addr(), tx.addr());
+        let (IpAddr::V4(rx4), IpAddr::V4(tx4), IpAddr::V4(plain4)) = (rxa, txa, plain_rx.addr())
+        else {
+            unreachable!()
+        };
+
+        // From our own unconnected IP_PMTUDISC_DO socket: ID 0, DF, Ok.
+        let pkts = [
+            transmit(&tx, rxa, 1, b"from a UDP socket"),
+            corrupt(transmit(&tx, rxa, 2, b"corrupted")),
+        ];
+        assert_eq!(tx.send_batch(&pkts).unwrap(), 2);
+        // From "the kernel's rxe": a nonzero ID, zero UDP checksum, another port.
+        let kernel_like = rxe_style_ipv4(tx4, rx4, 0x1234, 3, b"nonzero IP ID");
+        send_ip_hdrincl(&kernel_like, rx4).unwrap();
+        let mut bad_kernel_like = rxe_style_ipv4(tx4, rx4, 0x1235, 4, b"nonzero IP ID, bad");
+        let last = bad_kernel_like.len() - ICRC_LEN - 1;
+        bad_kernel_like[last] ^= 1;
+        send_ip_hdrincl(&bad_kernel_like, rx4).unwrap();
+        // Not RoCE: another port. The raw socket's filter keeps it out.
+        let other = std::net::UdpSocket::bind((tx4, 0)).unwrap();
+        other.send_to(b"not for 4791", (rx4, 9)).unwrap();
+
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while got.len() < 4 && Instant::now() < deadline {
+            rx.recv_with(Some(Duration::from_millis(100)), |d| {
+                let ip = d.ip_packet.expect("raw mode gives the IP packet").to_vec();
+                got.push((d.meta, d.payload.to_vec(), ip));
+            })
+            .unwrap();
+        }
+        assert_eq!(got.len(), 4, "{got:?}");
+        let id = |ip: &[u8]| u16::from_be_bytes([ip[4], ip[5]]);
+        let df = |ip: &[u8]| ip[6] & 0x40 != 0;
+        for (i, (meta, payload, ip)) in got.iter().enumerate() {
+            assert_eq!(meta.dst, rxa);
+            assert_eq!(meta.src, txa);
+            assert_eq!(&ip[ip.len() - payload.len()..], &payload[..]);
+            assert!(df(ip), "packet {i}: DF");
+        }
+        let (m, p, ip) = &got[0];
+        assert_eq!(id(ip), 0, "unconnected IP_PMTUDISC_DO socket: IP ID 0");
+        assert_eq!(m.icrc, IcrcStatus::Ok);
+        assert_eq!(m.src_port, 4791);
+        assert_eq!(p, &pkts[0].payload);
+        assert_eq!(got[1].0.icrc, IcrcStatus::Bad);
+        let (m, p, ip) = &got[2];
+        assert_eq!(id(ip), 0x1234);
+        assert_eq!(m.icrc, IcrcStatus::Ok, "a kernel-rxe-style packet verifies");
+        assert_eq!(m.src_port, 50596);
+        assert_eq!(&p[..], &kernel_like[28..]);
+        assert_eq!(got[3].0.icrc, IcrcStatus::Bad);
+        assert_eq!(rx.stats().icrc_unverified, 0);
+        assert_eq!(rx.stats().icrc_ok, 2);
+        assert_eq!(rx.stats().icrc_bad, 2);
+
+        // The UDP socket queued nothing (its filter drops everything).
+        let mut b = [0u8; 16];
+        // SAFETY: b is valid for writes of its length.
+        let r = unsafe {
+            libc::recv(
+                rx.udp.as_raw_fd(),
+                b.as_mut_ptr().cast(),
+                b.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        assert_eq!(r, -1);
+        assert_eq!(
+            io::Error::last_os_error().raw_os_error(),
+            Some(libc::EAGAIN)
+        );
+        assert_nothing_queued(&mut rx);
+
+        // The same kernel-style packet to a plain socket: Unverified.
+        let to_plain = rxe_style_ipv4(tx4, plain4, 0x1234, 5, b"nonzero IP ID");
+        send_ip_hdrincl(&to_plain, plain4).unwrap();
+        let (got, _) = recv_n(&mut plain_rx, 1);
+        assert_eq!(got[0].meta.icrc, IcrcStatus::Unverified);
+        assert_eq!(got[0].meta.src_port, 50596);
+        // Raw mode also sends (through the UDP socket).
+        assert_eq!(rx.send_batch(&[transmit(&rx, txa, 1, b"back")]).unwrap(), 1);
+        let (got, _) = recv_n(&mut tx, 1);
+        assert_eq!(got[0].meta.icrc, IcrcStatus::Ok);
+
+        // Per-packet TOS and TTL (ancillary data) reach the wire and do not
+        // disturb the ICRC (both are masked).
+        let t = Transmit {
+            traffic_class: 0xb8,
+            hop_limit: 7,
+            ..transmit(&tx, rxa, 9, b"DSCP EF, TTL 7")
+        };
+        assert_eq!(tx.send_batch(&[t]).unwrap(), 1);
+        let mut seen = None;
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while seen.is_none() && Instant::now() < deadline {
+            rx.recv_with(Some(Duration::from_millis(100)), |d| {
+                let ip = d.ip_packet.unwrap();
+                seen = Some((d.meta.icrc, ip[1], ip[8], id(ip)));
+            })
+            .unwrap();
+        }
+        assert_eq!(seen, Some((IcrcStatus::Ok, 0xb8, 7, 0)));
+    }
+
+    /// One soft device for the end-to-end tests.
+    struct Dev {
+        e: Engine,
+        t: UdpTransport,
+        cq: CqId,
+        pd: PdId,
+        mem: Arc<VecMemory>,
+        mr: MrKeys,
+        pending: Vec<Transmit>,
+    }
+
+    const IOVA: u64 = 0x1000_0000;
+
+    fn dev(t: UdpTransport, seed: u64) -> Dev {
+        let mut config = EngineConfig::new(t.addr(), seed);
+        config.udp_src_port = Some(t.src_port());
+        let mut e = Engine::new(config);
+        let pd = e.alloc_pd();
+        let cq = e.create_cq(4096).unwrap();
+        let mem = Arc::new(VecMemory::new(1 << 20));
+        let access = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ;
+        let mr = e.reg_mr(pd, mem.clone(), IOVA, access).unwrap();
+        Dev {
+            e,
+            t,
+            cq,
+            pd,
+            mem,
+            mr,
+            pending: Vec::new(),
+        }
+    }
+
+    fn create_rc_qp(d: &mut Dev) -> u32 {
+        let cap = QpCap {
+            max_send_wr: 256,
+            max_recv_wr: 256,
+            ..QpCap::default()
+        };
+        d.e.create_qp(QpInit {
+            qp_type: QpType::Rc,
+            pd: d.pd,
+            send_cq: d.cq,
+            recv_cq: d.cq,
+            srq: None,
+            cap,
+            sq_sig_all: false,
+        })
+        .unwrap()
+    }
+
+    fn bring_up(d: &mut Dev, qpn: u32, remote: IpAddr, remote_qpn: u32, rq: u32, sq: u32) {
+        let a = QpAttr {
+            state: QpState::Init,
+            port: 1,
+            pkey_index: 0,
+            access: Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ,
+            ..QpAttr::default()
+        };
+        let m = QpAttrMask::STATE
+            | QpAttrMask::PKEY_INDEX
+            | QpAttrMask::PORT
+            | QpAttrMask::ACCESS_FLAGS;
+        d.e.modify_qp(qpn, &a, m).unwrap();
+        let a = QpAttr {
+            state: QpState::Rtr,
+            av: Some(AddressVector::to(remote)),
+            path_mtu: Mtu::Mtu1024,
+            dest_qpn: remote_qpn,
+            rq_psn: Psn::new(rq),
+            max_dest_rd_atomic: 4,
+            min_rnr_timer: 1,
+            ..QpAttr::default()
+        };
+        let m = QpAttrMask::STATE
+            | QpAttrMask::AV
+            | QpAttrMask::PATH_MTU
+            | QpAttrMask::DEST_QPN
+            | QpAttrMask::RQ_PSN
+            | QpAttrMask::MAX_DEST_RD_ATOMIC
+            | QpAttrMask::MIN_RNR_TIMER;
+        d.e.modify_qp(qpn, &a, m).unwrap();
+        let a = QpAttr {
+            state: QpState::Rts,
+            sq_psn: Psn::new(sq),
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            max_rd_atomic: 4,
+            ..QpAttr::default()
+        };
+        let m = QpAttrMask::STATE
+            | QpAttrMask::SQ_PSN
+            | QpAttrMask::TIMEOUT
+            | QpAttrMask::RETRY_CNT
+            | QpAttrMask::RNR_RETRY
+            | QpAttrMask::MAX_QP_RD_ATOMIC;
+        d.e.modify_qp(qpn, &a, m).unwrap();
+    }
+
+    /// Drives both devices over real sockets until each has `want`
+    /// completions (or 10 s pass); returns them.
+    fn run_until(devs: &mut [Dev; 2], want: [usize; 2]) -> [Vec<Completion>; 2] {
+        let mut done: [Vec<Completion>; 2] = [Vec::new(), Vec::new()];
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline && (0..2).any(|i| done[i].len() < want[i]) {
+            for d in devs.iter_mut() {
+                let now = Instant::now();
+                if d.e.next_timeout().is_some_and(|t| t <= now) {
+                    d.e.handle_timeout(now);
+                }
+                while let Some(t) = d.e.poll_transmit(now) {
+                    d.pending.push(t);
+                }
+                while !d.pending.is_empty() {
+                    match d.t.send_batch(&d.pending) {
+                        Ok(0) => break, // full: later
+                        Ok(n) => drop(d.pending.drain(..n)),
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            }
+            for (i, d) in devs.iter_mut().enumerate() {
+                let Dev { e, t, cq, .. } = d;
+                t.recv_with(Some(Duration::from_micros(200)), |dg| {
+                    e.handle_datagram(Instant::now(), dg.meta, dg.payload)
+                })
+                .unwrap();
+                e.poll_cq(*cq, usize::MAX, &mut done[i]).unwrap();
+            }
+        }
+        done
+    }
+
+    fn engines_over_udp(a: UdpTransport, b: UdpTransport) {
+        let mode = a.recv_mode();
+        let mut devs = [dev(a, 11), dev(b, 12)];
+        let (aa, ba) = (devs[0].t.addr(), devs[1].t.addr());
+        let qa = create_rc_qp(&mut devs[0]);
+        let qb = create_rc_qp(&mut devs[1]);
+        bring_up(&mut devs[0], qa, ba, qb, 5000, 100);
+        bring_up(&mut devs[1], qb, aa, qa, 100, 5000);
+
+        // RC SEND of 100 KB.
+        const LEN: usize = 100 * 1024;
+        let data: Vec<u8> = (0..LEN as u32)
+            .map(|i| (i.wrapping_mul(2654435761) >> 13) as u8)
+            .collect();
+        assert!(devs[0].mem.write(0, &data));
+        let rlkey = devs[1].mr.lkey;
+        devs[1]
+            .e
+            .post_recv(
+                qb,
+                RecvWr {
+                    wr_id: 7,
+                    sg_list: vec![Sge {
+                        addr: IOVA + 4096,
+                        length: LEN as u32,
+                        lkey: rlkey,
+                    }],
+                },
+            )
+            .unwrap();
+        let mut wr = SendWr::new(1, SendOpcode::Send);
+        wr.sg_list = vec![Sge {
+            addr: IOVA,
+            length: LEN as u32,
+            lkey: devs[0].mr.lkey,
+        }];
+        devs[0].e.post_send(qa, wr).unwrap();
+        let [ca, cb] = run_until(&mut devs, [1, 1]);
+        assert_eq!(ca.len(), 1, "{ca:?}");
+        assert_eq!(ca[0].status, WcStatus::Success);
+        assert_eq!(cb.len(), 1, "{cb:?}");
+        assert_eq!(cb[0].status, WcStatus::Success);
+        assert_eq!(cb[0].byte_len as usize, LEN);
+        assert!(devs[1].mem.snapshot()[4096..4096 + LEN] == data[..]);
+
+        // RDMA WRITE of 100 KB (plus an odd tail) to another place.
+        const WLEN: usize = LEN + 13;
+        let wdata: Vec<u8> = (0..WLEN as u32).map(|i| (i ^ (i >> 7)) as u8).collect();
+        assert!(devs[0].mem.write(300_000, &wdata));
+        let mut wr = SendWr::new(2, SendOpcode::RdmaWrite);
+        wr.sg_list = vec![Sge {
+            addr: IOVA + 300_000,
+            length: WLEN as u32,
+            lkey: devs[0].mr.lkey,
+        }];
+        wr.remote_addr = IOVA + 600_001;
+        wr.rkey = devs[1].mr.rkey;
+        devs[0].e.post_send(qa, wr).unwrap();
+        let [ca, _] = run_until(&mut devs, [1, 0]);
+        assert_eq!(ca.len(), 1, "{ca:?}");
+        assert_eq!(ca[0].status, WcStatus::Success);
+        let snap = devs[1].mem.snapshot();
+        assert!(snap[600_001..600_001 + WLEN] == wdata[..]);
+        assert!(snap[600_000] == 0 && snap[600_001 + WLEN] == 0);
+
+        for d in &devs {
+            let (c, s) = (d.e.counters(), d.t.stats());
+            println!(
+                "{mode} {}: engine sent {} rcvd {} retransmitted {}; udp tx {} rx {} \
+                 (icrc ok {}, bad {}, unverified {}), tx_full {}",
+                d.t.addr(),
+                c.sent_pkts,
+                c.rcvd_pkts,
+                c.retransmitted_pkts,
+                s.tx_packets,
+                s.rx_packets,
+                s.icrc_ok,
+                s.icrc_bad,
+                s.icrc_unverified,
+                s.tx_full,
+            );
+            assert_eq!(c.icrc_unverified, 0);
+            assert!(!c
+                .drops
+                .contains_key(&rxe_core::engine::DropReason::IcrcError));
+            assert_eq!(s.icrc_ok, s.rx_packets);
+            assert!(s.rx_packets > 0);
+        }
+    }
+
+    #[test]
+    fn engines_rc_send_and_write_over_real_udp() {
+        let a = bind_loopback(lo(2), RecvMode::Plain).unwrap();
+        let b = bind_loopback(lo(3), RecvMode::Plain).unwrap();
+        engines_over_udp(a, b);
+    }
+
+    #[test]
+    fn engines_rc_send_and_write_over_real_udp_raw_mode() {
+        let test = "engines_rc_send_and_write_over_real_udp_raw_mode";
+        let Some(a) = bind_raw(lo(13), test) else {
+            return;
+        };
+        let Some(b) = bind_raw(lo(14), test) else {
+            return;
+        };
+        engines_over_udp(a, b);
+    }
+}

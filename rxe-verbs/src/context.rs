@@ -1,0 +1,292 @@
+//! An open device: the engine, its UDP socket, and the progress thread
+//! that drives them.
+//!
+//! Locking: one `parking_lot::Mutex` guards the engine. Every call takes it
+//! briefly, does its work, collects the packets the engine wants to send and
+//! the events it raised, drops the lock, and only then sends, so no socket
+//! call happens under the lock. The progress thread does the same for
+//! received packets and timers. A condition variable on the engine lock
+//! wakes threads waiting for completions.
+
+use crate::cq::ChannelInner;
+use crate::device::{Device, DeviceAttr, PortAttr};
+use crate::error::Error;
+use parking_lot::{Condvar, Mutex, MutexGuard};
+use rxe_core::engine::{AsyncEvent, CqId, Engine, EngineConfig, Transmit};
+use rxe_net::udp::{RecvMode, UdpTransport, Waiter, BATCH};
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Asynchronous events, as `ibv_get_async_event` reports them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AsyncEventKind {
+    /// The port is up (raised once when the device opens).
+    PortActive,
+    /// A QP went to the error state (`IBV_EVENT_QP_FATAL`).
+    QpFatal(u32),
+    /// The first packet arrived on a QP in RTR (`IBV_EVENT_COMM_EST`).
+    CommEstablished(u32),
+    /// A QP's send queue drained in SQD (`IBV_EVENT_SQ_DRAINED`).
+    SqDrained(u32),
+    /// A completion queue overran (`IBV_EVENT_CQ_ERR`); the number is the CQ's.
+    CqError(u32),
+    /// A shared receive queue fell below its limit (`IBV_EVENT_SRQ_LIMIT_REACHED`).
+    SrqLimitReached(u32),
+}
+
+impl From<AsyncEvent> for AsyncEventKind {
+    fn from(e: AsyncEvent) -> Self {
+        match e {
+            AsyncEvent::QpFatal(q) => AsyncEventKind::QpFatal(q),
+            AsyncEvent::CommEstablished(q) => AsyncEventKind::CommEstablished(q),
+            AsyncEvent::SqDrained(q) => AsyncEventKind::SqDrained(q),
+            AsyncEvent::CqError(c) => AsyncEventKind::CqError(c.0),
+            AsyncEvent::SrqLimitReached(s) => AsyncEventKind::SrqLimitReached(s.0),
+        }
+    }
+}
+
+/// State shared by the application's handles and the progress thread.
+pub(crate) struct Shared {
+    pub engine: Mutex<Engine>,
+    /// Wakes threads waiting for completions: notified after every batch.
+    pub progress: Condvar,
+    /// The socket. Lock order: `link` before `engine`, never the reverse.
+    pub link: Mutex<UdpTransport>,
+    /// How the socket receives (fixed at open).
+    pub recv_mode: RecvMode,
+    pub events: Mutex<VecDeque<AsyncEventKind>>,
+    pub events_cond: Condvar,
+    pub channels: Mutex<HashMap<CqId, Arc<ChannelInner>>>,
+    pub stop: AtomicBool,
+    pub device: Device,
+}
+
+impl Shared {
+    /// Collects what the engine produced after a call: packets to send,
+    /// async events, completion-channel notifications. Call with the engine
+    /// locked; send the returned packets after unlocking.
+    pub fn collect(&self, engine: &mut Engine) -> Vec<Transmit> {
+        let now = Instant::now();
+        let mut tx = Vec::new();
+        while let Some(t) = engine.poll_transmit(now) {
+            tx.push(t);
+        }
+        let mut new_events = Vec::new();
+        while let Some(e) = engine.poll_event() {
+            new_events.push(AsyncEventKind::from(e));
+        }
+        if !new_events.is_empty() {
+            self.events.lock().extend(new_events);
+            self.events_cond.notify_all();
+        }
+        let channels = self.channels.lock();
+        for (cq, ch) in channels.iter() {
+            if engine.take_cq_notification(*cq) {
+                ch.push(*cq);
+            }
+        }
+        drop(channels);
+        self.progress.notify_all();
+        tx
+    }
+
+    /// Sends packets, outside the engine lock.
+    pub fn send(&self, tx: &[Transmit]) {
+        let mut rest = tx;
+        let mut link = self.link.lock();
+        while !rest.is_empty() {
+            match link.send_batch(rest) {
+                Ok(0) => {
+                    // The socket buffer is full: wait a little for room.
+                    let _ = link.wait_writable(Some(Duration::from_millis(1)));
+                    if link.send_batch(rest).unwrap_or(0) == 0 {
+                        // Still full: what is left is lost; the protocol retries.
+                        return;
+                    }
+                }
+                Ok(n) => rest = &rest[n..],
+                // A packet the kernel refuses is a lost packet: skip it.
+                Err(_) => rest = &rest[1..],
+            }
+        }
+    }
+
+    /// Runs `f` on the locked engine, then sends what it produced.
+    pub fn with_engine<R>(&self, f: impl FnOnce(&mut Engine) -> R) -> R {
+        let mut e = self.engine.lock();
+        let r = f(&mut e);
+        let tx = self.collect(&mut e);
+        drop(e);
+        self.send(&tx);
+        r
+    }
+
+    /// Locks the engine (for waits on `progress`).
+    pub fn lock(&self) -> MutexGuard<'_, Engine> {
+        self.engine.lock()
+    }
+}
+
+/// The device handle every object keeps alive; stops the progress thread
+/// when the last one goes.
+pub(crate) struct Inner {
+    pub shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shared.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// An open soft RDMA device (`ibv_context`).
+#[derive(Clone)]
+pub struct Context {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("device", &self.inner.shared.device)
+            .finish()
+    }
+}
+
+fn progress_loop(shared: Arc<Shared>, waiter: Waiter) {
+    while !shared.stop.load(Ordering::Acquire) {
+        let wait = {
+            let e = shared.engine.lock();
+            match e.next_timeout() {
+                Some(t) => t
+                    .saturating_duration_since(Instant::now())
+                    .min(Duration::from_millis(20)),
+                None => Duration::from_millis(20),
+            }
+        };
+        // Wait without holding any lock, so application threads can send.
+        let readable = waiter.wait(Some(wait)).unwrap_or(false);
+        let now = Instant::now();
+        let tx = {
+            let mut link = shared.link.lock();
+            let mut e = shared.engine.lock();
+            if readable {
+                loop {
+                    let n = link
+                        .recv_with(Some(Duration::ZERO), |d| {
+                            e.handle_datagram(now, d.meta, d.payload)
+                        })
+                        .unwrap_or(0);
+                    if n < BATCH {
+                        break;
+                    }
+                }
+            }
+            drop(link);
+            if e.next_timeout().is_some_and(|t| t <= now) {
+                e.handle_timeout(now);
+            }
+            shared.collect(&mut e)
+        };
+        shared.send(&tx);
+    }
+}
+
+impl Context {
+    pub(crate) fn open(device: Device) -> Result<Context, Error> {
+        let link =
+            UdpTransport::bind_with(device.addr(), RecvMode::Auto).map_err(|source| Error::Io {
+                what: format!("open {}: bind {}:4791", device.name(), device.addr()),
+                source,
+            })?;
+        let mut config = EngineConfig::new(device.addr(), rand::random());
+        config.udp_src_port = Some(link.src_port());
+        let recv_mode = link.recv_mode();
+        let waiter = link.waiter().map_err(|source| Error::Io {
+            what: "duplicate the socket".into(),
+            source,
+        })?;
+        config.port_mtu = device.active_mtu();
+        let shared = Arc::new(Shared {
+            engine: Mutex::new(Engine::new(config)),
+            progress: Condvar::new(),
+            link: Mutex::new(link),
+            recv_mode,
+            events: Mutex::new(VecDeque::from([AsyncEventKind::PortActive])),
+            events_cond: Condvar::new(),
+            channels: Mutex::new(HashMap::new()),
+            stop: AtomicBool::new(false),
+            device,
+        });
+        let s = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("rxe-progress-{}", shared.device.name()))
+            .spawn(move || progress_loop(s, waiter))
+            .map_err(|source| Error::Io {
+                what: "spawn the progress thread".into(),
+                source,
+            })?;
+        Ok(Context {
+            inner: Arc::new(Inner {
+                shared,
+                thread: Some(thread),
+            }),
+        })
+    }
+
+    pub(crate) fn shared(&self) -> &Shared {
+        &self.inner.shared
+    }
+
+    /// The device this context was opened on.
+    pub fn device(&self) -> &Device {
+        &self.inner.shared.device
+    }
+
+    /// Device attributes (`ibv_query_device`).
+    pub fn query_device(&self) -> DeviceAttr {
+        let caps = self.shared().lock().config().caps;
+        DeviceAttr::new(self.device(), &caps)
+    }
+
+    /// Port attributes (`ibv_query_port`); the one port is port 1.
+    pub fn query_port(&self) -> PortAttr {
+        let e = self.shared().lock();
+        PortAttr::new(self.device(), e.config())
+    }
+
+    /// How the device receives: whether every incoming ICRC can be checked
+    /// (a raw socket sees the IPv4 header) or IPv4 ICRCs from senders with
+    /// nonzero IP IDs go unverified (a plain UDP socket).
+    pub fn recv_mode(&self) -> RecvMode {
+        self.shared().recv_mode
+    }
+
+    /// The next asynchronous event, waiting up to `timeout`.
+    pub fn get_async_event(&self, timeout: Duration) -> Option<AsyncEventKind> {
+        let s = self.shared();
+        let deadline = Instant::now() + timeout;
+        let mut q = s.events.lock();
+        loop {
+            if let Some(e) = q.pop_front() {
+                return Some(e);
+            }
+            if s.events_cond.wait_until(&mut q, deadline).timed_out() {
+                return q.pop_front();
+            }
+        }
+    }
+
+    /// Engine counters (like `rdma statistic show`).
+    pub fn counters(&self) -> rxe_core::engine::Counters {
+        self.shared().lock().counters().clone()
+    }
+}

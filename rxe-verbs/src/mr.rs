@@ -1,0 +1,384 @@
+//! Protection domains, memory regions and memory windows.
+//!
+//! ## The safety contract of registered memory
+//! A region's bytes are written by the engine (incoming WRITEs, READ
+//! responses, receives, atomics) from the progress thread while the
+//! application holds the region. Rust must never see a `&[u8]` or `&mut [u8]`
+//! to bytes that change underneath it, so:
+//!
+//! * a [`MemoryRegion`] owns its bytes (allocated here, or a `Vec<u8>` the
+//!   application hands over and gets back from [`MemoryRegion::deregister`]);
+//! * the bytes sit behind a reader-writer lock; the engine takes it for each
+//!   packet's worth of data, the application for [`MemoryRegion::read`],
+//!   [`MemoryRegion::write`] and the closures of [`MemoryRegion::with_bytes`]
+//!   and [`MemoryRegion::with_bytes_mut`] — a borrow handed to a closure ends
+//!   with the closure, so it can never outlive the lock;
+//! * the engine checks every range against the region (and the region's
+//!   own accessors check again), so no byte outside a region is ever read or
+//!   written, whatever a peer sends;
+//! * after deregistration the engine's references are revoked: work still in
+//!   flight completes with an error instead of touching the bytes, and the
+//!   bytes themselves stay alive as long as anything refers to them.
+//!
+//! As with real RDMA, the *contents* seen while an operation is in flight
+//! are unspecified (a READ may see a WRITE half done); the memory safety is
+//! not.
+
+use crate::context::{Context, Inner};
+use crate::error::{invalid, Error};
+use crate::qp::AddressHandle;
+use parking_lot::RwLock;
+use rxe_core::engine::mem::MwType;
+use rxe_core::engine::{AtomicOp, MrKeys, PdId, RegionMemory};
+use rxe_core::types::{Access, AddressVector, Sge};
+use std::ops::Range;
+use std::sync::Arc;
+
+/// The bytes of a region, shared with the engine.
+pub(crate) struct RegionBytes {
+    bytes: RwLock<Box<[u8]>>,
+}
+
+impl std::fmt::Debug for RegionBytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "RegionBytes({} bytes)", self.bytes.read().len())
+    }
+}
+
+fn range(off: usize, len: usize, total: usize) -> Option<Range<usize>> {
+    let end = off.checked_add(len)?;
+    (end <= total).then_some(off..end)
+}
+
+impl RegionMemory for RegionBytes {
+    fn len(&self) -> usize {
+        self.bytes.read().len()
+    }
+    fn read(&self, offset: usize, dst: &mut [u8]) -> bool {
+        let b = self.bytes.read();
+        match range(offset, dst.len(), b.len()) {
+            Some(r) => {
+                dst.copy_from_slice(&b[r]);
+                true
+            }
+            None => false,
+        }
+    }
+    fn write(&self, offset: usize, src: &[u8]) -> bool {
+        let mut b = self.bytes.write();
+        let total = b.len();
+        match range(offset, src.len(), total) {
+            Some(r) => {
+                b[r].copy_from_slice(src);
+                true
+            }
+            None => false,
+        }
+    }
+    fn atomic(&self, offset: usize, op: AtomicOp) -> Option<u64> {
+        if !offset.is_multiple_of(8) {
+            return None;
+        }
+        let mut b = self.bytes.write();
+        let total = b.len();
+        let r = range(offset, 8, total)?;
+        let old = u64::from_ne_bytes(b[r.clone()].try_into().ok()?);
+        let new = match op {
+            AtomicOp::CompareSwap { compare, swap } => {
+                if old == compare {
+                    swap
+                } else {
+                    old
+                }
+            }
+            AtomicOp::FetchAdd(add) => old.wrapping_add(add),
+        };
+        b[r].copy_from_slice(&new.to_ne_bytes());
+        Some(old)
+    }
+}
+
+/// A protection domain (`ibv_pd`).
+#[derive(Clone)]
+pub struct ProtectionDomain {
+    pub(crate) ctx: Arc<Inner>,
+    pub(crate) pd: PdId,
+}
+
+impl std::fmt::Debug for ProtectionDomain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProtectionDomain")
+            .field("pd", &self.pd.0)
+            .finish()
+    }
+}
+
+impl Context {
+    /// Allocates a protection domain.
+    pub fn alloc_pd(&self) -> Result<ProtectionDomain, Error> {
+        let pd = self.shared().with_engine(|e| e.alloc_pd());
+        Ok(ProtectionDomain {
+            ctx: self.inner.clone(),
+            pd,
+        })
+    }
+}
+
+impl ProtectionDomain {
+    /// Registers `len` zeroed bytes allocated by the library.
+    pub fn alloc_mr(&self, len: usize, access: Access) -> Result<MemoryRegion, Error> {
+        self.register(vec![0u8; len], access)
+    }
+
+    /// Registers memory the application hands over; [`MemoryRegion::deregister`]
+    /// gives it back.
+    pub fn register(&self, bytes: Vec<u8>, access: Access) -> Result<MemoryRegion, Error> {
+        let bytes: Box<[u8]> = bytes.into_boxed_slice();
+        // The region's I/O virtual address is where its bytes really are, as
+        // with ibv_reg_mr: peers see ordinary-looking addresses.
+        let iova = if access.contains(Access::ZERO_BASED) {
+            0
+        } else {
+            bytes.as_ptr() as u64
+        };
+        let len = bytes.len();
+        let region = Arc::new(RegionBytes {
+            bytes: RwLock::new(bytes),
+        });
+        let keys = self
+            .ctx
+            .shared
+            .with_engine(|e| e.reg_mr(self.pd, region.clone(), iova, access))?;
+        Ok(MemoryRegion {
+            ctx: self.ctx.clone(),
+            bytes: region,
+            keys,
+            iova,
+            len,
+            access,
+            registered: true,
+        })
+    }
+
+    /// Allocates a memory window (`ibv_alloc_mw`).
+    pub fn alloc_mw(&self, mw_type: MwType) -> Result<MemoryWindow, Error> {
+        let rkey = self
+            .ctx
+            .shared
+            .with_engine(|e| e.alloc_mw(self.pd, mw_type))?;
+        Ok(MemoryWindow {
+            ctx: self.ctx.clone(),
+            rkey,
+            mw_type,
+        })
+    }
+
+    /// Creates an address handle for UD sends (`ibv_create_ah`).
+    pub fn create_ah(&self, av: AddressVector) -> Result<AddressHandle, Error> {
+        let e = self.ctx.shared.lock();
+        let gids = &e.config().gids;
+        match gids.get(usize::from(av.sgid_index)) {
+            None => Err(invalid("ah_attr.grh.sgid_index", "no such GID index")),
+            Some(g) if g.is_ipv4() != av.dest.is_ipv4() => Err(invalid(
+                "ah_attr.grh.dgid",
+                "address family differs from the source GID",
+            )),
+            _ => Ok(AddressHandle { av }),
+        }
+    }
+}
+
+/// Where a peer may WRITE or READ: what to send it out of band.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct RemoteRegion {
+    /// Start address.
+    pub addr: u64,
+    /// Length in bytes.
+    pub len: u64,
+    /// Remote key.
+    pub rkey: u32,
+}
+
+impl RemoteRegion {
+    /// The part `range` of this region.
+    pub fn slice(&self, r: Range<u64>) -> RemoteRegion {
+        RemoteRegion {
+            addr: self.addr + r.start,
+            len: r.end - r.start,
+            rkey: self.rkey,
+        }
+    }
+}
+
+/// A registered memory region that owns its bytes (`ibv_mr`).
+pub struct MemoryRegion {
+    ctx: Arc<Inner>,
+    pub(crate) bytes: Arc<RegionBytes>,
+    keys: MrKeys,
+    iova: u64,
+    len: usize,
+    access: Access,
+    registered: bool,
+}
+
+impl std::fmt::Debug for MemoryRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryRegion")
+            .field("lkey", &format_args!("{:#010x}", self.keys.lkey))
+            .field("rkey", &format_args!("{:#010x}", self.keys.rkey))
+            .field("addr", &format_args!("{:#x}", self.iova))
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl MemoryRegion {
+    /// Local key.
+    pub fn lkey(&self) -> u32 {
+        self.keys.lkey
+    }
+    /// Remote key.
+    pub fn rkey(&self) -> u32 {
+        self.keys.rkey
+    }
+    /// The address peers and SGEs use for byte 0.
+    pub fn addr(&self) -> u64 {
+        self.iova
+    }
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// True for a zero-length region.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Access rights.
+    pub fn access(&self) -> Access {
+        self.access
+    }
+
+    /// An SGE over `r` (byte offsets in the region).
+    pub fn sge(&self, r: Range<usize>) -> Sge {
+        Sge {
+            addr: self.iova + r.start as u64,
+            length: (r.end - r.start) as u32,
+            lkey: self.keys.lkey,
+        }
+    }
+
+    /// What a peer needs to WRITE or READ this region.
+    pub fn remote(&self) -> RemoteRegion {
+        RemoteRegion {
+            addr: self.iova,
+            len: self.len as u64,
+            rkey: self.keys.rkey,
+        }
+    }
+
+    /// Copies bytes out of the region.
+    pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), Error> {
+        if self.bytes.read(offset, dst) {
+            Ok(())
+        } else {
+            Err(invalid(
+                "offset",
+                format!(
+                    "{}+{} is outside the {}-byte region",
+                    offset,
+                    dst.len(),
+                    self.len
+                ),
+            ))
+        }
+    }
+
+    /// Copies bytes into the region.
+    pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), Error> {
+        if self.bytes.write(offset, src) {
+            Ok(())
+        } else {
+            Err(invalid(
+                "offset",
+                format!(
+                    "{}+{} is outside the {}-byte region",
+                    offset,
+                    src.len(),
+                    self.len
+                ),
+            ))
+        }
+    }
+
+    /// A copy of all the bytes.
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.bytes.bytes.read().to_vec()
+    }
+
+    /// Runs `f` with the bytes, the engine kept out meanwhile.
+    pub fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
+        f(&self.bytes.bytes.read())
+    }
+
+    /// Runs `f` with the bytes mutable, the engine kept out meanwhile.
+    pub fn with_bytes_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
+        f(&mut self.bytes.bytes.write())
+    }
+
+    /// Deregisters the region and gives its bytes back. Refused while memory
+    /// windows are bound to it. Work in flight that still refers to it fails
+    /// with an error completion.
+    pub fn deregister(mut self) -> Result<Vec<u8>, (MemoryRegion, Error)> {
+        if let Err(e) = self.ctx.shared.with_engine(|e| e.dereg_mr(self.keys.lkey)) {
+            return Err((self, e.into()));
+        }
+        self.registered = false;
+        let bytes = std::mem::replace(&mut *self.bytes.bytes.write(), Box::new([]));
+        Ok(bytes.into_vec())
+    }
+}
+
+impl Drop for MemoryRegion {
+    fn drop(&mut self) {
+        if self.registered {
+            let _ = self.ctx.shared.with_engine(|e| e.dereg_mr(self.keys.lkey));
+        }
+    }
+}
+
+/// A memory window (`ibv_mw`): a remotely accessible part of a region with
+/// rights of its own.
+pub struct MemoryWindow {
+    ctx: Arc<Inner>,
+    pub(crate) rkey: u32,
+    mw_type: MwType,
+}
+
+impl std::fmt::Debug for MemoryWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MemoryWindow")
+            .field("rkey", &format_args!("{:#010x}", self.rkey))
+            .field("type", &self.mw_type)
+            .finish()
+    }
+}
+
+impl MemoryWindow {
+    /// The window's current rkey (it changes on every bind).
+    pub fn rkey(&self) -> u32 {
+        self.rkey
+    }
+    /// Type 1 or 2.
+    pub fn mw_type(&self) -> MwType {
+        self.mw_type
+    }
+    pub(crate) fn set_rkey(&mut self, rkey: u32) {
+        self.rkey = rkey;
+    }
+}
+
+impl Drop for MemoryWindow {
+    fn drop(&mut self) {
+        let _ = self.ctx.shared.with_engine(|e| e.dealloc_mw(self.rkey));
+    }
+}

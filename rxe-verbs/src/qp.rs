@@ -1,0 +1,425 @@
+//! Queue pairs, shared receive queues and address handles.
+
+use crate::context::{Context, Inner};
+use crate::cq::CompletionQueue;
+use crate::device::{addr_of, gid_of};
+use crate::error::{invalid, Error};
+use crate::mr::{MemoryRegion, MemoryWindow, ProtectionDomain};
+use rxe_core::engine::{QpInit, SrqId};
+use rxe_core::psn::Psn;
+use rxe_core::types::*;
+use std::net::Ipv6Addr;
+use std::ops::Range;
+use std::sync::Arc;
+
+/// Creation attributes of a QP (`ibv_qp_init_attr`).
+#[derive(Debug, Clone, Copy)]
+pub struct QpInitAttr {
+    /// Transport.
+    pub qp_type: QpType,
+    /// CQ for send completions.
+    pub send_cq: u32,
+    /// CQ for receive completions.
+    pub recv_cq: u32,
+    /// Shared receive queue.
+    pub srq: Option<u32>,
+    /// Capacities.
+    pub cap: QpCap,
+    /// Every send WR completes (`sq_sig_all`).
+    pub sq_sig_all: bool,
+}
+
+impl QpInitAttr {
+    /// Attributes with the default capacities.
+    pub fn new(qp_type: QpType, send_cq: &CompletionQueue, recv_cq: &CompletionQueue) -> Self {
+        QpInitAttr {
+            qp_type,
+            send_cq: send_cq.id(),
+            recv_cq: recv_cq.id(),
+            srq: None,
+            cap: QpCap::default(),
+            sq_sig_all: false,
+        }
+    }
+    /// Uses a shared receive queue.
+    pub fn with_srq(mut self, srq: &SharedReceiveQueue) -> Self {
+        self.srq = Some(srq.id.0);
+        self
+    }
+    /// Sets the capacities.
+    pub fn with_cap(mut self, cap: QpCap) -> Self {
+        self.cap = cap;
+        self
+    }
+}
+
+/// What a peer needs to connect to a QP: what `ibv_rc_pingpong` exchanges
+/// (`LID:QPN:PSN:GID`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Endpoint {
+    /// Local identifier (0 on RoCE).
+    pub lid: u16,
+    /// QP number.
+    pub qpn: u32,
+    /// The first PSN the QP sends with.
+    pub psn: u32,
+    /// The port GID.
+    pub gid: Ipv6Addr,
+}
+
+/// Connection parameters for [`QueuePair::connect`].
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectOptions {
+    /// Path MTU.
+    pub mtu: Mtu,
+    /// Local ACK timeout code (4.096 µs × 2^timeout).
+    pub timeout: u8,
+    /// Retries on timeout or sequence error.
+    pub retry_cnt: u8,
+    /// Retries on RNR NAK (7 = infinite).
+    pub rnr_retry: u8,
+    /// RNR timer code asked of senders.
+    pub min_rnr_timer: u8,
+    /// Outstanding READ/atomic as requester and as responder.
+    pub max_rd_atomic: u8,
+    /// Remote access granted.
+    pub access: Access,
+    /// Q_Key (UD).
+    pub qkey: u32,
+    /// Source GID index.
+    pub sgid_index: u8,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            mtu: Mtu::Mtu1024,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 16,
+            access: Access::LOCAL_WRITE
+                | Access::REMOTE_WRITE
+                | Access::REMOTE_READ
+                | Access::REMOTE_ATOMIC,
+            qkey: 0x1111_1111,
+            sgid_index: 0,
+        }
+    }
+}
+
+/// An address handle (`ibv_ah`) for UD sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AddressHandle {
+    pub(crate) av: AddressVector,
+}
+
+impl AddressHandle {
+    /// The address vector.
+    pub fn av(&self) -> AddressVector {
+        self.av
+    }
+    /// A UD SEND of `sges` to QP `remote_qpn` behind this handle.
+    pub fn send(&self, wr_id: u64, sges: &[Sge], remote_qpn: u32, remote_qkey: u32) -> SendWr {
+        let mut wr = SendWr::new(wr_id, SendOpcode::Send);
+        wr.sg_list = sges.to_vec();
+        wr.ud = Some(UdDest {
+            av: self.av,
+            remote_qpn,
+            remote_qkey,
+        });
+        wr
+    }
+}
+
+/// A queue pair (`ibv_qp`).
+pub struct QueuePair {
+    ctx: Arc<Inner>,
+    qpn: u32,
+    qp_type: QpType,
+}
+
+impl std::fmt::Debug for QueuePair {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QueuePair")
+            .field("qpn", &format_args!("{:#08x}", self.qpn))
+            .field("type", &self.qp_type)
+            .finish()
+    }
+}
+
+impl Context {
+    /// Creates a queue pair in RESET (`ibv_create_qp`).
+    pub fn create_qp(&self, pd: &ProtectionDomain, attr: &QpInitAttr) -> Result<QueuePair, Error> {
+        if !Arc::ptr_eq(&pd.ctx, &self.inner) {
+            return Err(Error::WrongDevice("pd"));
+        }
+        let init = QpInit {
+            qp_type: attr.qp_type,
+            pd: pd.pd,
+            send_cq: rxe_core::engine::CqId(attr.send_cq),
+            recv_cq: rxe_core::engine::CqId(attr.recv_cq),
+            srq: attr.srq.map(SrqId),
+            cap: attr.cap,
+            sq_sig_all: attr.sq_sig_all,
+        };
+        let qpn = self.shared().with_engine(|e| e.create_qp(init))?;
+        Ok(QueuePair {
+            ctx: self.inner.clone(),
+            qpn,
+            qp_type: attr.qp_type,
+        })
+    }
+
+    /// Creates a shared receive queue (`ibv_create_srq`).
+    pub fn create_srq(
+        &self,
+        pd: &ProtectionDomain,
+        max_wr: u32,
+        max_sge: u32,
+    ) -> Result<SharedReceiveQueue, Error> {
+        let id = self
+            .shared()
+            .with_engine(|e| e.create_srq(pd.pd, max_wr, max_sge, 0))?;
+        Ok(SharedReceiveQueue {
+            ctx: self.inner.clone(),
+            id,
+        })
+    }
+}
+
+impl QueuePair {
+    /// The QP number.
+    pub fn qp_num(&self) -> u32 {
+        self.qpn
+    }
+
+    /// The transport.
+    pub fn qp_type(&self) -> QpType {
+        self.qp_type
+    }
+
+    /// Current attributes and capacities (`ibv_query_qp`).
+    pub fn query(&self) -> Result<(QpAttr, QpCap), Error> {
+        Ok(self.ctx.shared.lock().query_qp(self.qpn)?)
+    }
+
+    /// The QP's state.
+    pub fn state(&self) -> Result<QpState, Error> {
+        Ok(self.query()?.0.state)
+    }
+
+    /// Modifies attributes and state (`ibv_modify_qp`).
+    pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), Error> {
+        Ok(self
+            .ctx
+            .shared
+            .with_engine(|e| e.modify_qp(self.qpn, attr, mask))?)
+    }
+
+    /// What to tell the peer: LID 0, QPN, first send PSN, GID at `sgid_index`.
+    pub fn endpoint(&self) -> Endpoint {
+        let e = self.ctx.shared.lock();
+        let psn = e
+            .query_qp(self.qpn)
+            .map(|(a, _)| a.sq_psn.value())
+            .unwrap_or(0);
+        let gid = gid_of(e.config().gids[0]);
+        Endpoint {
+            lid: 0,
+            qpn: self.qpn,
+            psn,
+            gid,
+        }
+    }
+
+    /// RESET → INIT → RTR → RTS towards `remote` with the usual attributes
+    /// (for UD, `remote` is ignored but for nothing: UD QPs need no peer).
+    pub fn connect(&self, remote: &Endpoint, o: &ConnectOptions) -> Result<(), Error> {
+        let ud = self.qp_type == QpType::Ud;
+        let mut a = QpAttr {
+            state: QpState::Init,
+            pkey_index: 0,
+            port: 1,
+            ..QpAttr::default()
+        };
+        let mut m = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
+        if ud {
+            a.qkey = o.qkey;
+            m |= QpAttrMask::QKEY;
+        } else {
+            a.access = if self.qp_type == QpType::Uc {
+                o.access & (Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            } else {
+                o.access
+            };
+            m |= QpAttrMask::ACCESS_FLAGS;
+        }
+        self.modify(&a, m)?;
+        let mut a = QpAttr {
+            state: QpState::Rtr,
+            ..QpAttr::default()
+        };
+        let mut m = QpAttrMask::STATE;
+        if !ud {
+            let mut av = AddressVector::to(addr_of(remote.gid));
+            av.sgid_index = o.sgid_index;
+            a.av = Some(av);
+            a.path_mtu = o.mtu;
+            a.dest_qpn = remote.qpn;
+            a.rq_psn = Psn::new(remote.psn);
+            m |= QpAttrMask::AV | QpAttrMask::PATH_MTU | QpAttrMask::DEST_QPN | QpAttrMask::RQ_PSN;
+            if self.qp_type == QpType::Rc {
+                a.max_dest_rd_atomic = o.max_rd_atomic;
+                a.min_rnr_timer = o.min_rnr_timer;
+                m |= QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER;
+            }
+        }
+        self.modify(&a, m)?;
+        let sq_psn = self.query()?.0.sq_psn;
+        let mut a = QpAttr {
+            state: QpState::Rts,
+            sq_psn,
+            ..QpAttr::default()
+        };
+        let mut m = QpAttrMask::STATE | QpAttrMask::SQ_PSN;
+        if self.qp_type == QpType::Rc {
+            a.timeout = o.timeout;
+            a.retry_cnt = o.retry_cnt;
+            a.rnr_retry = o.rnr_retry;
+            a.max_rd_atomic = o.max_rd_atomic;
+            m |= QpAttrMask::TIMEOUT
+                | QpAttrMask::RETRY_CNT
+                | QpAttrMask::RNR_RETRY
+                | QpAttrMask::MAX_QP_RD_ATOMIC;
+        }
+        self.modify(&a, m)
+    }
+
+    /// Posts send work requests (`ibv_post_send`). Stops at the first one
+    /// refused and says which; the ones before it are posted.
+    pub fn post_send(&self, wrs: &[SendWr]) -> Result<(), Error> {
+        self.ctx.shared.with_engine(|e| {
+            for (index, wr) in wrs.iter().enumerate() {
+                e.post_send(self.qpn, wr.clone())
+                    .map_err(|source| Error::BadWorkRequest {
+                        index,
+                        wr_id: wr.wr_id,
+                        source,
+                    })?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Posts receive work requests (`ibv_post_recv`), stopping at the first refused.
+    pub fn post_recv(&self, wrs: &[RecvWr]) -> Result<(), Error> {
+        self.ctx.shared.with_engine(|e| {
+            for (index, wr) in wrs.iter().enumerate() {
+                e.post_recv(self.qpn, wr.clone())
+                    .map_err(|source| Error::BadWorkRequest {
+                        index,
+                        wr_id: wr.wr_id,
+                        source,
+                    })?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Binds a type 1 window to `range` of `mr` with `access` (`ibv_bind_mw`);
+    /// the window's rkey changes.
+    pub fn bind_mw(
+        &self,
+        mw: &mut MemoryWindow,
+        mr: &MemoryRegion,
+        r: Range<usize>,
+        access: Access,
+    ) -> Result<u32, Error> {
+        if r.end > mr.len() || r.start > r.end {
+            return Err(invalid(
+                "range",
+                format!("{r:?} is outside the {}-byte region", mr.len()),
+            ));
+        }
+        let bind = MwBind {
+            mw_rkey: mw.rkey(),
+            new_rkey: mw.rkey(),
+            mr_lkey: mr.lkey(),
+            addr: mr.addr() + r.start as u64,
+            length: (r.end - r.start) as u64,
+            access,
+        };
+        let rkey = self
+            .ctx
+            .shared
+            .with_engine(|e| e.bind_mw(self.qpn, &bind))?;
+        mw.set_rkey(rkey);
+        Ok(rkey)
+    }
+}
+
+impl Drop for QueuePair {
+    /// Destroying a QP first moves it to ERR, so that whatever was posted
+    /// completes with a flush error, then removes it.
+    fn drop(&mut self) {
+        let qpn = self.qpn;
+        self.ctx.shared.with_engine(|e| {
+            let to_err = QpAttr {
+                state: QpState::Err,
+                ..QpAttr::default()
+            };
+            let _ = e.modify_qp(qpn, &to_err, QpAttrMask::STATE);
+            let _ = e.destroy_qp(qpn);
+        });
+    }
+}
+
+/// A shared receive queue (`ibv_srq`).
+pub struct SharedReceiveQueue {
+    ctx: Arc<Inner>,
+    pub(crate) id: SrqId,
+}
+
+impl std::fmt::Debug for SharedReceiveQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedReceiveQueue")
+            .field("id", &self.id.0)
+            .finish()
+    }
+}
+
+impl SharedReceiveQueue {
+    /// The SRQ's number (as async events name it).
+    pub fn id(&self) -> u32 {
+        self.id.0
+    }
+    /// Posts receives, stopping at the first refused.
+    pub fn post_recv(&self, wrs: &[RecvWr]) -> Result<(), Error> {
+        self.ctx.shared.with_engine(|e| {
+            for (index, wr) in wrs.iter().enumerate() {
+                e.post_srq_recv(self.id, wr.clone())
+                    .map_err(|source| Error::BadWorkRequest {
+                        index,
+                        wr_id: wr.wr_id,
+                        source,
+                    })?;
+            }
+            Ok(())
+        })
+    }
+    /// Arms the limit event: raised once when fewer than `limit` receives remain.
+    pub fn set_limit(&self, limit: u32) -> Result<(), Error> {
+        Ok(self
+            .ctx
+            .shared
+            .with_engine(|e| e.modify_srq(self.id, limit))?)
+    }
+}
+
+impl Drop for SharedReceiveQueue {
+    fn drop(&mut self) {
+        let _ = self.ctx.shared.with_engine(|e| e.destroy_srq(self.id));
+    }
+}
