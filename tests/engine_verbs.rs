@@ -1929,7 +1929,7 @@ fn counters_under_random_loss_agree_with_the_network() {
             assert!(bc.out_of_seq_request > 0, "lost requests leave gaps");
             assert!(bc.send_seq_err > 0 && ac.rcvd_seq_err > 0);
             assert!(
-                ac.retransmitted_pkts >= bc.duplicate_request + 1,
+                ac.retransmitted_pkts > bc.duplicate_request,
                 "some retransmissions filled gaps"
             );
         }

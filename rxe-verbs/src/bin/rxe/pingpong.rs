@@ -270,7 +270,6 @@ fn accept_one(port: u16, timeout: Option<Duration>) -> Res<TcpStream> {
 struct Pingpong {
     mode: Mode,
     size: usize,
-    rx_depth: u32,
     /// Where message data starts in the buffer (past the GRH area for UD).
     data_off: usize,
     ctx: Context,
@@ -384,7 +383,6 @@ impl Pingpong {
         Ok(Pingpong {
             mode: a.mode,
             size,
-            rx_depth: a.rx_depth,
             data_off,
             ctx,
             channel,
@@ -577,7 +575,9 @@ impl Pingpong {
 
 fn run_inner(a: &Args) -> Res<()> {
     let dev = match &a.ib_dev {
-        Some(name) => Device::find(name).map_err(|_| format!("IB device {name} not found"))?,
+        Some(name) => {
+            Device::find(name).map_err(|e| format!("IB device {name} not found ({e})"))?
+        }
         None => Device::list().into_iter().next().ok_or(
             "No IB devices found: soft devices have no default; give -d <local IP address> \
              (e.g. -d 127.0.0.2) or name one in RXE_DEVICES=name=address",
