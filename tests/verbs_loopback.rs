@@ -518,20 +518,19 @@ fn memory_window_type2() {
     assert_eq!(bytes(&wmr, 544..576), vec![0; 32]);
 }
 
-/// A type 2 window bound by a BIND_MW work request gets a new rkey, but the
-/// `MemoryWindow` keeps the old one (`set_rkey` is crate-private and
-/// `post_send` does not update it), so dropping the window deallocates the
-/// retired key, which fails silently: the window stays bound and the peer
-/// keeps access to memory the application believes it has closed.
+/// A type 2 window bound with `QueuePair::post_bind_mw` follows its new
+/// rkey, so dropping the window deallocates it and the peer loses access.
 // 127.0.1.62-63
 #[test]
-#[ignore = "rxe-verbs bug: a dropped type 2 window bound by BIND_MW still grants access"]
 fn dropped_type2_window_revokes_access() {
     let (a, b) = pair(62, QpType::Rc, 4096);
     let wmr = window_region(&b, 4096);
-    let mw = b.pd.alloc_mw(MwType::Type2).unwrap();
-    let (bind, rkey) = type2_bind(&mw, &wmr, 0..1024);
-    b.qp.post_send(&[bind]).unwrap();
+    let mut mw = b.pd.alloc_mw(MwType::Type2).unwrap();
+    let access = Access::REMOTE_WRITE | Access::REMOTE_READ;
+    let rkey =
+        b.qp.post_bind_mw(9, &mut mw, &wmr, 0..1024, access)
+            .unwrap();
+    assert_eq!(rkey, mw.rkey(), "the window follows its new key");
     ok(&b.cq);
     drop(mw);
     let window = RemoteRegion {
@@ -1006,7 +1005,7 @@ fn demo_process() {
     for want in [
         "rxe demo: RC between two processes, 127.0.1.60 (client) and 127.0.1.61 (server)",
         "[client 127.0.1.60] QP 0x",
-        "[client 127.0.1.60] SEND   33 bytes",
+        "[client 127.0.1.60] SEND   34 bytes",
         "[client 127.0.1.60] WRITE  4096 bytes",
         "matches the server's",
         "FETCH_AND_ADD +2: the counter was 40",
@@ -1016,7 +1015,7 @@ fn demo_process() {
         assert!(out.contains(want), "{want:?} missing from:\n{out}{err}");
     }
     for want in [
-        "[server 127.0.1.61] RECV   33 bytes: \"hello over RoCE v2 from ",
+        "[server 127.0.1.61] RECV   34 bytes: \"hello over RoCE v2 from 127.0.1.60\"",
         "(as sent)",
         "the counter now holds 1000",
     ] {

@@ -28,12 +28,27 @@ struct Pair {
     b_addr: IpAddr,
 }
 
-fn engine(addr: IpAddr) -> (Engine, rxe_core::engine::PdId, rxe_core::engine::CqId, u32, u32) {
+fn engine(
+    addr: IpAddr,
+) -> (
+    Engine,
+    rxe_core::engine::PdId,
+    rxe_core::engine::CqId,
+    u32,
+    u32,
+) {
     let mut e = Engine::new(EngineConfig::new(addr, 1));
     let pd = e.alloc_pd();
     let cq = e.create_cq(4096).unwrap();
     let mem = Arc::new(VecMemory::new(LEN));
-    let keys = e.reg_mr(pd, mem, 0x1000_0000, Access::LOCAL_WRITE | Access::REMOTE_WRITE).unwrap();
+    let keys = e
+        .reg_mr(
+            pd,
+            mem,
+            0x1000_0000,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        )
+        .unwrap();
     let qpn = e
         .create_qp(QpInit {
             qp_type: QpType::Rc,
@@ -49,8 +64,13 @@ fn engine(addr: IpAddr) -> (Engine, rxe_core::engine::PdId, rxe_core::engine::Cq
 }
 
 fn up(e: &mut Engine, qpn: u32, remote: IpAddr, rqpn: u32, mtu: Mtu) {
-    let m = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS;
-    let a = QpAttr { state: QpState::Init, access: Access::LOCAL_WRITE | Access::REMOTE_WRITE, ..QpAttr::default() };
+    let m =
+        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS;
+    let a = QpAttr {
+        state: QpState::Init,
+        access: Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        ..QpAttr::default()
+    };
     e.modify_qp(qpn, &a, m).unwrap();
     let a = QpAttr {
         state: QpState::Rtr,
@@ -70,7 +90,15 @@ fn up(e: &mut Engine, qpn: u32, remote: IpAddr, rqpn: u32, mtu: Mtu) {
         | QpAttrMask::MAX_DEST_RD_ATOMIC
         | QpAttrMask::MIN_RNR_TIMER;
     e.modify_qp(qpn, &a, m).unwrap();
-    let a = QpAttr { state: QpState::Rts, sq_psn: Psn::new(0), timeout: 14, retry_cnt: 7, rnr_retry: 7, max_rd_atomic: 1, ..QpAttr::default() };
+    let a = QpAttr {
+        state: QpState::Rts,
+        sq_psn: Psn::new(0),
+        timeout: 14,
+        retry_cnt: 7,
+        rnr_retry: 7,
+        max_rd_atomic: 1,
+        ..QpAttr::default()
+    };
     let m = QpAttrMask::STATE
         | QpAttrMask::SQ_PSN
         | QpAttrMask::TIMEOUT
@@ -87,18 +115,41 @@ fn pair(mtu: Mtu) -> Pair {
     let (mut b, _, _, qb, rkey) = engine(b_addr);
     up(&mut a, qa, b_addr, qb, mtu);
     up(&mut b, qb, a_addr, qa, mtu);
-    Pair { a, b, qa, cq_a, lkey, rkey, a_addr, b_addr }
+    Pair {
+        a,
+        b,
+        qa,
+        cq_a,
+        lkey,
+        rkey,
+        a_addr,
+        b_addr,
+    }
 }
 
 /// One 1 MiB WRITE from A to B, driven to completion. Returns packets moved.
 fn write_once(p: &mut Pair, now: Instant) -> u64 {
     let mut wr = SendWr::new(1, SendOpcode::RdmaWrite);
-    wr.sg_list = vec![Sge { addr: 0x1000_0000, length: LEN as u32, lkey: p.lkey }];
+    wr.sg_list = vec![Sge {
+        addr: 0x1000_0000,
+        length: LEN as u32,
+        lkey: p.lkey,
+    }];
     wr.remote_addr = 0x1000_0000;
     wr.rkey = p.rkey;
     p.a.post_send(p.qa, wr).unwrap();
-    let meta_ab = RecvMeta { src: p.a_addr, dst: p.b_addr, src_port: 4791, icrc: IcrcStatus::Ok };
-    let meta_ba = RecvMeta { src: p.b_addr, dst: p.a_addr, src_port: 4791, icrc: IcrcStatus::Ok };
+    let meta_ab = RecvMeta {
+        src: p.a_addr,
+        dst: p.b_addr,
+        src_port: 4791,
+        icrc: IcrcStatus::Ok,
+    };
+    let meta_ba = RecvMeta {
+        src: p.b_addr,
+        dst: p.a_addr,
+        src_port: 4791,
+        icrc: IcrcStatus::Ok,
+    };
     let mut moved = 0;
     let mut done = Vec::new();
     loop {
@@ -129,7 +180,9 @@ fn bench_write(c: &mut Criterion) {
         let now = Instant::now();
         let pkts = write_once(&mut p, now);
         g.throughput(Throughput::Elements(pkts));
-        g.bench_function(format!("mtu{}", mtu.bytes()), |b| b.iter(|| write_once(&mut p, now)));
+        g.bench_function(format!("mtu{}", mtu.bytes()), |b| {
+            b.iter(|| write_once(&mut p, now))
+        });
     }
     g.finish();
 }

@@ -22,7 +22,11 @@ fn write_first(payload: &[u8]) -> PacketRepr<'_> {
         ack_req: false,
         psn: Psn::new(42),
     });
-    p.reth = Some(RethRepr { va: 0x7f00_0000_1000, rkey: 0xabcd_ef01, dma_len: 1 << 20 });
+    p.reth = Some(RethRepr {
+        va: 0x7f00_0000_1000,
+        rkey: 0xabcd_ef01,
+        dma_len: 1 << 20,
+    });
     p.payload = payload;
     p
 }
@@ -39,7 +43,9 @@ fn bench_icrc(c: &mut Criterion) {
         let covered = &buf[..n - 4];
         g.throughput(Throughput::Bytes(covered.len() as u64));
         g.bench_with_input(BenchmarkId::from_parameter(size), &covered, |b, t| {
-            b.iter(|| icrc::compute_udp(black_box(src), black_box(dst), 4791, black_box(t)).unwrap())
+            b.iter(|| {
+                icrc::compute_udp(black_box(src), black_box(dst), 4791, black_box(t)).unwrap()
+            })
         });
     }
     g.finish();
@@ -73,7 +79,9 @@ fn bench_parse_emit(c: &mut Criterion) {
     });
     let small = write_first(&[]);
     let mut out = vec![0u8; small.buffer_len()];
-    g.bench_function("emit_headers_only", |b| b.iter(|| black_box(small.emit(&mut out).unwrap())));
+    g.bench_function("emit_headers_only", |b| {
+        b.iter(|| black_box(small.emit(&mut out).unwrap()))
+    });
     g.finish();
 }
 

@@ -51,14 +51,15 @@ mod qp;
 
 pub use context::{AsyncEventKind, Context};
 pub use cq::{CompletionChannel, CompletionQueue};
-pub use device::{Device, DeviceAttr, PortAttr, PortState};
+pub use device::{addr_of, gid_of, Device, DeviceAttr, PortAttr, PortState};
 pub use error::Error;
 pub use mr::{MemoryRegion, MemoryWindow, ProtectionDomain, RemoteRegion};
 pub use qp::{AddressHandle, ConnectOptions, Endpoint, QpInitAttr, QueuePair, SharedReceiveQueue};
 pub use rxe_core::engine::mem::MwType;
+pub use rxe_core::psn::Psn;
 pub use rxe_core::types::{
-    Access, AddressVector, Completion, DeviceCaps, Mtu, QpAttr, QpAttrMask, QpCap, QpState, QpType,
-    RecvWr, SendFlags, SendOpcode, SendWr, Sge, WcOpcode, WcStatus,
+    Access, AddressVector, Completion, DeviceCaps, Mtu, MwBind, QpAttr, QpAttrMask, QpCap, QpState,
+    QpType, RecvWr, SendFlags, SendOpcode, SendWr, Sge, UdDest, WcOpcode, WcStatus,
 };
 
 /// Convenience constructors for work requests.

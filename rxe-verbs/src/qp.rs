@@ -358,6 +358,41 @@ impl QueuePair {
         mw.set_rkey(rkey);
         Ok(rkey)
     }
+
+    /// Posts a BIND_MW work request binding a type 2 window to `range` of
+    /// `mr` through this QP, and returns the window's new rkey (the old one's
+    /// low byte plus one, as `ibv_inc_rkey` makes it). The bind takes effect
+    /// in send-queue order and completes on the send CQ; the window object
+    /// follows the new key at once.
+    pub fn post_bind_mw(
+        &self,
+        wr_id: u64,
+        mw: &mut MemoryWindow,
+        mr: &MemoryRegion,
+        r: Range<usize>,
+        access: Access,
+    ) -> Result<u32, Error> {
+        if r.end > mr.len() || r.start > r.end {
+            return Err(invalid(
+                "range",
+                format!("{r:?} is outside the {}-byte region", mr.len()),
+            ));
+        }
+        let old = mw.rkey();
+        let new_rkey = (old & !0xff) | (old.wrapping_add(1) & 0xff);
+        let mut wr = SendWr::new(wr_id, SendOpcode::BindMw);
+        wr.bind = Some(MwBind {
+            mw_rkey: old,
+            new_rkey,
+            mr_lkey: mr.lkey(),
+            addr: mr.addr() + r.start as u64,
+            length: (r.end - r.start) as u64,
+            access,
+        });
+        self.post_send(&[wr])?;
+        mw.set_rkey(new_rkey);
+        Ok(new_rkey)
+    }
 }
 
 impl Drop for QueuePair {

@@ -78,7 +78,8 @@ pub struct EngineConfig {
     pub ack_every: u32,
     /// The UDP source port of every packet, when the transport cannot
     /// choose one per QP (a UDP socket bound to port 4791 sends from 4791).
-    /// `None`: a hash of the QP number, as the kernel's rxe does.
+    /// `None`: a hash of the local QP number in 0xC000..=0xFFFF (the
+    /// kernel's rxe derives its port from the flow label or both QP numbers).
     pub udp_src_port: Option<u16>,
 }
 

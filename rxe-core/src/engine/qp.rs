@@ -239,11 +239,11 @@ impl Qp {
         use SendOpcode as O;
         let allowed = match self.qp_type {
             QpType::Rc => true,
+            // UC has no SEND with invalidate opcodes, nor READ or atomics.
             QpType::Uc => matches!(
                 wr.opcode,
                 O::Send
                     | O::SendWithImm
-                    | O::SendWithInv
                     | O::RdmaWrite
                     | O::RdmaWriteWithImm
                     | O::LocalInv

@@ -185,7 +185,8 @@ fn opcode_for(qp_type: QpType, op: SendOpcode, k: u32, n: u32) -> Opcode {
         (S::RdmaRead, _) => Opcode::RC_RDMA_READ_REQUEST,
         (S::AtomicCmpSwap, _) => Opcode::RC_COMPARE_SWAP,
         (S::AtomicFetchAdd, _) => Opcode::RC_FETCH_ADD,
-        (S::LocalInv | S::BindMw, _) => unreachable!("local operations send no packets"),
+        // Local operations send no packets: an opcode no table row has.
+        (S::LocalInv | S::BindMw, _) => Opcode(0x1f),
     };
     match qp_type {
         QpType::Rc => rc,
@@ -427,25 +428,28 @@ impl Qp {
         let mtu = self.mtu() as u64;
         let k = self.req.next_pkt;
         let qp_type = self.qp_type;
-        let w = &self.req.sq[i];
-        let psn = w.first_psn.add(k);
-        let op = w.wr.opcode;
+        let (op, npkts) = (self.req.sq[i].wr.opcode, self.req.sq[i].npkts);
         let opcode = opcode_for(
             qp_type,
             op,
             k,
-            if op == SendOpcode::RdmaRead {
-                1
-            } else {
-                w.npkts
-            },
+            if op == SendOpcode::RdmaRead { 1 } else { npkts },
         );
+        let Some(info) = opcode.info() else {
+            // A request this QP type cannot carry (post_send refuses them).
+            self.fail(ctx, i, WcStatus::LocQpOpErr);
+            return None;
+        };
+        let w = &self.req.sq[i];
+        let psn = w.first_psn.add(k);
         let offset = u64::from(k) * mtu;
         let is_last = k + 1 >= w.npkts;
         let mut ack_req = false;
         if qp_type == QpType::Rc {
             self.req.since_ackreq += 1;
-            ack_req = is_last || self.req.since_ackreq >= ctx.config.ack_every;
+            // Every READ and atomic request asks for an answer, as the
+            // kernel's rxe sets it.
+            ack_req = is_last || w.is_rd_atomic() || self.req.since_ackreq >= ctx.config.ack_every;
             if ack_req {
                 self.req.since_ackreq = 0;
             }
@@ -466,7 +470,6 @@ impl Qp {
             psn,
         };
         let mut repr = PacketRepr::new(bth);
-        let info = opcode.info().expect("known opcode");
         if info.headers.contains(crate::wire::ExtHeaders::RETH) {
             let len = if op == SendOpcode::RdmaRead {
                 w.len - offset
@@ -548,6 +551,8 @@ impl Qp {
         let t = self.build(&repr, src, dst, av.as_ref());
         self.req.scratch = data;
         let t = t?;
+        // A first transmission, not a retransmission (for the counters).
+        let fresh = qp_type != QpType::Rc || !psn.is_before(self.req.sent_high);
         // Advance the cursor.
         let w = &mut self.req.sq[i];
         if op == SendOpcode::RdmaRead {
@@ -582,6 +587,7 @@ impl Qp {
             self.retire(ctx);
         }
         if is_last
+            && fresh
             && matches!(
                 op,
                 SendOpcode::Send

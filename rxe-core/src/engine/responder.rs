@@ -136,7 +136,9 @@ impl Responder {
         }
     }
 
-    fn push_ack(&mut self, psn: Psn, counters: &mut super::Counters) {
+    /// Queues an ACK, replacing one that has not gone out yet (ACK
+    /// coalescing). True if it replaced one.
+    fn push_ack(&mut self, psn: Psn) -> bool {
         let ack = RespOut::Ack {
             psn,
             syndrome: AethSyndrome::Ack {
@@ -144,16 +146,18 @@ impl Responder {
             },
             msn: self.msn,
         };
-        // Coalesce with an ACK that has not gone out yet.
-        if let Some(RespOut::Ack {
-            syndrome: AethSyndrome::Ack { .. },
-            ..
-        }) = self.out.back()
+        if let Some(
+            last @ RespOut::Ack {
+                syndrome: AethSyndrome::Ack { .. },
+                ..
+            },
+        ) = self.out.back_mut()
         {
-            counters.ack_deferred += 1;
-            *self.out.back_mut().expect("checked") = ack;
+            *last = ack;
+            true
         } else {
             self.out.push_back(ack);
+            false
         }
     }
 
@@ -211,18 +215,24 @@ impl Qp {
         self.resp.nak_sent = false;
         match self.execute(ctx, pkt, psn) {
             Ok(()) => {
-                if pkt.bth().ack_req()
-                    && !matches!(
-                        pkt.info().operation,
-                        Operation::ReadRequest | Operation::CompareSwap | Operation::FetchAdd
-                    )
-                {
-                    self.resp.push_ack(psn, &mut self.counters);
+                // READs and atomics are answered by their responses.
+                let answered = matches!(
+                    pkt.info().operation,
+                    Operation::ReadRequest | Operation::CompareSwap | Operation::FetchAdd
+                );
+                if pkt.bth().ack_req() && !answered && self.resp.push_ack(psn) {
+                    self.counters.ack_deferred += 1;
+                    ctx.counters.ack_deferred += 1;
                 }
             }
             Err(Refusal::Rnr) => {
                 self.counters.send_rnr_err += 1;
                 ctx.counters.send_rnr_err += 1;
+                // A WRITE (only) with immediate that found no receive WQE
+                // did not start: its retry must be taken as a new message.
+                if pkt.info().position.starts() {
+                    self.resp.cur = None;
+                }
                 let timer = self.attr.min_rnr_timer;
                 self.resp.push_nak(psn, AethSyndrome::RnrNak { timer });
             }
@@ -616,7 +626,10 @@ impl Qp {
             }
             _ => {
                 if pkt.bth().ack_req() {
-                    self.resp.push_ack(psn, &mut self.counters);
+                    if self.resp.push_ack(psn) {
+                        self.counters.ack_deferred += 1;
+                        ctx.counters.ack_deferred += 1;
+                    }
                 } else {
                     self.count_drop(ctx, DropReason::Sequence);
                 }
@@ -739,7 +752,9 @@ impl Qp {
                     None
                 };
                 self.resp.scratch = data;
-                if finished {
+                // A region deregistered under a READ ends the response: the
+                // requester times out and retries, and gets a NAK then.
+                if finished || !read_ok {
                     self.resp.out.pop_front();
                 }
                 t

@@ -14,8 +14,8 @@ pub fn ack_timeout(code: u8) -> Option<Duration> {
 /// Minimum RNR NAK timer values in microseconds, IBTA table 45, indexed by
 /// the 5-bit code carried in an RNR NAK. Code 0 is the longest (655.36 ms).
 ///
-/// The kernel's rxe has a typo at code 25 (it waits 614.4 ms instead of
-/// 61.44 ms); we follow the spec (see docs/divergences.md).
+/// The kernel's rxe has a typo at code 25 (61410 µs instead of 61440 µs);
+/// we follow the spec (see docs/divergences.md).
 pub const RNR_TIMER_US: [u32; 32] = [
     655_360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1_280, 1_920, 2_560, 3_840,
     5_120, 7_680, 10_240, 15_360, 20_480, 30_720, 40_960, 61_440, 81_920, 122_880, 163_840,

@@ -230,7 +230,8 @@ fn client(args: &Args) -> Result<(), Error> {
     let result = (|| -> Result<(), Error> {
         let s = open(args.client)?;
         s.mr.write(0, &pattern(3, 4096))?;
-        s.mr.write(4096, b"hello over RoCE v2 from 127.0.0.2")?;
+        let greeting = format!("hello over RoCE v2 from {}", args.client);
+        s.mr.write(4096, greeting.as_bytes())?;
         let mut to_server = child.stdin.take().expect("piped");
         writeln!(
             to_server,
@@ -265,7 +266,7 @@ fn client(args: &Args) -> Result<(), Error> {
             rkey: peer.rkey,
         };
 
-        let msg_len = 33;
+        let msg_len = greeting.len();
         s.qp.post_send(&[SendWr::send(1, &[s.mr.sge(4096..4096 + msg_len)])])?;
         one(&s.cq)?;
         say(format!("SEND   {msg_len} bytes"));
