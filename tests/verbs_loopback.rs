@@ -1022,3 +1022,68 @@ fn demo_process() {
         assert!(err.contains(want), "{want:?} missing from:\n{err}");
     }
 }
+
+/// The device's own capture (`RXE_PCAP`) of a demo run, decoded by
+/// `rxe dump`: the expected opcode sequence, every ICRC ok, on both sides.
+// 127.0.1.64-65
+#[test]
+fn demo_capture_decodes_with_every_icrc_ok() {
+    let dir = std::env::temp_dir().join(format!("rxe-capture-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pattern = dir.join("rxe-{addr}.pcap");
+    let child = Command::new(rxe_bin())
+        .args(["demo", "--client", "127.0.1.64", "--server", "127.0.1.65"])
+        .env("RXE_PCAP", &pattern)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start rxe demo");
+    let o = finish(child, Duration::from_secs(30));
+    assert!(o.status.success(), "{:?}", text(&o));
+    let want = [
+        "RC_SEND_ONLY",
+        "RC_ACKNOWLEDGE",
+        "RC_RDMA_WRITE_ONLY",
+        "RC_ACKNOWLEDGE",
+        "RC_SEND_ONLY_WITH_IMMEDIATE",
+        "RC_ACKNOWLEDGE",
+        "RC_RDMA_READ_REQUEST",
+        "RC_RDMA_READ_RESPONSE_ONLY",
+        "RC_FETCH_ADD",
+        "RC_ATOMIC_ACKNOWLEDGE",
+        "RC_COMPARE_SWAP",
+        "RC_ATOMIC_ACKNOWLEDGE",
+        "RC_SEND_ONLY",
+        "RC_ACKNOWLEDGE",
+    ];
+    for host in ["127.0.1.64", "127.0.1.65"] {
+        let file = dir.join(format!("rxe-{host}.pcap"));
+        let d = Command::new(rxe_bin())
+            .args(["dump", "--json"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(d.status.success(), "{:?}", text(&d));
+        let lines: Vec<serde_json::Value> = String::from_utf8_lossy(&d.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let names: Vec<&str> = lines
+            .iter()
+            .map(|v| v["opcode_name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, want, "{host}");
+        assert!(
+            lines.iter().all(|v| v["icrc_ok"] == true),
+            "{host}: every ICRC ok"
+        );
+        let check = Command::new(rxe_bin())
+            .args(["dump", "--check", "-q"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(check.status.success(), "{host}: {:?}", text(&check));
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -8,6 +8,7 @@
 //! received packets and timers. A condition variable on the engine lock
 //! wakes threads waiting for completions.
 
+use crate::capture::Capture;
 use crate::cq::ChannelInner;
 use crate::device::{Device, DeviceAttr, PortAttr};
 use crate::error::Error;
@@ -63,6 +64,8 @@ pub(crate) struct Shared {
     pub channels: Mutex<HashMap<CqId, Arc<ChannelInner>>>,
     pub stop: AtomicBool,
     pub device: Device,
+    /// Where sent and received packets are written, if anywhere.
+    pub capture: Option<Capture>,
 }
 
 impl Shared {
@@ -96,6 +99,9 @@ impl Shared {
 
     /// Sends packets, outside the engine lock.
     pub fn send(&self, tx: &[Transmit]) {
+        if let Some(c) = &self.capture {
+            tx.iter().for_each(|t| c.sent(t));
+        }
         let mut rest = tx;
         let mut link = self.link.lock();
         while !rest.is_empty() {
@@ -182,6 +188,9 @@ fn progress_loop(shared: Arc<Shared>, waiter: Waiter) {
                 loop {
                     let n = link
                         .recv_with(Some(Duration::ZERO), |d| {
+                            if let Some(c) = &shared.capture {
+                                c.received(&d.meta, d.payload, d.ip_packet);
+                            }
                             e.handle_datagram(now, d.meta, d.payload)
                         })
                         .unwrap_or(0);
@@ -207,6 +216,13 @@ impl Context {
                 what: format!("open {}: bind {}:4791", device.name(), device.addr()),
                 source,
             })?;
+        let capture = match device.capture_path() {
+            Some(p) => Some(Capture::create(&p).map_err(|source| Error::Io {
+                what: format!("create the capture file {}", p.display()),
+                source,
+            })?),
+            None => None,
+        };
         let mut config = EngineConfig::new(device.addr(), rand::random());
         config.udp_src_port = Some(link.src_port());
         let recv_mode = link.recv_mode();
@@ -224,6 +240,7 @@ impl Context {
             events_cond: Condvar::new(),
             channels: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
+            capture,
             device,
         });
         let s = shared.clone();

@@ -10,6 +10,7 @@ use crate::error::{invalid, Error};
 use rxe_core::engine::EngineConfig;
 use rxe_core::types::{DeviceCaps, Mtu};
 use std::net::{IpAddr, Ipv6Addr};
+use std::path::PathBuf;
 
 /// A soft RoCE v2 device bound to one local IP address.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -17,6 +18,7 @@ pub struct Device {
     name: String,
     addr: IpAddr,
     mtu: Mtu,
+    capture: Option<PathBuf>,
 }
 
 /// The GID of an address as the kernel's rxe lists it: IPv4 addresses
@@ -43,7 +45,24 @@ impl Device {
             name: format!("rxe-{addr}"),
             addr,
             mtu: Mtu::Mtu4096,
+            capture: None,
         }
+    }
+
+    /// The same device, writing every packet it sends and receives to a
+    /// pcap file (see the `capture` module; `RXE_PCAP` does the same).
+    pub fn with_capture(mut self, path: impl Into<PathBuf>) -> Device {
+        self.capture = Some(path.into());
+        self
+    }
+
+    /// Where packets are captured: [`Device::with_capture`], else the
+    /// `RXE_PCAP` environment variable with `{addr}` replaced.
+    pub fn capture_path(&self) -> Option<PathBuf> {
+        self.capture.clone().or_else(|| {
+            let p = std::env::var("RXE_PCAP").ok().filter(|p| !p.is_empty())?;
+            Some(PathBuf::from(p.replace("{addr}", &self.addr.to_string())))
+        })
     }
 
     /// The same device with another active MTU (default 4096; use 1024 on

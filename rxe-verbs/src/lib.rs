@@ -42,6 +42,7 @@
 //! flight fails cleanly instead of touching freed memory.
 #![forbid(unsafe_code)]
 
+mod capture;
 mod context;
 mod cq;
 mod device;
