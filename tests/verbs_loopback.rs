@@ -1087,3 +1087,51 @@ fn demo_capture_decodes_with_every_icrc_ok() {
     }
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// A CQ with room for 2 completions that is sent 5: it keeps the first 2,
+/// and the overrun is reported as an asynchronous CQ error naming it.
+// 127.0.1.66-67
+#[test]
+fn cq_overrun_is_an_async_error() {
+    let a = node(66, QpType::Rc, 4096);
+    let ctx = Device::soft(addr(67)).open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let small = ctx.create_cq(2, None).unwrap();
+    let mr = pd.alloc_mr(4096, ALL).unwrap();
+    let qp = ctx
+        .create_qp(&pd, &QpInitAttr::new(QpType::Rc, &small, &small))
+        .unwrap();
+    a.qp.connect(&qp.endpoint(), &opts()).unwrap();
+    qp.connect(&a.qp.endpoint(), &opts()).unwrap();
+    assert_eq!(
+        ctx.get_async_event(Duration::from_millis(100)),
+        Some(AsyncEventKind::PortActive)
+    );
+    let slots: Vec<RecvWr> = (0..5).map(|i| recv(i, mr.sge(0..64))).collect();
+    qp.post_recv(&slots).unwrap();
+    for i in 0..5 {
+        a.qp.post_send(&[SendWr::send(i, &[a.mr.sge(0..8)])])
+            .unwrap();
+    }
+    for _ in 0..5 {
+        ok(&a.cq);
+    }
+    let mut overrun = false;
+    let deadline = Instant::now() + T;
+    while Instant::now() < deadline && !overrun {
+        match ctx.get_async_event(Duration::from_millis(100)) {
+            Some(AsyncEventKind::CqError(id)) => {
+                assert_eq!(id, small.id());
+                overrun = true;
+            }
+            Some(_) | None => {}
+        }
+    }
+    assert!(overrun, "no CQ error event");
+    let got = small.poll(16);
+    assert_eq!(
+        got.iter().map(|c| c.wr_id).collect::<Vec<_>>(),
+        vec![0, 1],
+        "the first two stay"
+    );
+}
