@@ -162,7 +162,7 @@ fn die(msg: &str) -> ! {
 }
 
 /// Counters as (name, value), the engine's names.
-fn counter_list(c: &rxe_verbs::CountersSnapshot) -> Vec<(String, u64)> {
+fn counter_list(c: &rxe_core::engine::Counters) -> Vec<(String, u64)> {
     let mut v = vec![
         ("sent_pkts".to_string(), c.sent_pkts),
         ("rcvd_pkts".into(), c.rcvd_pkts),
