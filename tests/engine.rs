@@ -410,3 +410,49 @@ fn atomics_are_executed_once_and_return_the_original_value() {
         "the duplicates were seen"
     );
 }
+
+#[test]
+fn duplicate_read_flood_is_bounded() {
+    let (mut net, nodes) = network(11, Faults::none(), 2, 1 << 16);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let (qa, _qb) = connect(&mut net, a, b, &rc(7, 7));
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(None::<rxe_core::engine::Transmit>));
+    let s = seen.clone();
+    net.set_tap(move |_, t| {
+        if t.payload[0] == rxe_core::wire::Opcode::RC_RDMA_READ_REQUEST.0 {
+            *s.lock().unwrap() = Some(t.clone());
+        }
+    });
+    let mut wr = SendWr::new(1, SendOpcode::RdmaRead);
+    wr.sg_list = vec![sge(a, 0, 8192)];
+    wr.remote_addr = IOVA;
+    wr.rkey = b.mr.rkey;
+    net.engines[a.idx].post_send(qa, wr).unwrap();
+    net.run(Duration::from_secs(1));
+    assert_eq!(completions(&mut net, a)[0].status, WcStatus::Success);
+    let read = seen
+        .lock()
+        .unwrap()
+        .clone()
+        .expect("a READ request went out");
+    // The same (now duplicate) READ, 5000 times, with nothing sent meanwhile.
+    let meta = rxe_core::engine::RecvMeta {
+        src: read.src,
+        dst: read.dst,
+        src_port: read.src_port,
+        icrc: rxe_core::engine::IcrcStatus::Ok,
+    };
+    let now = net.now();
+    for _ in 0..5000 {
+        net.engines[b.idx].handle_datagram(now, meta, &read.payload);
+    }
+    let c = net.engines[b.idx].counters();
+    assert_eq!(c.duplicate_request, 5000);
+    assert!(c.dropped_for(rxe_core::engine::DropReason::Backlog) >= 5000 - 512);
+    // What is queued is bounded: 512 replays of an 8-packet READ at most.
+    let mut n = 0;
+    while net.engines[b.idx].poll_transmit(now).is_some() {
+        n += 1;
+    }
+    assert!(n <= 512 * 8, "{n} packets queued");
+}

@@ -31,6 +31,8 @@ pub enum DropReason {
     NoReceiveBuffer,
     /// The packet is longer than the path MTU allows.
     TooLong,
+    /// The responder's queue of answers is full (a peer asking without reading).
+    Backlog,
     /// Anything else the responder refused.
     Other,
 }

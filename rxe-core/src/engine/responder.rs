@@ -162,6 +162,10 @@ impl Responder {
     }
 
     fn push_nak(&mut self, psn: Psn, syndrome: AethSyndrome) {
+        // A peer that keeps asking without reading the answers gets no more.
+        if self.out.len() >= 2 * RESP_OUT_LIMIT {
+            return;
+        }
         self.out.push_back(RespOut::Ack {
             psn,
             syndrome,
@@ -169,6 +173,11 @@ impl Responder {
         });
     }
 }
+
+/// How many responses may wait to be sent before the responder refuses
+/// more READ/atomic work or duplicate replays. A correct peer never comes
+/// near it (it waits for answers); a hostile one cannot make memory grow.
+const RESP_OUT_LIMIT: usize = 512;
 
 fn refuse_key(_e: super::mem::KeyError) -> Refusal {
     Refusal::Nak(NakCode::RemoteAccessError, None)
@@ -441,6 +450,11 @@ impl Qp {
                     }
                 }
             }
+            Operation::ReadRequest | Operation::CompareSwap | Operation::FetchAdd
+                if rc && self.resp.out.len() >= RESP_OUT_LIMIT =>
+            {
+                return Err(Refusal::Nak(NakCode::InvalidRequest, None));
+            }
             Operation::ReadRequest if rc => {
                 let reth = pkt.reth().expect("READ requests carry a RETH");
                 if !self.attr.access.contains(Access::REMOTE_READ) {
@@ -571,6 +585,9 @@ impl Qp {
 
     /// Answers a duplicate request.
     fn duplicate(&mut self, ctx: &mut Ctx<'_>, pkt: &Packet<&[u8]>, psn: Psn) {
+        if self.resp.out.len() >= RESP_OUT_LIMIT {
+            return self.count_drop(ctx, DropReason::Backlog);
+        }
         let mtu = self.mtu() as u64;
         match pkt.info().operation {
             Operation::ReadRequest => {
