@@ -10,12 +10,15 @@
 
 use crate::capture::Capture;
 use crate::cq::ChannelInner;
-use crate::device::{Device, DeviceAttr, PortAttr};
+use crate::device::{gid_of, Device, DeviceAttr, PortAttr};
 use crate::error::Error;
+use crate::native::NContext;
+use crate::provider::DeviceKind;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use rxe_core::engine::{AsyncEvent, CqId, Engine, EngineConfig, Transmit};
 use rxe_net::udp::{RecvMode, UdpTransport, Waiter, BATCH};
 use std::collections::{HashMap, VecDeque};
+use std::net::Ipv6Addr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -153,16 +156,24 @@ impl Drop for Inner {
     }
 }
 
-/// An open soft RDMA device (`ibv_context`).
+/// An open RDMA device (`ibv_context`): the soft engine, or a native device.
 #[derive(Clone)]
 pub struct Context {
-    pub(crate) inner: Arc<Inner>,
+    pub(crate) imp: CtxImp,
+}
+
+/// The backend behind a context.
+#[derive(Clone)]
+pub(crate) enum CtxImp {
+    Soft(Arc<Inner>),
+    Native(Arc<NContext>),
 }
 
 impl std::fmt::Debug for Context {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Context")
-            .field("device", &self.inner.shared.device)
+            .field("kind", &self.kind())
+            .field("device", self.device())
             .finish()
     }
 }
@@ -252,44 +263,109 @@ impl Context {
                 source,
             })?;
         Ok(Context {
-            inner: Arc::new(Inner {
+            imp: CtxImp::Soft(Arc::new(Inner {
                 shared,
                 thread: Some(thread),
-            }),
+            })),
         })
     }
 
-    pub(crate) fn shared(&self) -> &Shared {
-        &self.inner.shared
+    pub(crate) fn open_native(device: Device) -> Result<Context, Error> {
+        if device.explicit_capture() {
+            return Err(crate::error::unsupported(format!(
+                "packet capture of native device {} (capture its traffic with tcpdump)",
+                device.name()
+            )));
+        }
+        Ok(Context {
+            imp: CtxImp::Native(NContext::open(device)?),
+        })
+    }
+
+    /// Which backend serves this context.
+    pub fn kind(&self) -> DeviceKind {
+        match &self.imp {
+            CtxImp::Soft(_) => DeviceKind::Soft,
+            CtxImp::Native(_) => DeviceKind::Native,
+        }
+    }
+
+    /// The GID table index of this context's own GID: what a source GID
+    /// index of 0 stands for in this API (0 on the soft stack; on a native
+    /// device the RoCE v2 entry of the address it was opened for).
+    pub fn gid_index(&self) -> u8 {
+        match &self.imp {
+            CtxImp::Soft(_) => 0,
+            CtxImp::Native(n) => n.gid_index,
+        }
+    }
+
+    /// This context's own GID (what [`crate::QueuePair::endpoint`] tells peers).
+    pub fn gid(&self) -> Ipv6Addr {
+        match &self.imp {
+            CtxImp::Soft(i) => gid_of(i.shared.device.addr()),
+            CtxImp::Native(n) => n.gid,
+        }
     }
 
     /// The device this context was opened on.
     pub fn device(&self) -> &Device {
-        &self.inner.shared.device
+        match &self.imp {
+            CtxImp::Soft(i) => &i.shared.device,
+            CtxImp::Native(n) => &n.device,
+        }
     }
 
     /// Device attributes (`ibv_query_device`).
     pub fn query_device(&self) -> DeviceAttr {
-        let caps = self.shared().lock().config().caps;
-        DeviceAttr::new(self.device(), &caps)
+        match &self.imp {
+            CtxImp::Soft(i) => {
+                let caps = i.shared.lock().config().caps;
+                DeviceAttr::new(self.device(), &caps)
+            }
+            CtxImp::Native(n) => n.attr.clone(),
+        }
     }
 
-    /// Port attributes (`ibv_query_port`); the one port is port 1.
+    /// Port attributes (`ibv_query_port`): port 1 of a soft device, the
+    /// context's port of a native one. (Should a native query fail, the
+    /// port is reported down.)
     pub fn query_port(&self) -> PortAttr {
-        let e = self.shared().lock();
-        PortAttr::new(self.device(), e.config())
+        match &self.imp {
+            CtxImp::Soft(i) => {
+                let e = i.shared.lock();
+                PortAttr::new(self.device(), e.config())
+            }
+            CtxImp::Native(n) => n.query_port().unwrap_or_else(|_| PortAttr {
+                state: crate::device::PortState::Down,
+                max_mtu: rxe_core::types::Mtu::Mtu1024,
+                active_mtu: rxe_core::types::Mtu::Mtu1024,
+                gid_tbl_len: 0,
+                max_msg_sz: 0,
+                pkey_tbl_len: 0,
+                link_layer: "Unspecified",
+                gids: Vec::new(),
+            }),
+        }
     }
 
     /// How the device receives: whether every incoming ICRC can be checked
     /// (a raw socket sees the IPv4 header) or IPv4 ICRCs from senders with
-    /// nonzero IP IDs go unverified (a plain UDP socket).
+    /// nonzero IP IDs go unverified (a plain UDP socket). A native device
+    /// checks every ICRC itself: `Raw`.
     pub fn recv_mode(&self) -> RecvMode {
-        self.shared().recv_mode
+        match &self.imp {
+            CtxImp::Soft(i) => i.shared.recv_mode,
+            CtxImp::Native(_) => RecvMode::Raw,
+        }
     }
 
     /// The next asynchronous event, waiting up to `timeout`.
     pub fn get_async_event(&self, timeout: Duration) -> Option<AsyncEventKind> {
-        let s = self.shared();
+        let s = match &self.imp {
+            CtxImp::Soft(i) => &i.shared,
+            CtxImp::Native(n) => return n.get_async_event(timeout),
+        };
         let deadline = Instant::now() + timeout;
         let mut q = s.events.lock();
         loop {
@@ -302,8 +378,12 @@ impl Context {
         }
     }
 
-    /// Engine counters (like `rdma statistic show`).
+    /// Engine counters (like `rdma statistic show`). A native device's
+    /// counters are the kernel's (`rdma statistic`); here they are all zero.
     pub fn counters(&self) -> rxe_core::engine::Counters {
-        self.shared().lock().counters().clone()
+        match &self.imp {
+            CtxImp::Soft(i) => i.shared.lock().counters().clone(),
+            CtxImp::Native(_) => rxe_core::engine::Counters::default(),
+        }
     }
 }

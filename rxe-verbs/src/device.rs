@@ -1,24 +1,41 @@
-//! Soft devices: what they are called, where they live, what they offer.
+//! Devices: soft ones (the rxe-rs engine on a local IP address) and native
+//! ones (what libibverbs lists), what they are called and what they offer.
 //!
 //! A soft device has no kernel registry. It is named in the environment
 //! (`RXE_DEVICES="rxe0=127.0.0.2,rxe1=::1"`) or made on the spot from an IP
 //! address ([`Device::soft`], or a bare address wherever a device name is
-//! accepted: `rxe pingpong -d 127.0.0.2`).
+//! accepted: `rxe pingpong -d 127.0.0.2`). A native device is an RDMA
+//! device libibverbs lists (a RoCE NIC, or the kernel's rxe); which kind
+//! serves a name or an address is decided by [`crate::provider`].
 
 use crate::context::Context;
-use crate::error::{invalid, Error};
+use crate::error::Error;
+use crate::native;
+use crate::provider::{choose, Choice, DeviceKind, NativeDeviceInfo, NativeGid, Provider, Target};
 use rxe_core::engine::EngineConfig;
 use rxe_core::types::{DeviceCaps, Mtu};
 use std::net::{IpAddr, Ipv6Addr};
 use std::path::PathBuf;
 
-/// A soft RoCE v2 device bound to one local IP address.
+/// An RDMA device: soft (the rxe-rs engine bound to one local IP address)
+/// or native (a libibverbs device, with the GID it will use).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Device {
     name: String,
     addr: IpAddr,
     mtu: Mtu,
     capture: Option<PathBuf>,
+    /// For a native device: what libibverbs told of it and the chosen GID.
+    native: Option<NativeSel>,
+    /// An explicit provider to resolve again with at open.
+    provider: Option<Provider>,
+}
+
+/// A native device and the GID table entry a context on it uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct NativeSel {
+    pub info: NativeDeviceInfo,
+    pub gid: Option<NativeGid>,
 }
 
 /// The GID of an address as the kernel's rxe lists it: IPv4 addresses
@@ -38,19 +55,101 @@ pub fn addr_of(gid: Ipv6Addr) -> IpAddr {
     }
 }
 
+/// Writes `line` to standard error the first time it is called in the
+/// process, never again: the one line that says the native backend is not
+/// in use and why.
+fn note_soft_fallback(reason: &str) {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        eprintln!("rxe-verbs: no native RDMA device ({reason}); using the soft RoCE v2 stack");
+    });
+}
+
+/// The native devices a provider may use. `Soft` never loads libibverbs;
+/// `Auto` turns "no libibverbs" and "no device" into an empty list (and
+/// the one log line); `Native` makes them errors.
+fn natives_for(provider: Provider) -> Result<Vec<NativeDeviceInfo>, Error> {
+    match provider {
+        Provider::Soft => Ok(Vec::new()),
+        Provider::Native => native::discover().map_err(|reason| Error::Unsupported {
+            what: format!("native verbs: {reason}"),
+        }),
+        Provider::Auto => match native::discover() {
+            Ok(v) if !v.is_empty() => Ok(v),
+            Ok(_) => {
+                note_soft_fallback("libibverbs lists no RDMA device");
+                Ok(Vec::new())
+            }
+            Err(reason) => {
+                note_soft_fallback(&reason);
+                Ok(Vec::new())
+            }
+        },
+    }
+}
+
+/// The `(name, address)` pairs of `RXE_DEVICES`.
+fn soft_named() -> Vec<(String, IpAddr)> {
+    let spec = std::env::var("RXE_DEVICES").unwrap_or_default();
+    spec.split(',')
+        .filter_map(|item| {
+            let (name, addr) = item.trim().split_once('=')?;
+            let addr: IpAddr = addr.trim().parse().ok()?;
+            Some((name.trim().to_string(), addr))
+        })
+        .collect()
+}
+
 impl Device {
-    /// A soft device on `addr`, named after it.
+    /// A soft device on `addr`, named after it. This is an explicit choice
+    /// of the soft stack: `RXE_PROVIDER` does not change it (see
+    /// [`Device::with_provider`] for one that may go native).
     pub fn soft(addr: IpAddr) -> Device {
         Device {
             name: format!("rxe-{addr}"),
             addr,
             mtu: Mtu::Mtu4096,
             capture: None,
+            native: None,
+            provider: None,
+        }
+    }
+
+    pub(crate) fn from_native(info: NativeDeviceInfo, gid: Option<NativeGid>) -> Device {
+        let addr = gid.map_or(IpAddr::V6(Ipv6Addr::UNSPECIFIED), |g| addr_of(g.gid));
+        Device {
+            name: info.name.clone(),
+            addr,
+            mtu: Mtu::Mtu4096,
+            capture: None,
+            native: Some(NativeSel { info, gid }),
+            provider: None,
+        }
+    }
+
+    fn from_choice(c: Choice, natives: Vec<NativeDeviceInfo>) -> Device {
+        match c {
+            Choice::Soft { name, addr } => {
+                let mut d = Device::soft(addr);
+                if let Some(n) = name {
+                    d.name = n;
+                }
+                d
+            }
+            Choice::Native { device, gid } => {
+                let info = natives
+                    .into_iter()
+                    .nth(device)
+                    .expect("choose returns a listed device");
+                Device::from_native(info, Some(gid))
+            }
         }
     }
 
     /// The same device, writing every packet it sends and receives to a
     /// pcap file (see the `capture` module; `RXE_PCAP` does the same).
+    /// Soft devices only: opening a native device with a capture file set
+    /// this way is refused as unsupported (`RXE_PCAP` is ignored there).
     pub fn with_capture(mut self, path: impl Into<PathBuf>) -> Device {
         self.capture = Some(path.into());
         self
@@ -65,45 +164,121 @@ impl Device {
         })
     }
 
+    pub(crate) fn explicit_capture(&self) -> bool {
+        self.capture.is_some()
+    }
+
     /// The same device with another active MTU (default 4096; use 1024 on
-    /// a 1500-byte Ethernet link, as the kernel's rxe would).
+    /// a 1500-byte Ethernet link, as the kernel's rxe would). Soft devices
+    /// only: a native port's MTU is the port's.
     pub fn with_mtu(mut self, mtu: Mtu) -> Device {
         self.mtu = mtu;
         self
     }
 
-    /// The devices named in `RXE_DEVICES` (`name=address,...`).
+    /// The same device, resolved again with `provider` when it is opened,
+    /// whatever `RXE_PROVIDER` says: `Provider::Soft` opens the soft stack on
+    /// the device's address, `Provider::Native` a native device that has the
+    /// address as a RoCE v2 GID (an error if there is none), `Provider::Auto`
+    /// the native device if there is one, else the soft stack.
+    pub fn with_provider(mut self, provider: Provider) -> Device {
+        self.provider = Some(provider);
+        self
+    }
+
+    /// The devices `RXE_PROVIDER` allows, native ones (as libibverbs lists
+    /// them) first, then the soft ones named in `RXE_DEVICES`
+    /// (`name=address,...`). Never fails: without libibverbs, or with an
+    /// invalid `RXE_PROVIDER`, it lists the soft devices.
     pub fn list() -> Vec<Device> {
-        let spec = std::env::var("RXE_DEVICES").unwrap_or_default();
-        spec.split(',')
-            .filter_map(|item| {
-                let (name, addr) = item.trim().split_once('=')?;
-                let addr: IpAddr = addr.trim().parse().ok()?;
-                Some(Device {
-                    name: name.trim().to_string(),
-                    ..Device::soft(addr)
-                })
-            })
-            .collect()
-    }
-
-    /// A device by name (from [`Device::list`]) or by bare IP address.
-    pub fn find(name_or_addr: &str) -> Result<Device, Error> {
-        if let Ok(addr) = name_or_addr.parse::<IpAddr>() {
-            return Ok(Device::soft(addr));
+        let provider = Provider::from_env().unwrap_or_default();
+        let mut out = Vec::new();
+        if provider != Provider::Soft {
+            let natives = natives_for(Provider::Auto).unwrap_or_default();
+            out.extend(natives.into_iter().map(|info| {
+                let gid = info.default_gid();
+                Device::from_native(info, gid)
+            }));
         }
-        Device::list().into_iter().find(|d| d.name == name_or_addr).ok_or_else(|| {
-            invalid(
-                "device",
-                format!("no device {name_or_addr:?}: give an IP address or name it in RXE_DEVICES=name=addr"),
-            )
-        })
+        if provider != Provider::Native {
+            out.extend(soft_named().into_iter().map(|(name, addr)| Device {
+                name,
+                ..Device::soft(addr)
+            }));
+        }
+        out
     }
 
-    /// Opens the device: binds UDP port 4791 on its address and starts its
-    /// progress thread.
+    /// A device by name or by IP address, as `RXE_PROVIDER` says (default
+    /// `auto`: for an address, a native device that has it as a RoCE v2 GID,
+    /// else the soft stack on it; for a name, the native device of that
+    /// name, else the soft device of that name in `RXE_DEVICES`).
+    pub fn find(name_or_addr: &str) -> Result<Device, Error> {
+        Device::find_with(name_or_addr, Provider::from_env()?)
+    }
+
+    /// [`Device::find`] with an explicit provider instead of `RXE_PROVIDER`.
+    pub fn find_with(name_or_addr: &str, provider: Provider) -> Result<Device, Error> {
+        let target = match name_or_addr.parse::<IpAddr>() {
+            Ok(a) => Target::Addr(a),
+            Err(_) => Target::Name(name_or_addr),
+        };
+        let natives = natives_for(provider)?;
+        let c = choose(provider, target, &natives, &soft_named())?;
+        Ok(Device::from_choice(c, natives))
+    }
+
+    /// The device this one stands for once its explicit provider (if any)
+    /// is applied.
+    fn resolved(&self) -> Result<Device, Error> {
+        let Some(p) = self.provider else {
+            return Ok(self.clone());
+        };
+        if self.native.is_some() && p != Provider::Soft {
+            return Ok(Device {
+                provider: None,
+                ..self.clone()
+            });
+        }
+        let natives = natives_for(p)?;
+        let c = choose(p, Target::Addr(self.addr), &natives, &[])?;
+        let mut d = Device::from_choice(c, natives);
+        if d.native.is_none() {
+            d.name = self.name.clone();
+            d.mtu = self.mtu;
+            d.capture = self.capture.clone();
+        }
+        Ok(d)
+    }
+
+    /// Opens the device: for a soft one, binds UDP port 4791 on its address
+    /// and starts its progress thread; for a native one, opens it through
+    /// libibverbs.
     pub fn open(&self) -> Result<Context, Error> {
-        Context::open(self.clone())
+        let d = self.resolved()?;
+        if d.native.is_some() {
+            Context::open_native(d)
+        } else {
+            Context::open(d)
+        }
+    }
+
+    /// Soft or native.
+    pub fn kind(&self) -> DeviceKind {
+        if self.native.is_some() {
+            DeviceKind::Native
+        } else {
+            DeviceKind::Soft
+        }
+    }
+
+    /// The explicit provider set by [`Device::with_provider`], if any.
+    pub fn provider(&self) -> Option<Provider> {
+        self.provider
+    }
+
+    pub(crate) fn native_sel(&self) -> Option<&NativeSel> {
+        self.native.as_ref()
     }
 
     /// The device's name.
@@ -111,23 +286,76 @@ impl Device {
         &self.name
     }
 
-    /// The local address.
+    /// The local address: a soft device's, or the address of the GID a
+    /// native device will use (`::` for a native device with no RoCE GID).
     pub fn addr(&self) -> IpAddr {
         self.addr
     }
 
-    /// The GID table: one entry, index 0.
+    /// The GID table of port 1, index by index: for a soft device one entry
+    /// (index 0, its address); for a native device the port's entries as
+    /// libibverbs reports them (`::` for an empty slot before the last one).
     pub fn gids(&self) -> Vec<Ipv6Addr> {
-        vec![gid_of(self.addr)]
+        match &self.native {
+            None => vec![gid_of(self.addr)],
+            Some(n) => {
+                let port = n.gid.map_or(1, |g| g.port);
+                let entries: Vec<&NativeGid> =
+                    n.info.gids.iter().filter(|g| g.port == port).collect();
+                let len = entries
+                    .iter()
+                    .map(|g| g.index as usize + 1)
+                    .max()
+                    .unwrap_or(0);
+                let mut t = vec![Ipv6Addr::UNSPECIFIED; len];
+                for g in entries {
+                    t[g.index as usize] = g.gid;
+                }
+                t
+            }
+        }
     }
 
-    /// The port's active MTU.
+    /// Every GID table entry of a native device, with its port and type
+    /// (empty for a soft device).
+    pub fn native_gids(&self) -> Vec<NativeGid> {
+        self.native
+            .as_ref()
+            .map(|n| n.info.gids.clone())
+            .unwrap_or_default()
+    }
+
+    /// The GID table entry contexts on this device use as their own: index
+    /// 0 on a soft device; on a native one the RoCE v2 entry of its address.
+    /// A source GID index of 0 given to the API means this entry on both
+    /// backends (see [`crate::ConnectOptions::sgid_index`]).
+    pub fn gid_index(&self) -> u8 {
+        self.native
+            .as_ref()
+            .and_then(|n| n.gid)
+            .map_or(0, |g| g.index.min(255) as u8)
+    }
+
+    /// The port contexts on this device use (1 on a soft device).
+    pub fn port(&self) -> u8 {
+        self.native
+            .as_ref()
+            .and_then(|n| n.gid)
+            .map_or(1, |g| g.port)
+    }
+
+    /// The port's active MTU (for a native device: as last configured here;
+    /// [`Context::query_port`] tells the port's own).
     pub fn active_mtu(&self) -> Mtu {
         self.mtu
     }
 
-    /// A node GUID derived from the address (EUI-64 style), stable across runs.
+    /// A node GUID: a native device's own; for a soft device one derived
+    /// from the address (EUI-64 style), stable across runs.
     pub fn node_guid(&self) -> u64 {
+        if let Some(n) = &self.native {
+            return n.info.node_guid;
+        }
         let g = gid_of(self.addr).octets();
         let mut x = 0x0200_00ff_fe00_0000u64;
         for (i, b) in g[10..].iter().enumerate() {
@@ -183,6 +411,42 @@ impl DeviceAttr {
 pub enum PortState {
     /// Up.
     Active,
+    /// No state change (`IBV_PORT_NOP`).
+    Nop,
+    /// Link down.
+    Down,
+    /// Initializing.
+    Init,
+    /// Armed.
+    Armed,
+    /// Active, deferring (`IBV_PORT_ACTIVE_DEFER`).
+    ActiveDefer,
+}
+
+impl PortState {
+    /// The libibverbs value (`IBV_PORT_ACTIVE` = 4, ...).
+    pub fn ibv_value(self) -> u32 {
+        match self {
+            PortState::Nop => 0,
+            PortState::Down => 1,
+            PortState::Init => 2,
+            PortState::Armed => 3,
+            PortState::Active => 4,
+            PortState::ActiveDefer => 5,
+        }
+    }
+
+    /// The libibverbs name (`PORT_ACTIVE`, ...), as ibv_devinfo prints it.
+    pub fn ibv_name(self) -> &'static str {
+        match self {
+            PortState::Nop => "PORT_NOP",
+            PortState::Down => "PORT_DOWN",
+            PortState::Init => "PORT_INIT",
+            PortState::Armed => "PORT_ARMED",
+            PortState::Active => "PORT_ACTIVE",
+            PortState::ActiveDefer => "PORT_ACTIVE_DEFER",
+        }
+    }
 }
 
 /// What `ibv_query_port` reports.

@@ -48,6 +48,17 @@ pub enum Error {
     /// The object belongs to another device.
     #[error("{0} belongs to another device")]
     WrongDevice(&'static str),
+    /// The backend serving the device cannot do this (for example memory
+    /// windows on a native device, or a packet capture of native traffic).
+    #[error("unsupported: {what}")]
+    Unsupported {
+        /// What was asked for, and on which backend.
+        what: String,
+    },
+}
+
+pub(crate) fn unsupported(what: impl Into<String>) -> Error {
+    Error::Unsupported { what: what.into() }
 }
 
 pub(crate) fn invalid(name: &'static str, reason: impl Into<String>) -> Error {

@@ -40,7 +40,21 @@
 //! completion, never an access outside the region. After deregistration
 //! the engine's references to the region are revoked, so work still in
 //! flight fails cleanly instead of touching freed memory.
-#![forbid(unsafe_code)]
+//!
+//! ## Native verbs
+//! Where an RDMA device is present (a RoCE NIC, or the kernel's rxe, which
+//! libibverbs lists like any other), the same API drives it through native
+//! verbs instead of the software engine: libibverbs is loaded at run time
+//! (`dlopen("libibverbs.so.1")`, no link-time dependency), and
+//! [`Device::find`] / [`Device::list`] choose between the kinds as
+//! [`provider`] describes (`RXE_PROVIDER=soft|native|auto`, default auto).
+//! Without libibverbs, or with no device, everything runs on the soft stack
+//! after one informative line on standard error. What a native device
+//! cannot do here returns [`Error::Unsupported`].
+//!
+//! All unsafe code of this crate is in its private `native` module (the
+//! FFI to libibverbs); everything else is safe Rust.
+#![deny(unsafe_code)]
 
 mod capture;
 mod context;
@@ -48,6 +62,9 @@ mod cq;
 mod device;
 mod error;
 mod mr;
+#[allow(unsafe_code)]
+mod native;
+pub mod provider;
 mod qp;
 
 pub use context::{AsyncEventKind, Context};
@@ -55,6 +72,7 @@ pub use cq::{CompletionChannel, CompletionQueue};
 pub use device::{addr_of, gid_of, Device, DeviceAttr, PortAttr, PortState};
 pub use error::Error;
 pub use mr::{MemoryRegion, MemoryWindow, ProtectionDomain, RemoteRegion};
+pub use provider::{DeviceKind, GidType, NativeDeviceInfo, NativeGid, Provider};
 pub use qp::{AddressHandle, ConnectOptions, Endpoint, QpInitAttr, QueuePair, SharedReceiveQueue};
 pub use rxe_core::engine::mem::MwType;
 pub use rxe_core::psn::Psn;

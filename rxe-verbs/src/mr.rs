@@ -23,9 +23,20 @@
 //! As with real RDMA, the *contents* seen while an operation is in flight
 //! are unspecified (a READ may see a WRITE half done); the memory safety is
 //! not.
+//!
+//! On a native device the region owns a heap buffer registered with
+//! `ibv_reg_mr`, which the device reads and writes by DMA without taking
+//! any lock of ours: the same accessors copy in and out through raw
+//! pointers under the region's lock (which orders the application's own
+//! accesses), and the closures of `with_bytes`/`with_bytes_mut` see a copy
+//! (written back after `with_bytes_mut`'s closure returns, so bytes the
+//! device wrote meanwhile are overwritten with what the closure saw). No
+//! Rust reference to DMA memory ever exists; the buffer is freed only after
+//! `ibv_dereg_mr` succeeds. Memory windows are soft-only.
 
-use crate::context::{Context, Inner};
-use crate::error::{invalid, Error};
+use crate::context::{Context, CtxImp, Inner};
+use crate::error::{invalid, unsupported, Error};
+use crate::native::{NMr, NPd};
 use crate::qp::AddressHandle;
 use parking_lot::RwLock;
 use rxe_core::engine::mem::MwType;
@@ -101,26 +112,36 @@ impl RegionMemory for RegionBytes {
 /// A protection domain (`ibv_pd`).
 #[derive(Clone)]
 pub struct ProtectionDomain {
-    pub(crate) ctx: Arc<Inner>,
-    pub(crate) pd: PdId,
+    pub(crate) imp: PdImp,
+}
+
+#[derive(Clone)]
+pub(crate) enum PdImp {
+    Soft { ctx: Arc<Inner>, pd: PdId },
+    Native(Arc<NPd>),
 }
 
 impl std::fmt::Debug for ProtectionDomain {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ProtectionDomain")
-            .field("pd", &self.pd.0)
-            .finish()
+        let pd = match &self.imp {
+            PdImp::Soft { pd, .. } => pd.0,
+            PdImp::Native(n) => n.handle(),
+        };
+        f.debug_struct("ProtectionDomain").field("pd", &pd).finish()
     }
 }
 
 impl Context {
     /// Allocates a protection domain.
     pub fn alloc_pd(&self) -> Result<ProtectionDomain, Error> {
-        let pd = self.shared().with_engine(|e| e.alloc_pd());
-        Ok(ProtectionDomain {
-            ctx: self.inner.clone(),
-            pd,
-        })
+        let imp = match &self.imp {
+            CtxImp::Soft(inner) => PdImp::Soft {
+                pd: inner.shared.with_engine(|e| e.alloc_pd()),
+                ctx: inner.clone(),
+            },
+            CtxImp::Native(n) => PdImp::Native(NPd::alloc(n)?),
+        };
+        Ok(ProtectionDomain { imp })
     }
 }
 
@@ -133,6 +154,15 @@ impl ProtectionDomain {
     /// Registers memory the application hands over; [`MemoryRegion::deregister`]
     /// gives it back.
     pub fn register(&self, bytes: Vec<u8>, access: Access) -> Result<MemoryRegion, Error> {
+        let (ctx, pd) = match &self.imp {
+            PdImp::Soft { ctx, pd } => (ctx, *pd),
+            PdImp::Native(n) => {
+                return Ok(MemoryRegion {
+                    imp: MrImp::Native(Box::new(NMr::register(n, bytes, access)?)),
+                    access,
+                })
+            }
+        };
         let bytes: Box<[u8]> = bytes.into_boxed_slice();
         // The region's I/O virtual address is where its bytes really are, as
         // with ibv_reg_mr: peers see ordinary-looking addresses.
@@ -145,37 +175,48 @@ impl ProtectionDomain {
         let region = Arc::new(RegionBytes {
             bytes: RwLock::new(bytes),
         });
-        let keys = self
-            .ctx
+        let keys = ctx
             .shared
-            .with_engine(|e| e.reg_mr(self.pd, region.clone(), iova, access))?;
+            .with_engine(|e| e.reg_mr(pd, region.clone(), iova, access))?;
         Ok(MemoryRegion {
-            ctx: self.ctx.clone(),
-            bytes: region,
-            keys,
-            iova,
-            len,
+            imp: MrImp::Soft(SoftMr {
+                ctx: ctx.clone(),
+                bytes: region,
+                keys,
+                iova,
+                len,
+                registered: true,
+            }),
             access,
-            registered: true,
         })
     }
 
-    /// Allocates a memory window (`ibv_alloc_mw`).
+    /// Allocates a memory window (`ibv_alloc_mw`). Soft devices only.
     pub fn alloc_mw(&self, mw_type: MwType) -> Result<MemoryWindow, Error> {
-        let rkey = self
-            .ctx
-            .shared
-            .with_engine(|e| e.alloc_mw(self.pd, mw_type))?;
+        let (ctx, pd) = match &self.imp {
+            PdImp::Soft { ctx, pd } => (ctx, *pd),
+            PdImp::Native(_) => return Err(unsupported("memory windows on a native device")),
+        };
+        let rkey = ctx.shared.with_engine(|e| e.alloc_mw(pd, mw_type))?;
         Ok(MemoryWindow {
-            ctx: self.ctx.clone(),
+            ctx: ctx.clone(),
             rkey,
             mw_type,
         })
     }
 
-    /// Creates an address handle for UD sends (`ibv_create_ah`).
+    /// Creates an address handle for UD sends (`ibv_create_ah`). On a
+    /// native device the `ibv_ah` is created here and kept with the PD;
+    /// sends through the handle use it.
     pub fn create_ah(&self, av: AddressVector) -> Result<AddressHandle, Error> {
-        let e = self.ctx.shared.lock();
+        let ctx = match &self.imp {
+            PdImp::Soft { ctx, .. } => ctx,
+            PdImp::Native(n) => {
+                n.ah(&av)?;
+                return Ok(AddressHandle { av });
+            }
+        };
+        let e = ctx.shared.lock();
         let gids = &e.config().gids;
         match gids.get(usize::from(av.sgid_index)) {
             None => Err(invalid("ah_attr.grh.sgid_index", "no such GID index")),
@@ -212,46 +253,74 @@ impl RemoteRegion {
 
 /// A registered memory region that owns its bytes (`ibv_mr`).
 pub struct MemoryRegion {
+    imp: MrImp,
+    access: Access,
+}
+
+enum MrImp {
+    Soft(SoftMr),
+    Native(Box<NMr>),
+}
+
+struct SoftMr {
     ctx: Arc<Inner>,
-    pub(crate) bytes: Arc<RegionBytes>,
+    bytes: Arc<RegionBytes>,
     keys: MrKeys,
     iova: u64,
     len: usize,
-    access: Access,
     registered: bool,
 }
 
 impl std::fmt::Debug for MemoryRegion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemoryRegion")
-            .field("lkey", &format_args!("{:#010x}", self.keys.lkey))
-            .field("rkey", &format_args!("{:#010x}", self.keys.rkey))
-            .field("addr", &format_args!("{:#x}", self.iova))
-            .field("len", &self.len)
+            .field("lkey", &format_args!("{:#010x}", self.lkey()))
+            .field("rkey", &format_args!("{:#010x}", self.rkey()))
+            .field("addr", &format_args!("{:#x}", self.addr()))
+            .field("len", &self.len())
             .finish()
     }
+}
+
+fn outside(offset: usize, n: usize, len: usize) -> Error {
+    invalid(
+        "offset",
+        format!("{offset}+{n} is outside the {len}-byte region"),
+    )
 }
 
 impl MemoryRegion {
     /// Local key.
     pub fn lkey(&self) -> u32 {
-        self.keys.lkey
+        match &self.imp {
+            MrImp::Soft(m) => m.keys.lkey,
+            MrImp::Native(n) => n.lkey,
+        }
     }
     /// Remote key.
     pub fn rkey(&self) -> u32 {
-        self.keys.rkey
+        match &self.imp {
+            MrImp::Soft(m) => m.keys.rkey,
+            MrImp::Native(n) => n.rkey,
+        }
     }
     /// The address peers and SGEs use for byte 0.
     pub fn addr(&self) -> u64 {
-        self.iova
+        match &self.imp {
+            MrImp::Soft(m) => m.iova,
+            MrImp::Native(n) => n.iova,
+        }
     }
     /// Length in bytes.
     pub fn len(&self) -> usize {
-        self.len
+        match &self.imp {
+            MrImp::Soft(m) => m.len,
+            MrImp::Native(n) => n.len(),
+        }
     }
     /// True for a zero-length region.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
     /// Access rights.
     pub fn access(&self) -> Access {
@@ -261,87 +330,112 @@ impl MemoryRegion {
     /// An SGE over `r` (byte offsets in the region).
     pub fn sge(&self, r: Range<usize>) -> Sge {
         Sge {
-            addr: self.iova + r.start as u64,
+            addr: self.addr() + r.start as u64,
             length: (r.end - r.start) as u32,
-            lkey: self.keys.lkey,
+            lkey: self.lkey(),
         }
     }
 
     /// What a peer needs to WRITE or READ this region.
     pub fn remote(&self) -> RemoteRegion {
         RemoteRegion {
-            addr: self.iova,
-            len: self.len as u64,
-            rkey: self.keys.rkey,
+            addr: self.addr(),
+            len: self.len() as u64,
+            rkey: self.rkey(),
         }
     }
 
     /// Copies bytes out of the region.
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), Error> {
-        if self.bytes.read(offset, dst) {
+        let ok = match &self.imp {
+            MrImp::Soft(m) => m.bytes.read(offset, dst),
+            MrImp::Native(n) => n.read(offset, dst),
+        };
+        if ok {
             Ok(())
         } else {
-            Err(invalid(
-                "offset",
-                format!(
-                    "{}+{} is outside the {}-byte region",
-                    offset,
-                    dst.len(),
-                    self.len
-                ),
-            ))
+            Err(outside(offset, dst.len(), self.len()))
         }
     }
 
     /// Copies bytes into the region.
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), Error> {
-        if self.bytes.write(offset, src) {
+        let ok = match &self.imp {
+            MrImp::Soft(m) => m.bytes.write(offset, src),
+            MrImp::Native(n) => n.write(offset, src),
+        };
+        if ok {
             Ok(())
         } else {
-            Err(invalid(
-                "offset",
-                format!(
-                    "{}+{} is outside the {}-byte region",
-                    offset,
-                    src.len(),
-                    self.len
-                ),
-            ))
+            Err(outside(offset, src.len(), self.len()))
         }
     }
 
     /// A copy of all the bytes.
     pub fn to_vec(&self) -> Vec<u8> {
-        self.bytes.bytes.read().to_vec()
+        match &self.imp {
+            MrImp::Soft(m) => m.bytes.bytes.read().to_vec(),
+            MrImp::Native(n) => n.to_vec(),
+        }
     }
 
-    /// Runs `f` with the bytes, the engine kept out meanwhile.
+    /// Runs `f` with the bytes, the engine kept out meanwhile (on a native
+    /// device: with a copy of them, see the module docs).
     pub fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
-        f(&self.bytes.bytes.read())
+        match &self.imp {
+            MrImp::Soft(m) => f(&m.bytes.bytes.read()),
+            MrImp::Native(n) => f(&n.to_vec()),
+        }
     }
 
-    /// Runs `f` with the bytes mutable, the engine kept out meanwhile.
+    /// Runs `f` with the bytes mutable, the engine kept out meanwhile (on a
+    /// native device: with a copy, written back when `f` returns).
     pub fn with_bytes_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
-        f(&mut self.bytes.bytes.write())
+        match &self.imp {
+            MrImp::Soft(m) => f(&mut m.bytes.bytes.write()),
+            MrImp::Native(n) => n.with_copy_mut(f),
+        }
     }
 
     /// Deregisters the region and gives its bytes back. Refused while memory
     /// windows are bound to it. Work in flight that still refers to it fails
     /// with an error completion.
-    pub fn deregister(mut self) -> Result<Vec<u8>, (MemoryRegion, Error)> {
-        if let Err(e) = self.ctx.shared.with_engine(|e| e.dereg_mr(self.keys.lkey)) {
-            return Err((self, e.into()));
+    pub fn deregister(self) -> Result<Vec<u8>, (MemoryRegion, Error)> {
+        let MemoryRegion { imp, access } = self;
+        match imp {
+            MrImp::Native(n) => n.deregister().map_err(|(n, e)| {
+                (
+                    MemoryRegion {
+                        imp: MrImp::Native(Box::new(n)),
+                        access,
+                    },
+                    e,
+                )
+            }),
+            MrImp::Soft(mut m) => {
+                let lkey = m.keys.lkey;
+                if let Err(e) = m.ctx.shared.with_engine(|e| e.dereg_mr(lkey)) {
+                    return Err((
+                        MemoryRegion {
+                            imp: MrImp::Soft(m),
+                            access,
+                        },
+                        e.into(),
+                    ));
+                }
+                m.registered = false;
+                let bytes = std::mem::replace(&mut *m.bytes.bytes.write(), Box::new([]));
+                Ok(bytes.into_vec())
+            }
         }
-        self.registered = false;
-        let bytes = std::mem::replace(&mut *self.bytes.bytes.write(), Box::new([]));
-        Ok(bytes.into_vec())
     }
 }
 
-impl Drop for MemoryRegion {
+impl Drop for SoftMr {
     fn drop(&mut self) {
         if self.registered {
-            let _ = self.ctx.shared.with_engine(|e| e.dereg_mr(self.keys.lkey));
+            let lkey = self.keys.lkey;
+            let _ = self.ctx.shared.with_engine(|e| e.dereg_mr(lkey));
         }
     }
 }

@@ -1,10 +1,11 @@
 //! Queue pairs, shared receive queues and address handles.
 
-use crate::context::{Context, Inner};
+use crate::context::{Context, CtxImp, Inner};
 use crate::cq::CompletionQueue;
 use crate::device::{addr_of, gid_of};
-use crate::error::{invalid, Error};
-use crate::mr::{MemoryRegion, MemoryWindow, ProtectionDomain};
+use crate::error::{invalid, unsupported, Error};
+use crate::mr::{MemoryRegion, MemoryWindow, PdImp, ProtectionDomain};
+use crate::native::{NQp, NSrq};
 use rxe_core::engine::{QpInit, SrqId};
 use rxe_core::psn::Psn;
 use rxe_core::types::*;
@@ -43,7 +44,7 @@ impl QpInitAttr {
     }
     /// Uses a shared receive queue.
     pub fn with_srq(mut self, srq: &SharedReceiveQueue) -> Self {
-        self.srq = Some(srq.id.0);
+        self.srq = Some(srq.id());
         self
     }
     /// Sets the capacities.
@@ -86,7 +87,11 @@ pub struct ConnectOptions {
     pub access: Access,
     /// Q_Key (UD).
     pub qkey: u32,
-    /// Source GID index.
+    /// Source GID index. 0 is the device's own GID on both backends: the
+    /// soft device's only entry, or on a native device the RoCE v2 entry of
+    /// the address it was opened for ([`Context::gid_index`]); other values
+    /// are literal indices of the port's GID table. (The same holds for
+    /// `AddressVector::sgid_index`.)
     pub sgid_index: u8,
 }
 
@@ -135,15 +140,24 @@ impl AddressHandle {
 
 /// A queue pair (`ibv_qp`).
 pub struct QueuePair {
+    imp: QpImp,
+    qp_type: QpType,
+}
+
+enum QpImp {
+    Soft(SoftQp),
+    Native(NQp),
+}
+
+struct SoftQp {
     ctx: Arc<Inner>,
     qpn: u32,
-    qp_type: QpType,
 }
 
 impl std::fmt::Debug for QueuePair {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("QueuePair")
-            .field("qpn", &format_args!("{:#08x}", self.qpn))
+            .field("qpn", &format_args!("{:#08x}", self.qp_num()))
             .field("type", &self.qp_type)
             .finish()
     }
@@ -152,22 +166,34 @@ impl std::fmt::Debug for QueuePair {
 impl Context {
     /// Creates a queue pair in RESET (`ibv_create_qp`).
     pub fn create_qp(&self, pd: &ProtectionDomain, attr: &QpInitAttr) -> Result<QueuePair, Error> {
-        if !Arc::ptr_eq(&pd.ctx, &self.inner) {
-            return Err(Error::WrongDevice("pd"));
-        }
+        let (inner, pdid) = match (&self.imp, &pd.imp) {
+            (CtxImp::Soft(inner), PdImp::Soft { ctx, pd }) if Arc::ptr_eq(ctx, inner) => {
+                (inner, *pd)
+            }
+            (CtxImp::Native(n), PdImp::Native(p)) if Arc::ptr_eq(&p.ctx, n) => {
+                let q = NQp::create(n, p, attr)?;
+                return Ok(QueuePair {
+                    imp: QpImp::Native(q),
+                    qp_type: attr.qp_type,
+                });
+            }
+            _ => return Err(Error::WrongDevice("pd")),
+        };
         let init = QpInit {
             qp_type: attr.qp_type,
-            pd: pd.pd,
+            pd: pdid,
             send_cq: rxe_core::engine::CqId(attr.send_cq),
             recv_cq: rxe_core::engine::CqId(attr.recv_cq),
             srq: attr.srq.map(SrqId),
             cap: attr.cap,
             sq_sig_all: attr.sq_sig_all,
         };
-        let qpn = self.shared().with_engine(|e| e.create_qp(init))?;
+        let qpn = inner.shared.with_engine(|e| e.create_qp(init))?;
         Ok(QueuePair {
-            ctx: self.inner.clone(),
-            qpn,
+            imp: QpImp::Soft(SoftQp {
+                ctx: inner.clone(),
+                qpn,
+            }),
             qp_type: attr.qp_type,
         })
     }
@@ -179,20 +205,32 @@ impl Context {
         max_wr: u32,
         max_sge: u32,
     ) -> Result<SharedReceiveQueue, Error> {
-        let id = self
-            .shared()
-            .with_engine(|e| e.create_srq(pd.pd, max_wr, max_sge, 0))?;
-        Ok(SharedReceiveQueue {
-            ctx: self.inner.clone(),
-            id,
-        })
+        let imp = match (&self.imp, &pd.imp) {
+            (CtxImp::Soft(inner), PdImp::Soft { pd, .. }) => {
+                let id = inner
+                    .shared
+                    .with_engine(|e| e.create_srq(*pd, max_wr, max_sge, 0))?;
+                SrqImp::Soft(SoftSrq {
+                    ctx: inner.clone(),
+                    id,
+                })
+            }
+            (CtxImp::Native(n), PdImp::Native(p)) if Arc::ptr_eq(&p.ctx, n) => {
+                SrqImp::Native(NSrq::create(p, max_wr, max_sge)?)
+            }
+            _ => return Err(Error::WrongDevice("pd")),
+        };
+        Ok(SharedReceiveQueue { imp })
     }
 }
 
 impl QueuePair {
     /// The QP number.
     pub fn qp_num(&self) -> u32 {
-        self.qpn
+        match &self.imp {
+            QpImp::Soft(q) => q.qpn,
+            QpImp::Native(n) => n.qpn,
+        }
     }
 
     /// The transport.
@@ -202,7 +240,10 @@ impl QueuePair {
 
     /// Current attributes and capacities (`ibv_query_qp`).
     pub fn query(&self) -> Result<(QpAttr, QpCap), Error> {
-        Ok(self.ctx.shared.lock().query_qp(self.qpn)?)
+        match &self.imp {
+            QpImp::Soft(q) => Ok(q.ctx.shared.lock().query_qp(q.qpn)?),
+            QpImp::Native(n) => n.query(),
+        }
     }
 
     /// The QP's state.
@@ -212,25 +253,55 @@ impl QueuePair {
 
     /// Modifies attributes and state (`ibv_modify_qp`).
     pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), Error> {
-        Ok(self
-            .ctx
-            .shared
-            .with_engine(|e| e.modify_qp(self.qpn, attr, mask))?)
+        match &self.imp {
+            QpImp::Soft(q) => Ok(q
+                .ctx
+                .shared
+                .with_engine(|e| e.modify_qp(q.qpn, attr, mask))?),
+            QpImp::Native(n) => n.modify(attr, mask),
+        }
     }
 
-    /// What to tell the peer: LID 0, QPN, first send PSN, GID at `sgid_index`.
+    /// What to tell the peer: LID 0, QPN, first send PSN, the device's own
+    /// GID (source GID index 0).
     pub fn endpoint(&self) -> Endpoint {
-        let e = self.ctx.shared.lock();
-        let psn = e
-            .query_qp(self.qpn)
-            .map(|(a, _)| a.sq_psn.value())
-            .unwrap_or(0);
-        let gid = gid_of(e.config().gids[0]);
-        Endpoint {
-            lid: 0,
-            qpn: self.qpn,
-            psn,
-            gid,
+        match &self.imp {
+            QpImp::Soft(q) => {
+                let e = q.ctx.shared.lock();
+                let psn = e
+                    .query_qp(q.qpn)
+                    .map(|(a, _)| a.sq_psn.value())
+                    .unwrap_or(0);
+                let gid = gid_of(e.config().gids[0]);
+                Endpoint {
+                    lid: 0,
+                    qpn: q.qpn,
+                    psn,
+                    gid,
+                }
+            }
+            QpImp::Native(n) => Endpoint {
+                lid: 0,
+                qpn: n.qpn,
+                psn: n.initial_psn,
+                gid: n.gid(),
+            },
+        }
+    }
+
+    /// The PSN the QP sends first with (what [`QueuePair::endpoint`] tells).
+    fn first_psn(&self) -> Result<Psn, Error> {
+        match &self.imp {
+            QpImp::Soft(_) => Ok(self.query()?.0.sq_psn),
+            QpImp::Native(n) => Ok(Psn::new(n.initial_psn)),
+        }
+    }
+
+    /// The port the QP is bound to by [`QueuePair::connect`].
+    fn port(&self) -> u8 {
+        match &self.imp {
+            QpImp::Soft(_) => 1,
+            QpImp::Native(n) => n.port(),
         }
     }
 
@@ -241,7 +312,7 @@ impl QueuePair {
         let mut a = QpAttr {
             state: QpState::Init,
             pkey_index: 0,
-            port: 1,
+            port: self.port(),
             ..QpAttr::default()
         };
         let mut m = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
@@ -277,7 +348,7 @@ impl QueuePair {
             }
         }
         self.modify(&a, m)?;
-        let sq_psn = self.query()?.0.sq_psn;
+        let sq_psn = self.first_psn()?;
         let mut a = QpAttr {
             state: QpState::Rts,
             sq_psn,
@@ -298,11 +369,17 @@ impl QueuePair {
     }
 
     /// Posts send work requests (`ibv_post_send`). Stops at the first one
-    /// refused and says which; the ones before it are posted.
+    /// refused and says which; the ones before it are posted. (On a native
+    /// device, memory-window binds are refused as unsupported before
+    /// anything is posted.)
     pub fn post_send(&self, wrs: &[SendWr]) -> Result<(), Error> {
-        self.ctx.shared.with_engine(|e| {
+        let q = match &self.imp {
+            QpImp::Soft(q) => q,
+            QpImp::Native(n) => return n.post_send(wrs),
+        };
+        q.ctx.shared.with_engine(|e| {
             for (index, wr) in wrs.iter().enumerate() {
-                e.post_send(self.qpn, wr.clone())
+                e.post_send(q.qpn, wr.clone())
                     .map_err(|source| Error::BadWorkRequest {
                         index,
                         wr_id: wr.wr_id,
@@ -315,9 +392,13 @@ impl QueuePair {
 
     /// Posts receive work requests (`ibv_post_recv`), stopping at the first refused.
     pub fn post_recv(&self, wrs: &[RecvWr]) -> Result<(), Error> {
-        self.ctx.shared.with_engine(|e| {
+        let q = match &self.imp {
+            QpImp::Soft(q) => q,
+            QpImp::Native(n) => return n.post_recv(wrs),
+        };
+        q.ctx.shared.with_engine(|e| {
             for (index, wr) in wrs.iter().enumerate() {
-                e.post_recv(self.qpn, wr.clone())
+                e.post_recv(q.qpn, wr.clone())
                     .map_err(|source| Error::BadWorkRequest {
                         index,
                         wr_id: wr.wr_id,
@@ -351,10 +432,11 @@ impl QueuePair {
             length: (r.end - r.start) as u64,
             access,
         };
-        let rkey = self
-            .ctx
-            .shared
-            .with_engine(|e| e.bind_mw(self.qpn, &bind))?;
+        let q = match &self.imp {
+            QpImp::Soft(q) => q,
+            QpImp::Native(_) => return Err(unsupported("memory windows on a native device")),
+        };
+        let rkey = q.ctx.shared.with_engine(|e| e.bind_mw(q.qpn, &bind))?;
         mw.set_rkey(rkey);
         Ok(rkey)
     }
@@ -395,7 +477,7 @@ impl QueuePair {
     }
 }
 
-impl Drop for QueuePair {
+impl Drop for SoftQp {
     /// Destroying a QP first moves it to ERR, so that whatever was posted
     /// completes with a flush error, then removes it.
     fn drop(&mut self) {
@@ -413,14 +495,23 @@ impl Drop for QueuePair {
 
 /// A shared receive queue (`ibv_srq`).
 pub struct SharedReceiveQueue {
+    imp: SrqImp,
+}
+
+enum SrqImp {
+    Soft(SoftSrq),
+    Native(Arc<NSrq>),
+}
+
+struct SoftSrq {
     ctx: Arc<Inner>,
-    pub(crate) id: SrqId,
+    id: SrqId,
 }
 
 impl std::fmt::Debug for SharedReceiveQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SharedReceiveQueue")
-            .field("id", &self.id.0)
+            .field("id", &self.id())
             .finish()
     }
 }
@@ -428,13 +519,20 @@ impl std::fmt::Debug for SharedReceiveQueue {
 impl SharedReceiveQueue {
     /// The SRQ's number (as async events name it).
     pub fn id(&self) -> u32 {
-        self.id.0
+        match &self.imp {
+            SrqImp::Soft(s) => s.id.0,
+            SrqImp::Native(n) => n.id,
+        }
     }
     /// Posts receives, stopping at the first refused.
     pub fn post_recv(&self, wrs: &[RecvWr]) -> Result<(), Error> {
-        self.ctx.shared.with_engine(|e| {
+        let s = match &self.imp {
+            SrqImp::Soft(s) => s,
+            SrqImp::Native(n) => return n.post_recv(wrs),
+        };
+        s.ctx.shared.with_engine(|e| {
             for (index, wr) in wrs.iter().enumerate() {
-                e.post_srq_recv(self.id, wr.clone())
+                e.post_srq_recv(s.id, wr.clone())
                     .map_err(|source| Error::BadWorkRequest {
                         index,
                         wr_id: wr.wr_id,
@@ -446,14 +544,14 @@ impl SharedReceiveQueue {
     }
     /// Arms the limit event: raised once when fewer than `limit` receives remain.
     pub fn set_limit(&self, limit: u32) -> Result<(), Error> {
-        Ok(self
-            .ctx
-            .shared
-            .with_engine(|e| e.modify_srq(self.id, limit))?)
+        match &self.imp {
+            SrqImp::Soft(s) => Ok(s.ctx.shared.with_engine(|e| e.modify_srq(s.id, limit))?),
+            SrqImp::Native(n) => n.set_limit(limit),
+        }
     }
 }
 
-impl Drop for SharedReceiveQueue {
+impl Drop for SoftSrq {
     fn drop(&mut self) {
         let _ = self.ctx.shared.with_engine(|e| e.destroy_srq(self.id));
     }

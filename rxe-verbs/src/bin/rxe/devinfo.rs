@@ -1,14 +1,16 @@
-//! `rxe devinfo`: what `ibv_devinfo` shows, for soft devices.
+//! `rxe devinfo`: what `ibv_devinfo` shows, for soft devices and for the
+//! native devices libibverbs lists (which `RXE_PROVIDER=auto|native` would
+//! use), each marked with its kind.
 
 use clap::Args as ClapArgs;
 use rxe_core::engine::EngineConfig;
-use rxe_verbs::{Device, DeviceAttr, Mtu, PortAttr};
+use rxe_verbs::{Device, DeviceAttr, DeviceKind, GidType, Mtu, PortAttr};
 use std::process::ExitCode;
 
 /// Arguments of `rxe devinfo`.
 #[derive(Debug, ClapArgs)]
 pub struct Args {
-    /// Device name (from RXE_DEVICES) or IP address; all named devices if absent.
+    /// Device name (native, or from RXE_DEVICES) or IP address; all devices if absent.
     #[arg(short = 'd', long = "ib-dev")]
     device: Option<String>,
     /// Print all attributes, the GID table included.
@@ -28,11 +30,53 @@ fn guid(g: u64) -> String {
     )
 }
 
+/// The attributes to show: a soft device's from its configuration, a
+/// native one's from the device itself (opened for the purpose).
+fn attrs(d: &Device) -> Result<(DeviceAttr, PortAttr), String> {
+    match d.kind() {
+        DeviceKind::Soft => {
+            let config = EngineConfig::new(d.addr(), 0);
+            Ok((
+                DeviceAttr::new_for(d, &config.caps),
+                PortAttr::new_for(d, &config),
+            ))
+        }
+        DeviceKind::Native => {
+            let ctx = d.open().map_err(|e| e.to_string())?;
+            Ok((ctx.query_device(), ctx.query_port()))
+        }
+    }
+}
+
+fn gid_type(t: GidType) -> &'static str {
+    match t {
+        GidType::RoceV2 => "RoCE v2",
+        GidType::RoceV1 => "RoCE v1",
+        GidType::Ib => "IB",
+        GidType::Unknown => "type unknown",
+    }
+}
+
 fn print(d: &Device, verbose: bool) {
-    let config = EngineConfig::new(d.addr(), 0);
-    let attr = DeviceAttr::new_for(d, &config.caps);
-    let port = PortAttr::new_for(d, &config);
+    let (attr, port) = match attrs(d) {
+        Ok(a) => a,
+        Err(e) => {
+            println!("hca_id:\t{}", d.name());
+            println!("\tkind:\t\t\t\t{}", d.kind());
+            println!("\terror:\t\t\t\t{e}");
+            println!();
+            return;
+        }
+    };
     println!("hca_id:\t{}", d.name());
+    match d.kind() {
+        DeviceKind::Soft => println!("\tkind:\t\t\t\tsoft (rxe-rs engine on {})", d.addr()),
+        DeviceKind::Native => println!(
+            "\tkind:\t\t\t\tnative (libibverbs; uses GID index {}, {})",
+            d.gid_index(),
+            d.addr()
+        ),
+    }
     println!("\ttransport:\t\t\tInfiniBand (0)");
     println!("\tfw_ver:\t\t\t\t{}", attr.fw_ver);
     println!("\tnode_guid:\t\t\t{}", guid(attr.node_guid));
@@ -55,8 +99,12 @@ fn print(d: &Device, verbose: bool) {
         println!("\tmax_pkeys:\t\t\t{}", c.max_pkeys);
         println!("\tatomic_cap:\t\t\tATOMIC_HCA (1)");
     }
-    println!("\t\tport:\t1");
-    println!("\t\t\tstate:\t\t\tPORT_ACTIVE (4)");
+    println!("\t\tport:\t{}", d.port());
+    println!(
+        "\t\t\tstate:\t\t\t{} ({})",
+        port.state.ibv_name(),
+        port.state.ibv_value()
+    );
     println!("\t\t\tmax_mtu:\t\t{}", mtu_code(port.max_mtu));
     println!("\t\t\tactive_mtu:\t\t{}", mtu_code(port.active_mtu));
     println!("\t\t\tsm_lid:\t\t\t0");
@@ -67,13 +115,24 @@ fn print(d: &Device, verbose: bool) {
         println!("\t\t\tmax_msg_sz:\t\t{:#x}", port.max_msg_sz);
         println!("\t\t\tgid_tbl_len:\t\t{}", port.gid_tbl_len);
         println!("\t\t\tpkey_tbl_len:\t\t{}", port.pkey_tbl_len);
+        let native = d.native_gids();
         for (i, g) in port.gids.iter().enumerate() {
+            if g.is_unspecified() {
+                continue;
+            }
             let o = g.octets();
             let hex: Vec<String> = o
                 .chunks(2)
                 .map(|c| format!("{:02x}{:02x}", c[0], c[1]))
                 .collect();
-            println!("\t\t\tGID[{i:3}]:\t\t{}, RoCE v2", hex.join(":"));
+            let t = match d.kind() {
+                DeviceKind::Soft => "RoCE v2",
+                DeviceKind::Native => native
+                    .iter()
+                    .find(|n| n.port == d.port() && n.index as usize == i)
+                    .map_or("type unknown", |n| gid_type(n.gid_type)),
+            };
+            println!("\t\t\tGID[{i:3}]:\t\t{}, {t}", hex.join(":"));
         }
     }
     println!();
@@ -92,7 +151,10 @@ pub fn run(args: &Args) -> ExitCode {
         None => Device::list(),
     };
     if devices.is_empty() {
-        println!("No soft devices named: set RXE_DEVICES=name=address[,...] or give -d ADDRESS");
+        println!(
+            "No devices: no native RDMA device is listed and no soft device is named: \
+             set RXE_DEVICES=name=address[,...] or give -d ADDRESS"
+        );
         return ExitCode::SUCCESS;
     }
     for d in &devices {
