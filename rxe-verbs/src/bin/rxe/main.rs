@@ -15,6 +15,7 @@ use std::process::ExitCode;
 mod demo;
 mod devinfo;
 mod dump;
+mod perf;
 mod pingpong;
 
 /// rxe-rs: a userspace RoCE v2 stack.
@@ -38,6 +39,10 @@ enum Command {
     /// Ping-pong SENDs with a peer, like rdma-core's ibv_rc_pingpong,
     /// ibv_uc_pingpong, ibv_ud_pingpong and ibv_srq_pingpong (--mode).
     Pingpong(pingpong::Args),
+    /// Measure bandwidth and latency like perftest's ib_write_bw, ib_read_bw,
+    /// ib_send_bw, ib_atomic_bw, ib_write_lat, ib_read_lat and ib_send_lat
+    /// (and face them), with a plain-UDP baseline for comparison.
+    Perf(perf::Args),
 }
 
 fn main() -> ExitCode {
@@ -46,5 +51,6 @@ fn main() -> ExitCode {
         Command::Demo(args) => demo::run(&args),
         Command::Devinfo(args) => devinfo::run(&args),
         Command::Pingpong(args) => pingpong::run(&args),
+        Command::Perf(args) => perf::run(&args),
     }
 }

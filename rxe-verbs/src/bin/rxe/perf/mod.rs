@@ -1,0 +1,402 @@
+//! `rxe perf`: perftest's `ib_write_bw`, `ib_read_bw`, `ib_send_bw`,
+//! `ib_atomic_bw`, `ib_write_lat`, `ib_read_lat` and `ib_send_lat` in one
+//! command, with their flags, their output and their out-of-band exchange
+//! ([`oob`]), so that either side can face the real programs; plus a UDP
+//! baseline ([`baseline`]) that measures what the kernel's UDP path does
+//! between the same two addresses with the same datagram sizes, so that
+//! every figure can be read as a ratio.
+//!
+//! `rxe perf write_bw -d 127.0.0.3` serves; `rxe perf write_bw -d 127.0.0.2
+//! 127.0.0.3` connects and measures. `rxe perf udp_bw` / `udp_lat` run the
+//! baseline alone; `--baseline` (on both sides) runs it right after a RoCE
+//! test and prints the ratio.
+//!
+//! Differences from perftest: soft devices are named by address (`-d`);
+//! waits block on the device's progress instead of spinning (the progress
+//! thread needs a core; `write_lat` still polls memory, yielding between
+//! polls); times come from the monotonic clock, not the TSC, so `-F` is
+//! accepted and ignored; `--timeout` bounds every wait.
+
+mod args;
+mod baseline;
+mod bw;
+mod lat;
+mod oob;
+mod report;
+
+pub use args::Args;
+use args::{Config, Conn, Kind, Test};
+use oob::{Dest, Oob};
+use rxe_verbs::*;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+pub(crate) type Res<T> = Result<T, String>;
+
+/// The UD GRH in front of every UD receive buffer.
+pub(crate) const GRH: usize = 40;
+/// perftest's default cycle buffer (the page size) and cache line.
+const CYCLE_BUFFER: i32 = 4096;
+const CACHE_LINE: i32 = 64;
+
+/// Device, buffers and queues of one side (`struct pingpong_context`).
+pub(crate) struct Resources {
+    pub ctx: Context,
+    pub pd: ProtectionDomain,
+    pub mr: MemoryRegion,
+    pub send_cq: CompletionQueue,
+    pub recv_cq: CompletionQueue,
+    pub channel: Option<CompletionChannel>,
+    pub qps: Vec<QueuePair>,
+    /// Bytes per half buffer per QP (`BUFF_SIZE`): QP `i` sends from
+    /// `i * half` and is the target at `(qps + i) * half`.
+    pub half: usize,
+    pub ah: Option<AddressHandle>,
+}
+
+impl Resources {
+    fn new(cfg: &Config, cycle: usize) -> Res<Resources> {
+        let dev = cfg.device.clone().with_mtu(Mtu::Mtu4096);
+        let ctx = dev
+            .open()
+            .map_err(|e| format!("Couldn't get context for {}: {e}", dev.name()))?;
+        let pd = ctx
+            .alloc_pd()
+            .map_err(|e| format!("Couldn't allocate PD: {e}"))?;
+        let nq = cfg.qps as usize;
+        let extra = if cfg.conn == Conn::Ud { GRH } else { 0 };
+        let half = (cfg.max_size() as usize + extra).max(cycle).div_ceil(64) * 64;
+        let access = Access::LOCAL_WRITE
+            | Access::REMOTE_WRITE
+            | Access::REMOTE_READ
+            | Access::REMOTE_ATOMIC;
+        let access = if cfg.conn == Conn::Rc {
+            access
+        } else {
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE
+        };
+        let mr = pd
+            .alloc_mr(2 * nq * half, access)
+            .map_err(|e| format!("Couldn't allocate MR: {e}"))?;
+        let channel = cfg.events.then(|| ctx.create_comp_channel());
+        let cqe = (cfg.tx_depth * cfg.qps + 16).min(65535);
+        let rcqe = (cfg.rx_depth * cfg.qps + 16).min(65535);
+        let send_cq = ctx
+            .create_cq(cqe, channel.as_ref())
+            .map_err(|e| format!("Couldn't create CQ: {e}"))?;
+        let recv_cq = ctx
+            .create_cq(rcqe, channel.as_ref())
+            .map_err(|e| format!("Couldn't create a receiver CQ: {e}"))?;
+        let qp_type = match cfg.conn {
+            Conn::Rc => QpType::Rc,
+            Conn::Uc => QpType::Uc,
+            Conn::Ud => QpType::Ud,
+        };
+        let cap = QpCap {
+            max_send_wr: cfg.tx_depth,
+            max_recv_wr: cfg.rx_depth.max(1),
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        };
+        let mut qps = Vec::with_capacity(nq);
+        for _ in 0..nq {
+            let attr = QpInitAttr::new(qp_type, &send_cq, &recv_cq).with_cap(cap);
+            qps.push(
+                ctx.create_qp(&pd, &attr)
+                    .map_err(|e| format!("Couldn't create QP: {e}"))?,
+            );
+        }
+        Ok(Resources {
+            ctx,
+            pd,
+            mr,
+            send_cq,
+            recv_cq,
+            channel,
+            qps,
+            half,
+            ah: None,
+        })
+    }
+
+    /// What we tell the peer about each QP (`set_up_connection`).
+    fn dests(&self, cfg: &Config) -> Res<Vec<Dest>> {
+        let gid = *self
+            .ctx
+            .query_port()
+            .gids
+            .get(usize::from(cfg.gid_index))
+            .ok_or(format!("can't read sgid of index {}", cfg.gid_index))?;
+        let nq = self.qps.len();
+        Ok(self
+            .qps
+            .iter()
+            .enumerate()
+            .map(|(i, qp)| {
+                let ep = qp.endpoint();
+                Dest {
+                    lid: 0,
+                    out_reads: u32::from(cfg.out_reads),
+                    qpn: ep.qpn,
+                    psn: ep.psn,
+                    rkey: self.mr.rkey(),
+                    vaddr: self.mr.addr() + ((nq + i) * self.half) as u64,
+                    gid: gid.octets(),
+                    srqn: 0,
+                }
+            })
+            .collect())
+    }
+
+    /// RTR and RTS towards the peer (`ctx_connect`).
+    fn connect(&mut self, cfg: &Config, mtu: Mtu, theirs: &[Dest]) -> Res<()> {
+        for (qp, d) in self.qps.iter().zip(theirs) {
+            let ep = Endpoint {
+                lid: d.lid,
+                qpn: d.qpn,
+                psn: d.psn,
+                gid: d.gid_addr(),
+            };
+            let o = ConnectOptions {
+                mtu,
+                max_rd_atomic: cfg.out_reads.max(1),
+                sgid_index: cfg.gid_index,
+                ..ConnectOptions::default()
+            };
+            qp.connect(&ep, &o)
+                .map_err(|e| format!("Failed to modify QP {:#x} to RTR/RTS: {e}", qp.qp_num()))?;
+        }
+        if cfg.conn == Conn::Ud {
+            let mut av = AddressVector::to(addr_of(theirs[0].gid_addr()));
+            av.sgid_index = cfg.gid_index;
+            self.ah = Some(
+                self.pd
+                    .create_ah(av)
+                    .map_err(|e| format!("Failed to create AH: {e}"))?,
+            );
+        }
+        Ok(())
+    }
+
+    /// Waits for completions on `cq` (with `--events`, through the channel),
+    /// at most `limit`; returns how many were appended to `out`.
+    pub fn wait(
+        &self,
+        cq: &CompletionQueue,
+        out: &mut Vec<Completion>,
+        max: usize,
+        limit: Duration,
+    ) -> Res<usize> {
+        let n = cq.poll_into(out, max);
+        if n > 0 {
+            return Ok(n);
+        }
+        if let Some(ch) = &self.channel {
+            cq.req_notify(false)
+                .map_err(|e| format!("Couldn't request CQ notification: {e}"))?;
+            // A completion may have come between the poll and the arming.
+            let n = cq.poll_into(out, max);
+            if n > 0 {
+                return Ok(n);
+            }
+            if ch.get_event(limit).is_none() {
+                return Ok(0);
+            }
+            return Ok(cq.poll_into(out, max));
+        }
+        match cq.wait(1, limit) {
+            Ok(first) => {
+                let n = first.len();
+                out.extend(first);
+                Ok(n + cq.poll_into(out, max.saturating_sub(n)))
+            }
+            Err(Error::Timeout(_)) => Ok(0),
+            Err(e) => Err(format!("poll CQ failed: {e}")),
+        }
+    }
+}
+
+/// Checks a completion's status the way perftest reports a bad one.
+pub(crate) fn check_wc(wc: &Completion, what: &str) -> Res<()> {
+    if wc.status != WcStatus::Success {
+        return Err(format!(
+            " Completion with error at {what}:\n Failed status {}: wr_id {} ({})",
+            wc.status as u32, wc.wr_id, wc.status
+        ));
+    }
+    Ok(())
+}
+
+fn io(what: &'static str) -> impl Fn(std::io::Error) -> String {
+    move |e| format!("{what}: {e}")
+}
+
+/// The handshakes around `ctx_connect` of `seq`, printing both sides'
+/// addresses as perftest does; returns the peer's destinations.
+fn exchange_and_connect(
+    oob: &mut Oob,
+    res: &mut Resources,
+    cfg: &Config,
+    mtu: Mtu,
+    seq: oob::Sequence,
+    mine: &[Dest],
+) -> Res<Vec<Dest>> {
+    let hs = |oob: &mut Oob, d: &Dest| {
+        oob.hand_shake(d)
+            .map_err(|e| format!(" Failed to exchange data between server and clients: {e}"))
+    };
+    let mut theirs = vec![Dest::default(); mine.len()];
+    for _ in 0..seq.before {
+        theirs[0] = hs(oob, &mine[0])?;
+    }
+    for (i, d) in mine.iter().enumerate() {
+        theirs[i] = hs(oob, d)?;
+    }
+    let (my4, their4) = (
+        std::net::Ipv6Addr::from(mine[0].gid)
+            .to_ipv4_mapped()
+            .is_some(),
+        theirs[0].gid_addr().to_ipv4_mapped().is_some(),
+    );
+    if my4 != their4 {
+        return Err("\n Found Incompatibility issue with GID types.\n Please Try to use a different IP version.\n".into());
+    }
+    res.connect(cfg, mtu, &theirs)
+        .map_err(|e| format!("{e}\n Unable to Connect the HCA's through the link"))?;
+    for _ in 0..seq.after_connect {
+        theirs[0] = hs(oob, &mine[0])?;
+    }
+    for d in mine {
+        report::print_dest(cfg, d, "local");
+    }
+    for (i, d) in mine.iter().enumerate() {
+        theirs[i] = hs(oob, d)?;
+        report::print_dest(cfg, &theirs[i], "remote");
+    }
+    for _ in 0..seq.after_rtr {
+        theirs[0] = hs(oob, &mine[0])?;
+    }
+    Ok(theirs)
+}
+
+/// What one run measured, for the summary and `--out_json`.
+#[derive(Debug, Clone)]
+pub(crate) enum Measured {
+    Bw(oob::BwReport),
+    Lat(lat::LatReport),
+}
+
+fn run_roce(cfg: &Config) -> Res<Vec<Measured>> {
+    let kind = cfg.test.kind();
+    let mut oob = match &cfg.server {
+        Some(s) => Oob::connect(s, cfg.port, cfg.timeout.min(Duration::from_secs(10)))
+            .map_err(|e| format!("{e}\n Unable to init the socket connection"))?,
+        None => {
+            println!("\n************************************");
+            println!("* Waiting for client to connect... *");
+            println!("************************************");
+            Oob::accept(cfg.port, cfg.timeout)
+                .map_err(|e| format!("{e}\n Unable to init the socket connection"))?
+        }
+    };
+    oob.set_timeout(Some(cfg.timeout))
+        .map_err(io("set a TCP timeout"))?;
+    oob.exchange_versions()
+        .map_err(|e| format!(" Failed to exchange data between server and clients: {e}"))?;
+    let (cycle, _cache_line) = oob.check_sys_data(CYCLE_BUFFER, CACHE_LINE).map_err(|e| {
+        format!(" Failed to exchange Page Size data between server and client: {e}")
+    })?;
+    let mtu_enum = oob
+        .check_mtu(cfg.mtu as u8)
+        .map_err(|e| format!(" Failed to exchange data between server and clients: {e}"))?;
+    let mtu = Mtu::from_bytes(128usize << mtu_enum).unwrap_or(Mtu::Mtu1024);
+    let mut cfg = cfg.clone();
+    cfg.mtu = mtu;
+    if cfg.conn == Conn::Ud && cfg.size as usize > mtu.bytes() {
+        if cfg.all || !cfg.size_given {
+            eprintln!(" Max msg size in UD is MTU {}", mtu.bytes());
+            eprintln!(" Changing to this MTU");
+            cfg.size = mtu.bytes() as u64;
+        } else {
+            return Err(" Max message size in UD cannot be greater than MTU ".into());
+        }
+    }
+    let cfg = &cfg;
+    let mut res = Resources::new(cfg, cycle.max(1) as usize)?;
+    let mine = res.dests(cfg)?;
+    report::print_test_info(cfg);
+    let seq = match (kind, cfg.test) {
+        (Kind::Bw, Test::SendBw) => oob::Sequence::SEND_BW,
+        (Kind::Bw, _) => oob::Sequence::RDMA_BW,
+        (Kind::Lat, Test::SendLat) => oob::Sequence::SEND_LAT,
+        _ => oob::Sequence::RDMA_LAT,
+    };
+    let theirs = exchange_and_connect(&mut oob, &mut res, cfg, mtu, seq, &mine)?;
+    let sizes = cfg.sizes();
+    let measured = match cfg.test {
+        Test::WriteBw | Test::ReadBw | Test::AtomicBw => {
+            bw::rdma_bw(cfg, &mut oob, &res, &mine, &theirs, &sizes)
+        }
+        Test::SendBw => bw::send_bw(cfg, &mut oob, &res, &mine, &theirs, &sizes),
+        Test::WriteLat => lat::write_lat(cfg, &res, &theirs, &sizes),
+        Test::ReadLat => lat::read_lat(cfg, &mut oob, &res, &mine, &theirs, &sizes),
+        Test::SendLat => lat::send_lat(cfg, &mut oob, &res, &mine, &theirs, &sizes),
+        Test::UdpBw | Test::UdpLat => unreachable!("not a RoCE test"),
+    };
+    // Let the last ACKs leave before the QPs go.
+    std::thread::sleep(Duration::from_millis(20));
+    if cfg.counters || measured.is_err() {
+        let c = res.ctx.counters();
+        println!(
+            " counters: sent {} received {} retransmitted {} retry timeouts {} \
+             seq errors sent {} received {} out of sequence {} duplicates {} RNR sent {} received {} dropped {} {:?}",
+            c.sent_pkts,
+            c.rcvd_pkts,
+            c.retransmitted_pkts,
+            c.retry_timeouts,
+            c.send_seq_err,
+            c.rcvd_seq_err,
+            c.out_of_seq_request,
+            c.duplicate_request,
+            c.send_rnr_err,
+            c.rcvd_rnr_err,
+            c.dropped(),
+            c.drops
+        );
+    }
+    drop(res);
+    measured
+}
+
+fn run_inner(a: &Args) -> Res<()> {
+    let cfg = Config::from_args(a)?;
+    let started = Instant::now();
+    let (measured, base) = match cfg.test {
+        Test::UdpBw | Test::UdpLat => (Vec::new(), Some(baseline::run(&cfg, None)?)),
+        _ => {
+            let m = run_roce(&cfg)?;
+            let base = if cfg.baseline {
+                Some(baseline::run(&cfg, m.last())?)
+            } else {
+                None
+            };
+            (m, base)
+        }
+    };
+    if let Some(path) = &cfg.json_path {
+        report::write_json(path, &cfg, &measured, base.as_ref(), started.elapsed())?;
+    }
+    Ok(())
+}
+
+/// Runs `rxe perf`.
+pub fn run(args: &Args) -> ExitCode {
+    match run_inner(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}
