@@ -69,17 +69,23 @@ pub(crate) struct Shared {
     pub device: Device,
     /// Where sent and received packets are written, if anywhere.
     pub capture: Option<Capture>,
+    /// Packets the engine produced, in order, waiting for the socket.
+    /// Innermost lock: taken under `engine` or `link`, never the reverse.
+    pub outq: Mutex<Vec<Transmit>>,
 }
 
 impl Shared {
-    /// Collects what the engine produced after a call: packets to send,
-    /// async events, completion-channel notifications. Call with the engine
-    /// locked; send the returned packets after unlocking.
-    pub fn collect(&self, engine: &mut Engine) -> Vec<Transmit> {
+    /// Collects what the engine produced after a call: packets to send
+    /// (onto the ordered send queue), async events, completion-channel
+    /// notifications. Call with the engine locked, then [`Shared::flush`]
+    /// after unlocking.
+    pub fn collect(&self, engine: &mut Engine) {
         let now = Instant::now();
-        let mut tx = Vec::new();
-        while let Some(t) = engine.poll_transmit(now) {
-            tx.push(t);
+        {
+            let mut q = self.outq.lock();
+            while let Some(t) = engine.poll_transmit(now) {
+                q.push(t);
+            }
         }
         let mut new_events = Vec::new();
         while let Some(e) = engine.poll_event() {
@@ -97,29 +103,43 @@ impl Shared {
         }
         drop(channels);
         self.progress.notify_all();
-        tx
     }
 
-    /// Sends packets, outside the engine lock.
-    pub fn send(&self, tx: &[Transmit]) {
-        if let Some(c) = &self.capture {
-            tx.iter().for_each(|t| c.sent(t));
-        }
-        let mut rest = tx;
+    /// Sends everything on the send queue, in the order the engine produced
+    /// it. Packets are queued under the engine lock and sent by whichever
+    /// thread next holds the socket, so two threads never put their batches
+    /// on the wire out of order (which the peer would see as a sequence
+    /// error and answer with a NAK and a go-back).
+    pub fn flush(&self) {
         let mut link = self.link.lock();
-        while !rest.is_empty() {
-            match link.send_batch(rest) {
-                Ok(0) => {
-                    // The socket buffer is full: wait a little for room.
-                    let _ = link.wait_writable(Some(Duration::from_millis(1)));
-                    if link.send_batch(rest).unwrap_or(0) == 0 {
-                        // Still full: what is left is lost; the protocol retries.
-                        return;
+        self.flush_locked(&mut link);
+    }
+
+    fn flush_locked(&self, link: &mut UdpTransport) {
+        loop {
+            let batch = std::mem::take(&mut *self.outq.lock());
+            if batch.is_empty() {
+                return;
+            }
+            if let Some(c) = &self.capture {
+                batch.iter().for_each(|t| c.sent(t));
+            }
+            let mut rest = &batch[..];
+            while !rest.is_empty() {
+                match link.send_batch(rest) {
+                    Ok(0) => {
+                        // The socket buffer is full: wait a little for room.
+                        let _ = link.wait_writable(Some(Duration::from_millis(1)));
+                        match link.send_batch(rest) {
+                            Ok(n) if n > 0 => rest = &rest[n..],
+                            // Still full: what is left is lost; the protocol retries.
+                            _ => break,
+                        }
                     }
+                    Ok(n) => rest = &rest[n..],
+                    // A packet the kernel refuses is a lost packet: skip it.
+                    Err(_) => rest = &rest[1..],
                 }
-                Ok(n) => rest = &rest[n..],
-                // A packet the kernel refuses is a lost packet: skip it.
-                Err(_) => rest = &rest[1..],
             }
         }
     }
@@ -128,10 +148,48 @@ impl Shared {
     pub fn with_engine<R>(&self, f: impl FnOnce(&mut Engine) -> R) -> R {
         let mut e = self.engine.lock();
         let r = f(&mut e);
-        let tx = self.collect(&mut e);
+        self.collect(&mut e);
         drop(e);
-        self.send(&tx);
+        self.flush();
         r
+    }
+
+    /// One round of progress in the calling thread, if no other thread is
+    /// receiving right now: takes what the socket holds, runs due timers,
+    /// sends. Lets a thread waiting for a completion poll for a moment
+    /// instead of waiting for the progress thread to wake it. True if the
+    /// round ran.
+    pub fn poll_progress(&self) -> bool {
+        let Some(mut link) = self.link.try_lock() else {
+            return false;
+        };
+        let now = Instant::now();
+        let mut e = self.engine.lock();
+        self.receive(&mut link, &mut e, now);
+        if e.next_timeout().is_some_and(|t| t <= now) {
+            e.handle_timeout(now);
+        }
+        self.collect(&mut e);
+        drop(e);
+        self.flush_locked(&mut link);
+        true
+    }
+
+    /// Feeds every datagram the socket holds to the engine.
+    fn receive(&self, link: &mut UdpTransport, e: &mut Engine, now: Instant) {
+        loop {
+            let n = link
+                .recv_with(Some(Duration::ZERO), |d| {
+                    if let Some(c) = &self.capture {
+                        c.received(&d.meta, d.payload, d.ip_packet);
+                    }
+                    e.handle_datagram(now, d.meta, d.payload)
+                })
+                .unwrap_or(0);
+            if n < BATCH {
+                return;
+            }
+        }
     }
 
     /// Locks the engine (for waits on `progress`).
@@ -192,40 +250,40 @@ fn progress_loop(shared: Arc<Shared>, waiter: Waiter) {
         // Wait without holding any lock, so application threads can send.
         let readable = waiter.wait(Some(wait)).unwrap_or(false);
         let now = Instant::now();
-        let tx = {
-            let mut link = shared.link.lock();
-            let mut e = shared.engine.lock();
-            if readable {
-                loop {
-                    let n = link
-                        .recv_with(Some(Duration::ZERO), |d| {
-                            if let Some(c) = &shared.capture {
-                                c.received(&d.meta, d.payload, d.ip_packet);
-                            }
-                            e.handle_datagram(now, d.meta, d.payload)
-                        })
-                        .unwrap_or(0);
-                    if n < BATCH {
-                        break;
-                    }
-                }
-            }
-            drop(link);
-            if e.next_timeout().is_some_and(|t| t <= now) {
-                e.handle_timeout(now);
-            }
-            shared.collect(&mut e)
-        };
-        shared.send(&tx);
+        let mut link = shared.link.lock();
+        let mut e = shared.engine.lock();
+        if readable {
+            shared.receive(&mut link, &mut e, now);
+        }
+        if e.next_timeout().is_some_and(|t| t <= now) {
+            e.handle_timeout(now);
+        }
+        shared.collect(&mut e);
+        drop(e);
+        shared.flush_locked(&mut link);
+    }
+}
+
+/// `RXE_RECV_MODE=plain|raw|auto` (default auto: a raw socket, which sees
+/// every IPv4 header and so verifies every ICRC, when the process may open
+/// one). Plain mode costs less CPU: the raw socket copies each packet once
+/// more (see docs/performance.md).
+fn recv_mode_from_env() -> RecvMode {
+    match std::env::var("RXE_RECV_MODE").as_deref() {
+        Ok("plain") => RecvMode::Plain,
+        Ok("raw") => RecvMode::Raw,
+        _ => RecvMode::Auto,
     }
 }
 
 impl Context {
     pub(crate) fn open(device: Device) -> Result<Context, Error> {
         let link =
-            UdpTransport::bind_with(device.addr(), RecvMode::Auto).map_err(|source| Error::Io {
-                what: format!("open {}: bind {}:4791", device.name(), device.addr()),
-                source,
+            UdpTransport::bind_with(device.addr(), recv_mode_from_env()).map_err(|source| {
+                Error::Io {
+                    what: format!("open {}: bind {}:4791", device.name(), device.addr()),
+                    source,
+                }
             })?;
         let capture = match device.capture_path() {
             Some(p) => Some(Capture::create(&p).map_err(|source| Error::Io {
@@ -252,6 +310,7 @@ impl Context {
             channels: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
             capture,
+            outq: Mutex::new(Vec::new()),
             device,
         });
         let s = shared.clone();

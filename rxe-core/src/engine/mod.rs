@@ -91,7 +91,7 @@ impl EngineConfig {
             caps: DeviceCaps::default(),
             port_mtu: Mtu::Mtu4096,
             seed,
-            max_unacked_psns: 256,
+            max_unacked_psns: 128,
             ack_every: 64,
             udp_src_port: None,
         }
