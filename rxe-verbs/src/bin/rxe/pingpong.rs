@@ -283,11 +283,17 @@ struct Pingpong {
     remote_qpn: u32,
 }
 
-/// The `--chk` pattern: rdma-core's (0x7b, and 0 at the start of each page).
-fn chk_pattern(size: usize) -> Vec<u8> {
-    (0..size)
-        .map(|i| if i % PAGE == 0 { 0 } else { 0x7b })
-        .collect()
+/// The `--chk` pattern: what the rdma-core program of this mode sends.
+/// rc/uc/ud_pingpong fill their buffer with 0x7b and, with `--chk`, put a 0
+/// at the start of each page; srq_pingpong sends its buffer as it was
+/// allocated, all zeros.
+fn chk_pattern(mode: Mode, size: usize) -> Vec<u8> {
+    match mode {
+        Mode::Srq => vec![0; size],
+        _ => (0..size)
+            .map(|i| if i % PAGE == 0 { 0 } else { 0x7b })
+            .collect(),
+    }
 }
 
 impl Pingpong {
@@ -319,7 +325,7 @@ impl Pingpong {
             .register(vec![fill; size + data_off], Access::LOCAL_WRITE)
             .map_err(|e| format!("Couldn't register MR: {e}"))?;
         if a.chk && a.servername.is_some() {
-            mr.write(data_off, &chk_pattern(size))
+            mr.write(data_off, &chk_pattern(a.mode, size))
                 .map_err(|e| e.to_string())?;
         }
         let cqe = a.rx_depth
@@ -560,7 +566,7 @@ impl Pingpong {
     /// Checks a received message against the `--chk` pattern; returns the
     /// pages that differ.
     fn bad_pages(&self) -> Vec<usize> {
-        let want = chk_pattern(self.size);
+        let want = chk_pattern(self.mode, self.size);
         self.mr.with_bytes(|b| {
             let got = &b[self.data_off..self.data_off + self.size];
             (0..self.size.div_ceil(PAGE))
