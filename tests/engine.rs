@@ -456,3 +456,50 @@ fn duplicate_read_flood_is_bounded() {
     }
     assert!(n <= 512 * 8, "{n} packets queued");
 }
+
+/// The send window counts packets: a 1 MiB SEND (1024 packets) has at most
+/// `max_unacked_psns` (128) on the wire before the first ACK can be back.
+#[test]
+fn long_message_respects_the_packet_window() {
+    let faults = Faults {
+        delay: Duration::from_millis(1),
+        ..Faults::none()
+    };
+    let (mut net, nodes) = network(12, faults, 2, 1 << 21);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    // A timeout (16.8 ms) well above the 2 ms round trip.
+    let (qa, qb) = connect(
+        &mut net,
+        a,
+        b,
+        &ConnParams {
+            timeout: 12,
+            ..rc(7, 7)
+        },
+    );
+    let early = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let e = early.clone();
+    let a_addr = a.addr;
+    net.set_tap(move |at, t| {
+        // Round trip is 2 ms: anything A sends before then is unacknowledged.
+        if t.src == a_addr && at < Duration::from_micros(1990) {
+            e.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    net.engines[b.idx]
+        .post_recv(
+            qb,
+            RecvWr {
+                wr_id: 1,
+                sg_list: vec![sge(b, 0, 1 << 20)],
+            },
+        )
+        .unwrap();
+    let mut wr = SendWr::new(1, SendOpcode::Send);
+    wr.sg_list = vec![sge(a, 1 << 20, 1 << 20)];
+    net.engines[a.idx].post_send(qa, wr).unwrap();
+    net.run(Duration::from_secs(5));
+    assert_eq!(completions(&mut net, a)[0].status, WcStatus::Success);
+    assert_eq!(early.load(std::sync::atomic::Ordering::Relaxed), 128);
+    assert_eq!(net.engines[a.idx].counters().retransmitted_pkts, 0);
+}

@@ -420,6 +420,15 @@ impl Qp {
                 self.req.next_pkt = 0;
                 continue;
             }
+            // The send window counts packets, not messages: no more than
+            // `max_unacked_psns` past the last acknowledged PSN, even inside
+            // one long message (as the kernel's rxe limits itself to 128).
+            if self.qp_type == QpType::Rc {
+                let cursor = self.req.sq[i].first_psn.add(self.req.next_pkt);
+                if self.req.acked.next().distance_to(cursor) >= ctx.config.max_unacked_psns {
+                    return None;
+                }
+            }
             return self.build_request(ctx, i);
         }
     }
@@ -449,7 +458,13 @@ impl Qp {
             self.req.since_ackreq += 1;
             // Every READ and atomic request asks for an answer, as the
             // kernel's rxe sets it.
-            ack_req = is_last || w.is_rd_atomic() || self.req.since_ackreq >= ctx.config.ack_every;
+            // Ask often enough that ACKs come back before the packet window
+            // (max_unacked_psns) closes.
+            let every = ctx
+                .config
+                .ack_every
+                .min((ctx.config.max_unacked_psns / 2).max(1));
+            ack_req = is_last || w.is_rd_atomic() || self.req.since_ackreq >= every;
             if ack_req {
                 self.req.since_ackreq = 0;
             }
@@ -933,10 +948,20 @@ impl Qp {
             .sq
             .iter()
             .find(|w| w.done.is_none() && w.npkts > 0 && w.started)?;
-        Some(if w.wr.opcode == SendOpcode::RdmaRead {
+        let first = if w.wr.opcode == SendOpcode::RdmaRead {
             w.first_psn.add((w.read_rcvd / mtu) as u32)
         } else {
             w.first_psn
-        })
+        };
+        // Part of a long message may be acknowledged already (an ACK every
+        // `ack_every` packets): resume after it, not from the message start.
+        let after_acked = self.req.acked.next();
+        Some(
+            if after_acked.in_window(first, w.npkts.max(1)) && after_acked.is_after(first) {
+                after_acked
+            } else {
+                first
+            },
+        )
     }
 }
