@@ -61,6 +61,10 @@ pub struct Args {
     /// Path MTU: 256, 512, 1024, 2048 or 4096 (RC, UC, SRQ).
     #[arg(short = 'm', long, default_value_t = 1024)]
     mtu: u32,
+    /// The device's active MTU, as the kernel's rxe derives it from the link
+    /// (1500-byte Ethernet: 1024; 9000: 4096). Limits UD messages.
+    #[arg(long = "port-mtu", default_value_t = 4096)]
+    port_mtu: u32,
     /// Number of receives to post at a time.
     #[arg(short = 'r', long = "rx-depth", default_value_t = 500)]
     rx_depth: u32,
@@ -592,6 +596,11 @@ fn run_inner(a: &Args) -> Res<()> {
     if a.ib_port != 1 {
         return Err(format!("soft devices have port 1 only, not {}", a.ib_port));
     }
+    let port_mtu = Mtu::from_bytes(a.port_mtu as usize).ok_or(format!(
+        "invalid --port-mtu {} (256, 512, 1024, 2048 or 4096)",
+        a.port_mtu
+    ))?;
+    let dev = dev.with_mtu(port_mtu);
     let mtu = Mtu::from_bytes(a.mtu as usize).ok_or(format!(
         "invalid MTU {} (256, 512, 1024, 2048 or 4096)",
         a.mtu
