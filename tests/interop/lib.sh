@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # lib.sh - host-side helpers of the interop harness (sourced by run.sh).
 #
 #   net_up MTU / net_down      the private netns: bridge $BR (10.99.0.1/24) + tap $TAP
@@ -20,13 +21,13 @@ nsx() { ip netns exec "$NS" "$@"; }
 
 net_up() {
     local mtu=$1
-    ip netns add "$NS"
-    nsx ip link set lo up
-    nsx ip link add "$BR" type bridge
-    nsx ip link set "$BR" type bridge stp_state 0 forward_delay 0
-    nsx ip tuntap add "$TAP" mode tap
-    nsx ip link set "$TAP" mtu "$mtu" master "$BR" up
-    nsx ip link set "$BR" mtu "$mtu" up
+    ip netns add "$NS" || return 1
+    nsx ip link set lo up &&
+    nsx ip link add "$BR" type bridge &&
+    nsx ip link set "$BR" type bridge stp_state 0 forward_delay 0 &&
+    nsx ip tuntap add "$TAP" mode tap &&
+    nsx ip link set "$TAP" mtu "$mtu" txqueuelen "${TAP_QLEN:-1000}" master "$BR" up &&
+    nsx ip link set "$BR" mtu "$mtu" up &&
     nsx ip addr add "$HOST_IP/24" dev "$BR"
 }
 net_mtu() {
@@ -38,7 +39,8 @@ net_down() { ip netns del "$NS" 2>/dev/null || true; }
 guest_boot() {   # SHARE must be set; starts qemu in the background, sets QEMU_PID
     local g="$WORK/guest"
     rm -rf "$SHARE"; mkdir -p "$SHARE"
-    nsx qemu-system-x86_64 -accel tcg,thread=multi -cpu max -m 1024 -smp 1 \
+    # `ip netns exec` execs qemu, so $! is qemu itself
+    ip netns exec "$NS" qemu-system-x86_64 -accel tcg,thread=multi -cpu max -m 1024 -smp 1 \
         -nographic -no-reboot -nodefaults -serial "file:$SHARE/console.log" \
         -kernel "$g/vmlinuz" -initrd "$g/initramfs.cpio.gz" \
         -append "console=ttyS0 panic=-1 quiet rxe.ip=$GUEST_IP/24 rxe.mtu=1500" \
@@ -70,6 +72,9 @@ gwait() {
         sleep 0.1; i=$((i+1))
         if [ $i -ge $((t*10)) ]; then
             echo "job $j timed out after ${t}s" >&2; cat "$SHARE/out/$j.log" 2>/dev/null; return 124
+        fi
+        if [ -n "${QEMU_PID:-}" ] && ! kill -0 "$QEMU_PID" 2>/dev/null; then
+            echo "job $j: the guest is gone" >&2; cat "$SHARE/out/$j.log" 2>/dev/null; return 125
         fi
     done
     cat "$SHARE/out/$j.log"

@@ -82,7 +82,12 @@ struct Peer {
 
 impl Peer {
     fn line(&self) -> String {
-        let gid: String = self.gid.octets().iter().map(|b| format!("{b:02x}")).collect();
+        let gid: String = self
+            .gid
+            .octets()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
         format!(
             "RXEPEER1 role={} impl={} plan={} mtu={} gid={} addr={:x} rkey={:x} qpn={:x},{:x},{:x} psn={:x},{:x},{:x}",
             self.role, self.imp, self.plan, self.mtu, gid, self.addr, self.rkey,
@@ -202,7 +207,10 @@ fn delta(a: &[(String, u64)], b: &[(String, u64)]) -> String {
 }
 
 fn get(c: &[(String, u64)], name: &str) -> u64 {
-    c.iter().find(|(k, _)| k == name).map(|(_, v)| *v).unwrap_or(0)
+    c.iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| *v)
+        .unwrap_or(0)
 }
 
 struct Run {
@@ -228,7 +236,11 @@ impl Run {
     fn begin(&mut self, step: &str) {
         self.ok = true;
         self.detail.clear();
-        let what = if self.role == 'R' { "requester" } else { "responder" };
+        let what = if self.role == 'R' {
+            "requester"
+        } else {
+            "responder"
+        };
         println!("--- {step} ({what})");
     }
     fn fail(&mut self, s: String) {
@@ -336,7 +348,19 @@ impl Run {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn post_send(&self, q: usize, id: u64, op: SendOpcode, off: usize, len: usize, imm: u32, raddr: u64, rkey: u32, cmp_add: u64, swap: u64) {
+    fn post_send(
+        &self,
+        q: usize,
+        id: u64,
+        op: SendOpcode,
+        off: usize,
+        len: usize,
+        imm: u32,
+        raddr: u64,
+        rkey: u32,
+        cmp_add: u64,
+        swap: u64,
+    ) {
         let mut wr = SendWr::new(id, op);
         wr.sg_list = vec![self.mr.sge(off..off + len)];
         wr.imm_data = imm;
@@ -354,7 +378,11 @@ impl Run {
         };
         Self::print_wc("requester", wc);
         if wc.status != st {
-            self.fail(format!("{what}: status {}, expected {}", wc.status.ibv_name(), st.ibv_name()));
+            self.fail(format!(
+                "{what}: status {}, expected {}",
+                wc.status.ibv_name(),
+                st.ibv_name()
+            ));
         } else if st == WcStatus::Success && wc.opcode != op {
             self.fail(format!("{what}: opcode {:?}, expected {op:?}", wc.opcode));
         }
@@ -363,7 +391,10 @@ impl Run {
     fn resp_expect_recv(&mut self, what: &str, op: WcOpcode, len: u32, imm: Option<u32>) {
         let v = self.wait_wc(1, self.timeout);
         let Some(wc) = v.first() else {
-            return self.fail(format!("{what}: no receive completion within {:?}", self.timeout));
+            return self.fail(format!(
+                "{what}: no receive completion within {:?}",
+                self.timeout
+            ));
         };
         Self::print_wc("responder", wc);
         if wc.status != WcStatus::Success {
@@ -404,7 +435,11 @@ impl Run {
         } else {
             self.write(OFF_SRC, &pattern(len, seed));
             self.oob.sync(step);
-            let op = if imm.is_some() { SendOpcode::SendWithImm } else { SendOpcode::Send };
+            let op = if imm.is_some() {
+                SendOpcode::SendWithImm
+            } else {
+                SendOpcode::Send
+            };
             self.post_send(0, 2, op, OFF_SRC, len, imm.unwrap_or(0), 0, 0, 0, 0);
             self.req_expect(step, WcStatus::Success, WcOpcode::Send);
         }
@@ -422,12 +457,18 @@ impl Run {
             if imm.is_some() {
                 self.resp_expect_recv(step, WcOpcode::RecvRdmaWithImm, len as u32, imm);
             }
-            self.finish(step, |r| r.check_region("memory", OFF_WRITE, len, seed, 256));
+            self.finish(step, |r| {
+                r.check_region("memory", OFF_WRITE, len, seed, 256)
+            });
             return;
         }
         self.write(OFF_SRC, &pattern(len, seed));
         self.oob.sync(step);
-        let op = if imm.is_some() { SendOpcode::RdmaWriteWithImm } else { SendOpcode::RdmaWrite };
+        let op = if imm.is_some() {
+            SendOpcode::RdmaWriteWithImm
+        } else {
+            SendOpcode::RdmaWrite
+        };
         let (addr, rkey) = (self.them.addr + OFF_WRITE as u64, self.them.rkey);
         self.post_send(0, 4, op, OFF_SRC, len, imm.unwrap_or(0), addr, rkey, 0, 0);
         self.req_expect(step, WcStatus::Success, WcOpcode::RdmaWrite);
@@ -443,7 +484,18 @@ impl Run {
             self.fill(OFF_READDST, len + 256, GUARD);
             self.oob.sync(step);
             let (addr, rkey) = (self.them.addr + OFF_READSRC as u64, self.them.rkey);
-            self.post_send(0, 5, SendOpcode::RdmaRead, OFF_READDST, len, 0, addr, rkey, 0, 0);
+            self.post_send(
+                0,
+                5,
+                SendOpcode::RdmaRead,
+                OFF_READDST,
+                len,
+                0,
+                addr,
+                rkey,
+                0,
+                0,
+            );
             self.req_expect(step, WcStatus::Success, WcOpcode::RdmaRead);
             self.check_region("read data", OFF_READDST, len, seed, 256);
         }
@@ -451,7 +503,16 @@ impl Run {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn step_atomic(&mut self, step: &str, fetch_add: bool, initial: Option<u64>, cmp_add: u64, swap: u64, want_old: u64, want_mem: u64) {
+    fn step_atomic(
+        &mut self,
+        step: &str,
+        fetch_add: bool,
+        initial: Option<u64>,
+        cmp_add: u64,
+        swap: u64,
+        want_old: u64,
+        want_mem: u64,
+    ) {
         self.begin(step);
         if self.role == 'S' {
             if let Some(v) = initial {
@@ -518,7 +579,10 @@ impl Run {
             if n == 0 {
                 self.fail("rcvd_rnr_err did not grow".into());
             } else {
-                self.note(format!("{n} RNR NAKs received, completed after {} ms", dt.as_millis()));
+                self.note(format!(
+                    "{n} RNR NAKs received, completed after {} ms",
+                    dt.as_millis()
+                ));
             }
         }
         self.finish(step, |_| {});
@@ -541,7 +605,18 @@ impl Run {
         self.write(OFF_SRC, &pattern(64, 88));
         self.oob.sync(step);
         let (addr, rkey) = (self.them.addr + OFF_BADW as u64, self.them.rkey ^ 0x5a5a00);
-        self.post_send(1, 9, SendOpcode::RdmaWrite, OFF_SRC, 64, 0, addr, rkey, 0, 0);
+        self.post_send(
+            1,
+            9,
+            SendOpcode::RdmaWrite,
+            OFF_SRC,
+            64,
+            0,
+            addr,
+            rkey,
+            0,
+            0,
+        );
         self.req_expect(step, WcStatus::RemAccessErr, WcOpcode::RdmaWrite);
         self.note_qp_state(1);
         self.finish(step, |_| {});
@@ -562,13 +637,19 @@ impl Run {
                     Self::print_wc("responder", wc);
                     self.note(format!("receive completed with {}", wc.status.ibv_name()));
                     if wc.status != WcStatus::LocLenErr {
-                        self.fail(format!("receive status {}, expected IBV_WC_LOC_LEN_ERR", wc.status.ibv_name()));
+                        self.fail(format!(
+                            "receive status {}, expected IBV_WC_LOC_LEN_ERR",
+                            wc.status.ibv_name()
+                        ));
                     }
                 }
             }
             let got = self.read(OFF_SHORT + 256, 4096 - 256);
             if let Some(i) = got.iter().position(|&b| b != GUARD) {
-                self.fail(format!("byte {} past the 256-byte receive was written", i + 256));
+                self.fail(format!(
+                    "byte {} past the 256-byte receive was written",
+                    i + 256
+                ));
             }
             self.note_qp_state(2);
             self.finish(step, |_| {});
@@ -577,7 +658,11 @@ impl Run {
         self.write(OFF_SRC, &pattern(1000, 99));
         self.oob.sync(step);
         self.post_send(2, 11, SendOpcode::Send, OFF_SRC, 1000, 0, 0, 0, 0, 0);
-        let want = if self.them.imp == "kernel" { WcStatus::RemOpErr } else { WcStatus::RemInvReqErr };
+        let want = if self.them.imp == "kernel" {
+            WcStatus::RemOpErr
+        } else {
+            WcStatus::RemInvReqErr
+        };
         self.req_expect(step, want, WcOpcode::Send);
         self.note_qp_state(2);
         self.finish(step, |_| {});
@@ -613,9 +698,17 @@ impl Run {
                     self.fail(format!("{} of {LOSS_N} receives completed", v.len()));
                 }
                 for (i, wc) in v.iter().enumerate() {
-                    if wc.status != WcStatus::Success || wc.byte_len as usize != LOSS_LEN || wc.wr_id != 100 + i as u64 {
+                    if wc.status != WcStatus::Success
+                        || wc.byte_len as usize != LOSS_LEN
+                        || wc.wr_id != 100 + i as u64
+                    {
                         Self::print_wc("responder", wc);
-                        self.fail(format!("receive {i}: {}, {} bytes, wr_id {}", wc.status.ibv_name(), wc.byte_len, wc.wr_id));
+                        self.fail(format!(
+                            "receive {i}: {}, {} bytes, wr_id {}",
+                            wc.status.ibv_name(),
+                            wc.byte_len,
+                            wc.wr_id
+                        ));
                     }
                 }
                 self.loss_check("receive", OFF_LOSS_S, seed0);
@@ -632,14 +725,28 @@ impl Run {
                 self.fill(OFF_LOSS_R, LOSS_N * LOSS_LEN, GUARD);
             } else {
                 for i in 0..LOSS_N {
-                    self.write(OFF_LOSS_R + i * LOSS_LEN, &pattern(LOSS_LEN, seed0 + i as u32));
+                    self.write(
+                        OFF_LOSS_R + i * LOSS_LEN,
+                        &pattern(LOSS_LEN, seed0 + i as u32),
+                    );
                 }
             }
             self.oob.sync(step);
             let t0 = Instant::now();
             for i in 0..LOSS_N {
                 let raddr = self.them.addr + (OFF_LOSS_S + i * LOSS_LEN) as u64;
-                self.post_send(0, 200 + i as u64, op, OFF_LOSS_R + i * LOSS_LEN, LOSS_LEN, 0, raddr, self.them.rkey, 0, 0);
+                self.post_send(
+                    0,
+                    200 + i as u64,
+                    op,
+                    OFF_LOSS_R + i * LOSS_LEN,
+                    LOSS_LEN,
+                    0,
+                    raddr,
+                    self.them.rkey,
+                    0,
+                    0,
+                );
             }
             let v = self.wait_wc(LOSS_N, t);
             if v.len() != LOSS_N {
@@ -654,13 +761,21 @@ impl Run {
             if op == SendOpcode::RdmaRead {
                 self.loss_check("read", OFF_LOSS_R, seed0);
             }
-            self.note(format!("{LOSS_N} x {LOSS_LEN} bytes in {} ms", t0.elapsed().as_millis()));
+            self.note(format!(
+                "{LOSS_N} x {LOSS_LEN} bytes in {} ms",
+                t0.elapsed().as_millis()
+            ));
             let c1 = self.counters();
             println!("  requester counters:{}", delta(&c0, &c1));
             self.oob.send(&format!("R {step} {}", self.verdict()));
             let _ = self.oob.recv();
         }
-        println!("RESULT {step} {} {} {}", self.verdict(), self.role, self.detail.join("; "));
+        println!(
+            "RESULT {step} {} {} {}",
+            self.verdict(),
+            self.role,
+            self.detail.join("; ")
+        );
         if !self.ok {
             self.failures += 1;
         }
@@ -692,14 +807,25 @@ fn parse_args() -> Args {
     let mut it = std::env::args().skip(1);
     let usage = "usage: rxe-interop-peer -R|-S [-P ops|loss] -d <local IP> [-m path_mtu] [--port-mtu bytes] [-p port] [-t s] [server]";
     while let Some(x) = it.next() {
-        let mut val = |name: &str| it.next().unwrap_or_else(|| die(&format!("{name} needs a value\n{usage}")));
+        let mut val = |name: &str| {
+            it.next()
+                .unwrap_or_else(|| die(&format!("{name} needs a value\n{usage}")))
+        };
         match x.as_str() {
             "-R" => a.role = 'R',
             "-S" => a.role = 'S',
             "-P" => a.plan = val("-P"),
-            "-d" => a.dev = Some(val("-d").parse().unwrap_or_else(|_| die("-d wants an IP address"))),
+            "-d" => {
+                a.dev = Some(
+                    val("-d")
+                        .parse()
+                        .unwrap_or_else(|_| die("-d wants an IP address")),
+                )
+            }
             "-m" => a.mtu = val("-m").parse().unwrap_or_else(|_| die(usage)),
-            "--port-mtu" => a.port_mtu = Some(val("--port-mtu").parse().unwrap_or_else(|_| die(usage))),
+            "--port-mtu" => {
+                a.port_mtu = Some(val("--port-mtu").parse().unwrap_or_else(|_| die(usage)))
+            }
             "-p" => a.port = val("-p").parse().unwrap_or_else(|_| die(usage)),
             "-t" => a.timeout = val("-t").parse().unwrap_or_else(|_| die(usage)),
             "-h" | "--help" => {
@@ -722,9 +848,12 @@ fn parse_args() -> Args {
 fn open_oob(a: &Args) -> TcpStream {
     match &a.server {
         None => {
-            let l = TcpListener::bind(("0.0.0.0", a.port)).unwrap_or_else(|e| die(&format!("listen on {}: {e}", a.port)));
+            let l = TcpListener::bind(("0.0.0.0", a.port))
+                .unwrap_or_else(|e| die(&format!("listen on {}: {e}", a.port)));
             println!("listening on TCP {}", a.port);
-            l.accept().unwrap_or_else(|e| die(&format!("accept: {e}"))).0
+            l.accept()
+                .unwrap_or_else(|e| die(&format!("accept: {e}")))
+                .0
         }
         Some(s) => {
             let end = Instant::now() + Duration::from_secs(10);
@@ -743,7 +872,8 @@ fn main() -> ExitCode {
     let a = parse_args();
     let addr = a.dev.unwrap_or_else(|| die("give -d <local IP address>"));
     let mtu = Mtu::from_bytes(a.mtu as usize).unwrap_or_else(|| die("bad -m"));
-    let port_mtu = Mtu::from_bytes(a.port_mtu.unwrap_or(a.mtu) as usize).unwrap_or_else(|| die("bad --port-mtu"));
+    let port_mtu = Mtu::from_bytes(a.port_mtu.unwrap_or(a.mtu) as usize)
+        .unwrap_or_else(|| die("bad --port-mtu"));
     let ctx = Device::soft(addr)
         .with_mtu(port_mtu)
         .open()
@@ -756,7 +886,8 @@ fn main() -> ExitCode {
         ctx.recv_mode()
     );
     let pd = ctx.alloc_pd().expect("alloc_pd");
-    let all = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+    let all =
+        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
     let mr = pd.register(vec![GUARD; MR_LEN], all).expect("register MR");
     let cq = ctx.create_cq(256, None).expect("create_cq");
     let cap = QpCap {
@@ -795,10 +926,16 @@ fn main() -> ExitCode {
         die(&format!("both sides are {}", me.role));
     }
     if them.plan != me.plan {
-        die(&format!("plans differ: {} here, {} there", me.plan, them.plan));
+        die(&format!(
+            "plans differ: {} here, {} there",
+            me.plan, them.plan
+        ));
     }
     if them.mtu != me.mtu {
-        die(&format!("path MTUs differ: {} here, {} there", me.mtu, them.mtu));
+        die(&format!(
+            "path MTUs differ: {} here, {} there",
+            me.mtu, them.mtu
+        ));
     }
     println!("local  {}", me.line());
     println!("remote {}", them.line());
@@ -843,9 +980,33 @@ fn main() -> ExitCode {
         r.step_write("write_imm_multi", 5000, Some(0xfeed_f00d), 5);
         r.step_write("write_64k", 65536, None, 6);
         r.step_read("read_64k", 65536, 7);
-        r.step_atomic("fetch_add", true, Some(0x1111_1111_1111_1111), 0x0101_0101_0101_0101, 0, 0x1111_1111_1111_1111, 0x1212_1212_1212_1212);
-        r.step_atomic("cmp_swap_hit", false, None, 0x1212_1212_1212_1212, 0x0123_4567_89ab_cdef, 0x1212_1212_1212_1212, 0x0123_4567_89ab_cdef);
-        r.step_atomic("cmp_swap_miss", false, None, 1, 2, 0x0123_4567_89ab_cdef, 0x0123_4567_89ab_cdef);
+        r.step_atomic(
+            "fetch_add",
+            true,
+            Some(0x1111_1111_1111_1111),
+            0x0101_0101_0101_0101,
+            0,
+            0x1111_1111_1111_1111,
+            0x1212_1212_1212_1212,
+        );
+        r.step_atomic(
+            "cmp_swap_hit",
+            false,
+            None,
+            0x1212_1212_1212_1212,
+            0x0123_4567_89ab_cdef,
+            0x1212_1212_1212_1212,
+            0x0123_4567_89ab_cdef,
+        );
+        r.step_atomic(
+            "cmp_swap_miss",
+            false,
+            None,
+            1,
+            2,
+            0x0123_4567_89ab_cdef,
+            0x0123_4567_89ab_cdef,
+        );
         r.step_rnr("rnr_retry");
         r.step_bad_rkey("bad_rkey");
         r.step_too_long("too_long_send");
@@ -861,7 +1022,11 @@ fn main() -> ExitCode {
     let line: String = c.iter().map(|(k, v)| format!(" {k}={v}")).collect();
     println!("COUNTERS impl=rxe-rs{line}");
     let icrc_bad = get(&c, "drop_IcrcError");
-    let malformed: u64 = c.iter().filter(|(k, _)| k.starts_with("malformed_")).map(|(_, v)| v).sum();
+    let malformed: u64 = c
+        .iter()
+        .filter(|(k, _)| k.starts_with("malformed_"))
+        .map(|(_, v)| v)
+        .sum();
     let unverified = get(&c, "icrc_unverified");
     if icrc_bad + malformed + unverified > 0 {
         println!(
@@ -877,7 +1042,11 @@ fn main() -> ExitCode {
             get(&c, "rcvd_pkts")
         );
     }
-    println!("DONE {} failures={}", if r.failures > 0 { "FAIL" } else { "PASS" }, r.failures);
+    println!(
+        "DONE {} failures={}",
+        if r.failures > 0 { "FAIL" } else { "PASS" },
+        r.failures
+    );
     if r.failures > 0 {
         ExitCode::FAILURE
     } else {
