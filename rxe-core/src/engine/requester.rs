@@ -702,6 +702,19 @@ impl Qp {
                 continue;
             }
             if w.last_psn().is_after(psn) {
+                // An ACK inside a READ or atomic that still misses responses
+                // acknowledges none of the missing ones (only responses do):
+                // clamp it before them. (Found by the `requester` fuzz target:
+                // a bogus ACK inside a READ moved `acked` past responses never
+                // received, a timeout then resumed the READ after them, and
+                // it completed successfully with part of its buffer never
+                // written.)
+                if w.is_rd_atomic() {
+                    let first_missing = w.first_psn.add((w.read_rcvd / mtu) as u32);
+                    if !psn.is_before(first_missing) && first_missing.sub(1).is_before(limit) {
+                        limit = first_missing.sub(1);
+                    }
+                }
                 break;
             }
             if w.is_rd_atomic() {

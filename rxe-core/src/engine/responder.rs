@@ -248,11 +248,18 @@ impl Qp {
             Err(Refusal::Nak(code, recv_status)) => {
                 self.counters.send_err += 1;
                 ctx.counters.send_err += 1;
-                if let (Some(status), Some(InMsg::Send { wr, .. })) =
-                    (recv_status, self.resp.cur.take())
-                {
-                    let c = self.recv_completion(wr.wr_id, status, WcOpcode::Recv, 0, None);
-                    ctx.complete(self.recv_cq, c, false);
+                // Take the message's receive WQE only to complete it with the
+                // refusal's status; otherwise `enter_error` flushes it. (Found
+                // by the `responder` fuzz target: the `take()` used to sit in
+                // the tuple matched here, so a refusal without a receive
+                // status, such as a SEND FIRST in the middle of a SEND, took
+                // the WQE and dropped it: it never completed, not even
+                // flushed.)
+                if let Some(status) = recv_status {
+                    if let Some(InMsg::Send { wr, .. }) = self.resp.cur.take() {
+                        let c = self.recv_completion(wr.wr_id, status, WcOpcode::Recv, 0, None);
+                        ctx.complete(self.recv_cq, c, false);
+                    }
                 }
                 self.resp.push_nak(psn, AethSyndrome::Nak(code));
                 self.enter_error(ctx, true);
@@ -275,10 +282,14 @@ impl Qp {
             Ok(()) => {}
             Err(Refusal::Rnr) => self.count_drop(ctx, DropReason::NoReceiveBuffer),
             Err(Refusal::Nak(_, status)) => {
-                if let (Some(status), Some(InMsg::Send { wr, .. })) = (status, self.resp.cur.take())
-                {
-                    let c = self.recv_completion(wr.wr_id, status, WcOpcode::Recv, 0, None);
-                    ctx.complete(self.recv_cq, c, false);
+                // As for RC: without a receive status the WQE stays current,
+                // and `abort_uc_message` puts it back for the next message
+                // (it used to be taken and dropped here).
+                if let Some(status) = status {
+                    if let Some(InMsg::Send { wr, .. }) = self.resp.cur.take() {
+                        let c = self.recv_completion(wr.wr_id, status, WcOpcode::Recv, 0, None);
+                        ctx.complete(self.recv_cq, c, false);
+                    }
                 }
                 self.abort_uc_message(ctx);
                 self.count_drop(ctx, DropReason::Other);
@@ -430,6 +441,14 @@ impl Qp {
                     unreachable!()
                 };
                 if slice.write(*written as usize, payload).is_err() {
+                    // The region went away under the message (deregistered,
+                    // or its window invalidated). The receive WQE a WRITE
+                    // with immediate took goes back, so that it completes
+                    // (flushed, RC) or serves the next message (UC) instead
+                    // of vanishing without a completion, as it used to.
+                    if let Some((wr, from_srq)) = recv {
+                        self.untake_recv(ctx, wr, from_srq);
+                    }
                     return Err(Refusal::Nak(NakCode::RemoteAccessError, None));
                 }
                 *written = end;
