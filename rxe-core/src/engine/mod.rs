@@ -701,6 +701,22 @@ impl Engine {
         Ok(())
     }
 
+    /// QP `qpn` and a context over the rest of the engine, borrowed apart so
+    /// the QP's code can reach the memory tables, CQs and counters.
+    fn qp_ctx(&mut self, qpn: u32, now: Instant) -> Option<(&mut Qp, Ctx<'_>)> {
+        let q = self.qps.get_mut(&qpn)?;
+        let ctx = Ctx {
+            now,
+            config: &self.config,
+            mem: &mut self.mem,
+            cqs: &mut self.cqs,
+            srqs: &mut self.srqs,
+            events: &mut self.events,
+            counters: &mut self.counters,
+        };
+        Some((q, ctx))
+    }
+
     fn mark_active(&mut self, qpn: u32) {
         if self.active_set.insert(qpn) {
             self.active.push_back(qpn);
@@ -712,25 +728,9 @@ impl Engine {
     /// fails later (a bad lkey, a remote error) completes with an error status.
     pub fn post_send(&mut self, qpn: u32, wr: SendWr) -> Result<(), EngineError> {
         let now = self.last_now.unwrap_or_else(Instant::now);
-        let q = self.qps.get_mut(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
+        let q = self.qps.get(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
         q.check_post_send(&wr, &self.config)?;
-        let (config, mem, cqs, srqs, events, counters) = (
-            &self.config,
-            &mut self.mem,
-            &mut self.cqs,
-            &mut self.srqs,
-            &mut self.events,
-            &mut self.counters,
-        );
-        let mut ctx = Ctx {
-            now,
-            config,
-            mem,
-            cqs,
-            srqs,
-            events,
-            counters,
-        };
+        let (q, mut ctx) = self.qp_ctx(qpn, now).ok_or(EngineError::UnknownQp(qpn))?;
         q.post_send(&mut ctx, wr);
         self.mark_active(qpn);
         Ok(())
@@ -802,27 +802,11 @@ impl Engine {
             }
         };
         let qpn = pkt.bth().dest_qp();
-        let Some(q) = self.qps.get_mut(&qpn) else {
+        if !self.qps.contains_key(&qpn) {
             self.counters.drop(DropReason::UnknownQp);
             return;
-        };
-        let (config, mem, cqs, srqs, events, counters) = (
-            &self.config,
-            &mut self.mem,
-            &mut self.cqs,
-            &mut self.srqs,
-            &mut self.events,
-            &mut self.counters,
-        );
-        let mut ctx = Ctx {
-            now,
-            config,
-            mem,
-            cqs,
-            srqs,
-            events,
-            counters,
-        };
+        }
+        let (q, mut ctx) = self.qp_ctx(qpn, now).expect("present");
         q.counters.rcvd_pkts += 1;
         q.handle_packet(&mut ctx, &meta, &pkt);
         self.mark_active(qpn);
@@ -836,32 +820,16 @@ impl Engine {
         while spins > 0 {
             spins -= 1;
             let qpn = self.active.pop_front()?;
-            let Some(q) = self.qps.get_mut(&qpn) else {
+            if !self.qps.contains_key(&qpn) {
                 self.active_set.remove(&qpn);
                 continue;
-            };
-            let (config, mem, cqs, srqs, events, counters) = (
-                &self.config,
-                &mut self.mem,
-                &mut self.cqs,
-                &mut self.srqs,
-                &mut self.events,
-                &mut self.counters,
-            );
-            let mut ctx = Ctx {
-                now,
-                config,
-                mem,
-                cqs,
-                srqs,
-                events,
-                counters,
-            };
+            }
+            let (q, mut ctx) = self.qp_ctx(qpn, now).expect("present");
             match q.poll_transmit(&mut ctx) {
                 Some(t) => {
-                    self.active.push_back(qpn);
                     q.counters.sent_pkts += 1;
-                    self.counters.sent_pkts += 1;
+                    ctx.counters.sent_pkts += 1;
+                    self.active.push_back(qpn);
                     return Some(t);
                 }
                 None => {
@@ -887,24 +855,7 @@ impl Engine {
             .map(|(n, _)| *n)
             .collect();
         for qpn in due {
-            let (config, mem, cqs, srqs, events, counters) = (
-                &self.config,
-                &mut self.mem,
-                &mut self.cqs,
-                &mut self.srqs,
-                &mut self.events,
-                &mut self.counters,
-            );
-            if let Some(q) = self.qps.get_mut(&qpn) {
-                let mut ctx = Ctx {
-                    now,
-                    config,
-                    mem,
-                    cqs,
-                    srqs,
-                    events,
-                    counters,
-                };
+            if let Some((q, mut ctx)) = self.qp_ctx(qpn, now) {
                 q.handle_timeout(&mut ctx);
             }
             self.mark_active(qpn);
