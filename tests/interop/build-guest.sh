@@ -78,7 +78,8 @@ depmod -b "$R" "$KVER"
 
 # --- 4. userspace -----------------------------------------------------------------
 BINS="ibv_devinfo ibv_devices ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong
-      rdma ip kmod tcpdump bash"
+      ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat
+      rdma ip kmod tcpdump bash timeout"
 for b in $BINS; do
     p=$(command -v "$b") || { echo "build-guest: $b is not installed on the host" >&2; exit 1; }
     put_elf "$p"
