@@ -31,6 +31,9 @@ pub enum Test {
     /// `ib_send_lat`: SEND ping-pong, half round trip (RC, UC or UD).
     #[value(name = "send_lat")]
     SendLat,
+    /// `ib_atomic_lat`: one atomic (8 bytes) at a time, round trip.
+    #[value(name = "atomic_lat")]
+    AtomicLat,
     /// The baseline alone: a UDP blast between the two addresses.
     #[value(name = "udp_bw")]
     UdpBw,
@@ -60,9 +63,14 @@ impl Test {
             Test::WriteBw | Test::WriteLat => "RDMA_Write",
             Test::ReadBw | Test::ReadLat => "RDMA_Read",
             Test::SendBw | Test::SendLat => "Send",
-            Test::AtomicBw => "Atomic",
+            Test::AtomicBw | Test::AtomicLat => "Atomic",
             Test::UdpBw | Test::UdpLat => "UDP",
         }
+    }
+
+    /// `ib_atomic_bw` or `ib_atomic_lat`.
+    pub fn is_atomic(self) -> bool {
+        matches!(self, Test::AtomicBw | Test::AtomicLat)
     }
 
     /// The command-line name.
@@ -75,6 +83,7 @@ impl Test {
             Test::WriteLat => "write_lat",
             Test::ReadLat => "read_lat",
             Test::SendLat => "send_lat",
+            Test::AtomicLat => "atomic_lat",
             Test::UdpBw => "udp_bw",
             Test::UdpLat => "udp_lat",
         }
@@ -216,6 +225,12 @@ pub struct Args {
     /// Give up after this many seconds without progress.
     #[arg(long, default_value_t = 60)]
     timeout: u64,
+    /// Fill the buffer with random bytes, write it to PATH.init once the
+    /// QPs exist and to PATH after the test, and print a `RXE_PERF_BUFFER`
+    /// line with its addresses: for checking the data against a capture
+    /// (tests/interop/perf_check.py). perftest never checks data.
+    #[arg(long = "dump-buffer", value_name = "PATH")]
+    dump_buffer: Option<PathBuf>,
 }
 
 /// Everything resolved.
@@ -247,6 +262,7 @@ pub struct Config {
     pub counters: bool,
     pub udp_window: Option<u64>,
     pub timeout: Duration,
+    pub dump_buffer: Option<PathBuf>,
 }
 
 impl Config {
@@ -272,7 +288,7 @@ impl Config {
         if a.port == 4791 {
             return Err("port 4791 is RoCE v2's own UDP port: choose another -p".into());
         }
-        let atomic = a.test == Test::AtomicBw;
+        let atomic = a.test.is_atomic();
         if atomic && a.size.is_some_and(|s| s != 8) {
             return Err("Message size cannot be changed for Atomic tests ".into());
         }
@@ -284,7 +300,12 @@ impl Config {
             Conn::Ud if !send => {
                 return Err(" UD connection is only possible in SEND verbs".into());
             }
-            Conn::Uc if matches!(a.test, Test::ReadBw | Test::ReadLat | Test::AtomicBw) => {
+            Conn::Uc
+                if matches!(
+                    a.test,
+                    Test::ReadBw | Test::ReadLat | Test::AtomicBw | Test::AtomicLat
+                ) =>
+            {
                 return Err(" UC connection not possible in READ/ATOMIC verbs".into());
             }
             _ => {}
@@ -315,7 +336,14 @@ impl Config {
         let cq_mod = if lat {
             1
         } else {
-            a.cq_mod.unwrap_or(100).clamp(1, tx_depth)
+            // perftest lowers the moderation to the iterations (`-n 20`
+            // prints "CQ Moderation : 20").
+            let m = a.cq_mod.unwrap_or(100).clamp(1, tx_depth);
+            if a.duration.is_none() {
+                m.min(u32::try_from(iters).unwrap_or(u32::MAX))
+            } else {
+                m
+            }
         };
         let json_path = match (&a.out_json_file, a.out_json) {
             (Some(p), _) => Some(p.clone()),
@@ -350,6 +378,7 @@ impl Config {
             counters: a.counters,
             udp_window: a.udp_window,
             timeout: Duration::from_secs(a.timeout.max(1)),
+            dump_buffer: a.dump_buffer.clone(),
         })
     }
 

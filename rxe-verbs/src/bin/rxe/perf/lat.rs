@@ -5,7 +5,7 @@
 //! client sends first). Latency is the time between consecutive posts,
 //! halved for the ping-pongs, with perftest's statistics.
 
-use super::args::{Config, Conn};
+use super::args::{AtomicType, Config, Conn};
 use super::oob::{Dest, Oob};
 use super::report::{print_lat_header, print_lat_line, RESULT_LINE};
 use super::{check_wc, Measured, Res, Resources, GRH};
@@ -204,7 +204,31 @@ fn write_lat_one(cfg: &Config, res: &Resources, theirs: &[Dest], size: u64) -> R
     })
 }
 
-/// read_lat: the client READs and reports; the server only closes.
+/// The work request of read_lat (a READ of `size` bytes) or atomic_lat
+/// (one 8-byte atomic, perftest's operands: add 1, or compare 0 swap 1).
+fn read_or_atomic_wr(cfg: &Config, res: &Resources, theirs: &[Dest], size: u64) -> SendWr {
+    let sge = [res.mr.sge(0..size as usize)];
+    if !cfg.test.is_atomic() {
+        return SendWr::read(0, &sge, remote(theirs, size));
+    }
+    let op = match cfg.atomic_type {
+        AtomicType::FetchAndAdd => SendOpcode::AtomicFetchAdd,
+        AtomicType::CmpAndSwap => SendOpcode::AtomicCmpSwap,
+    };
+    let mut wr = SendWr::new(0, op);
+    wr.sg_list = sge.to_vec();
+    wr.remote_addr = theirs[0].vaddr;
+    wr.rkey = theirs[0].rkey;
+    wr.compare_add = match cfg.atomic_type {
+        AtomicType::FetchAndAdd => 1,
+        AtomicType::CmpAndSwap => 0,
+    };
+    wr.swap = 1;
+    wr
+}
+
+/// read_lat and atomic_lat: the client READs (or does atomics) and
+/// reports; the server only closes.
 pub fn read_lat(
     cfg: &Config,
     oob: &mut Oob,
@@ -221,10 +245,14 @@ pub fn read_lat(
         return Ok(Vec::new());
     }
     print_lat_header(cfg);
+    let wr_name = if cfg.test.is_atomic() {
+        "atomic"
+    } else {
+        "READ"
+    };
     let mut out = Vec::new();
     for &size in sizes {
-        let s = size as usize;
-        let wr = SendWr::read(0, &[res.mr.sge(0..s)], remote(theirs, size));
+        let wr = read_or_atomic_wr(cfg, res, theirs, size);
         let mut tposted = Vec::with_capacity(cfg.iters as usize);
         let t0 = Instant::now();
         let end = cfg.duration.map(|d| t0 + d);
@@ -236,7 +264,7 @@ pub fn read_lat(
             res.qps[0]
                 .post_send(std::slice::from_ref(&wr))
                 .map_err(|e| format!("Couldn't post send: scnt={n}: {e}"))?;
-            one_completion(res, &res.send_cq, cfg, "READ")?;
+            one_completion(res, &res.send_cq, cfg, wr_name)?;
             n += 1;
         }
         let r = match cfg.duration {

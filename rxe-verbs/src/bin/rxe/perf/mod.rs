@@ -1,5 +1,6 @@
 //! `rxe perf`: perftest's `ib_write_bw`, `ib_read_bw`, `ib_send_bw`,
-//! `ib_atomic_bw`, `ib_write_lat`, `ib_read_lat` and `ib_send_lat` in one
+//! `ib_atomic_bw`, `ib_write_lat`, `ib_read_lat`, `ib_send_lat` and
+//! `ib_atomic_lat` in one
 //! command, with their flags, their output and their out-of-band exchange
 //! ([`oob`]), so that either side can face the real programs; plus a UDP
 //! baseline ([`baseline`]) that measures what the kernel's UDP path does
@@ -120,6 +121,55 @@ impl Resources {
         })
     }
 
+    /// Fills the whole buffer with pseudo-random bytes (perftest fills its
+    /// buffers with `rand()`), so that the data checks compare something.
+    /// write_lat polls the last byte of each message in the target half for
+    /// the peer's counter: those bytes start at 0, as perftest's do.
+    fn fill_random(&self, cfg: &Config) -> Res<()> {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(1, |d| d.as_nanos() as u64)
+            ^ (u64::from(std::process::id()) << 32);
+        let mut bytes = random_bytes(seed, self.mr.len());
+        if cfg.test == Test::WriteLat {
+            for s in cfg.sizes() {
+                if let Some(b) = bytes.get_mut(self.half + s as usize - 1) {
+                    *b = 0;
+                }
+            }
+        }
+        self.mr
+            .write(0, &bytes)
+            .map_err(|e| format!("fill the buffer: {e}"))
+    }
+
+    /// Writes the whole buffer to `path`.
+    fn dump(&self, path: &std::path::Path) -> Res<()> {
+        let mut bytes = vec![0u8; self.mr.len()];
+        self.mr
+            .read(0, &mut bytes)
+            .map_err(|e| format!("read the buffer: {e}"))?;
+        std::fs::write(path, &bytes).map_err(|e| format!("write {}: {e}", path.display()))
+    }
+
+    /// The `RXE_PERF_BUFFER` line: where QP 0's regions are, in our buffer
+    /// and in the peer's (addresses as the wire carries them).
+    fn buffer_line(&self, path: &std::path::Path, theirs: &oob::Dest) -> String {
+        let nq = self.qps.len();
+        let base = self.mr.addr();
+        format!(
+            "RXE_PERF_BUFFER file={} va={:#x} len={} local={:#x} target={:#x} remote={:#x} qpn={:#x} peer_qpn={:#x}",
+            path.display(),
+            base,
+            self.mr.len(),
+            base,
+            base + (nq * self.half) as u64,
+            theirs.vaddr,
+            self.qps[0].qp_num(),
+            theirs.qpn
+        )
+    }
+
     /// What we tell the peer about each QP (`set_up_connection`).
     fn dests(&self, cfg: &Config) -> Res<Vec<Dest>> {
         let gid = *self
@@ -215,6 +265,26 @@ impl Resources {
             Err(e) => Err(format!("poll CQ failed: {e}")),
         }
     }
+}
+
+/// Where `--dump-buffer PATH` puts the buffer as it was before the test.
+fn init_path(path: &std::path::Path) -> std::path::PathBuf {
+    let mut p = path.as_os_str().to_owned();
+    p.push(".init");
+    p.into()
+}
+
+/// xorshift64 bytes from `seed` (not zero).
+fn random_bytes(seed: u64, len: usize) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        })
+        .collect()
 }
 
 /// Checks a completion's status the way perftest reports a bad one.
@@ -324,7 +394,13 @@ fn run_roce(cfg: &Config) -> Res<Vec<Measured>> {
     }
     let cfg = &cfg;
     let mut res = Resources::new(cfg, cycle.max(1) as usize)?;
+    if cfg.dump_buffer.is_some() {
+        res.fill_random(cfg)?;
+    }
     let mine = res.dests(cfg)?;
+    if let Some(path) = &cfg.dump_buffer {
+        res.dump(&init_path(path))?;
+    }
     report::print_test_info(cfg);
     let seq = match (kind, cfg.test) {
         (Kind::Bw, Test::SendBw) => oob::Sequence::SEND_BW,
@@ -340,12 +416,18 @@ fn run_roce(cfg: &Config) -> Res<Vec<Measured>> {
         }
         Test::SendBw => bw::send_bw(cfg, &mut oob, &res, &mine, &theirs, &sizes),
         Test::WriteLat => lat::write_lat(cfg, &res, &theirs, &sizes),
-        Test::ReadLat => lat::read_lat(cfg, &mut oob, &res, &mine, &theirs, &sizes),
+        Test::ReadLat | Test::AtomicLat => {
+            lat::read_lat(cfg, &mut oob, &res, &mine, &theirs, &sizes)
+        }
         Test::SendLat => lat::send_lat(cfg, &mut oob, &res, &mine, &theirs, &sizes),
         Test::UdpBw | Test::UdpLat => unreachable!("not a RoCE test"),
     };
     // Let the last ACKs leave before the QPs go.
     std::thread::sleep(Duration::from_millis(20));
+    if let (Some(path), Ok(_)) = (&cfg.dump_buffer, &measured) {
+        res.dump(path)?;
+        println!("{}", res.buffer_line(path, &theirs[0]));
+    }
     if cfg.counters || measured.is_err() {
         let c = res.ctx.counters();
         println!(

@@ -45,7 +45,7 @@ pub fn print_test_info(cfg: &Config) {
     t.push_str("                    ");
     t.push_str(cfg.test.verb());
     t.push(' ');
-    if cfg.test == Test::AtomicBw {
+    if cfg.test.is_atomic() {
         t.push_str(cfg.atomic_type.name());
         t.push(' ');
     }
@@ -87,7 +87,10 @@ pub fn print_test_info(cfg: &Config) {
     t.push_str(&format!(" Mtu             : {}[B]\n", cfg.mtu.bytes()));
     t.push_str(" Link type       : Ethernet\n");
     t.push_str(&format!(" GID index       : {}\n", cfg.gid_index));
-    if matches!(cfg.test, Test::ReadBw | Test::ReadLat | Test::AtomicBw) {
+    if matches!(
+        cfg.test,
+        Test::ReadBw | Test::ReadLat | Test::AtomicBw | Test::AtomicLat
+    ) {
         t.push_str(&format!(" Outstand reads  : {}\n", cfg.out_reads));
     } else {
         t.push_str(" Max inline data : 0[B]\n");
