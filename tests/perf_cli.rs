@@ -80,6 +80,11 @@ fn perf(host: u8, args: &[&str]) -> Run {
 
 /// [`perf`] with arguments for the client only.
 fn perf_with(host: u8, args: &[&str], client_only: &[&str]) -> Run {
+    perf_sides(host, args, &[], client_only)
+}
+
+/// [`perf`] with arguments for the server only and the client only.
+fn perf_sides(host: u8, args: &[&str], server_only: &[&str], client_only: &[&str]) -> Run {
     let port = free_port().to_string();
     let srv = format!("127.0.2.{host}");
     let cli = format!("127.0.2.{}", host + 1);
@@ -96,7 +101,7 @@ fn perf_with(host: u8, args: &[&str], client_only: &[&str]) -> Run {
             .spawn()
             .expect("start rxe perf")
     };
-    let server = spawn(&["-d", &srv], &[]);
+    let server = spawn(&["-d", &srv], server_only);
     let client = spawn(&["-d", &cli, &srv], client_only);
     let c = finish(client, Duration::from_secs(90));
     let s = finish(server, Duration::from_secs(20));
@@ -415,4 +420,76 @@ fn udp_alone() {
     assert!(r[1] > 0.0 && r[3] > 0.0, "{}", run.report);
     let run = perf(24, &["udp_lat", "-n", "200", "-s", "64"]);
     check_lat(&run.client, 64.0, 200.0, &run.report);
+}
+
+/// The `RXE_PERF_BUFFER` line's fields.
+fn buffer_line(out: &str, report: &str) -> std::collections::HashMap<String, String> {
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("RXE_PERF_BUFFER "))
+        .unwrap_or_else(|| panic!("no RXE_PERF_BUFFER line\n{report}"));
+    line.split_whitespace()
+        .skip(1)
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn hex(v: &str) -> u64 {
+    u64::from_str_radix(v.trim_start_matches("0x"), 16).unwrap()
+}
+
+fn u64_at(bytes: &[u8], off: u64) -> u64 {
+    let o = off as usize;
+    u64::from_le_bytes(bytes[o..o + 8].try_into().unwrap())
+}
+
+// 127.0.2.40-41
+/// atomic_lat (ib_atomic_lat) and --dump-buffer: 20 fetch-and-adds of 1;
+/// the server's target goes from its random start x to x + 20, and the
+/// client's result buffer holds x + 19, the last value fetched.
+#[test]
+fn atomic_lat_and_dump_buffer() {
+    let dir = std::env::temp_dir().join(format!("rxe-perf-dump-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (sp, cp) = (dir.join("server.buf"), dir.join("client.buf"));
+    let run = perf_sides(
+        40,
+        &["atomic_lat", "-n", "20"],
+        &["--dump-buffer", sp.to_str().unwrap()],
+        &["--dump-buffer", cp.to_str().unwrap()],
+    );
+    check_header(
+        &run.client,
+        "Atomic FETCH_AND_ADD Latency Test",
+        "RC",
+        "127.0.2.41",
+        "127.0.2.40",
+        &run.report,
+    );
+    check_lat(&run.client, 8.0, 20.0, &run.report);
+    let (s, c) = (
+        buffer_line(&run.server, &run.report),
+        buffer_line(&run.client, &run.report),
+    );
+    let read = |p: &std::path::Path| std::fs::read(p).unwrap();
+    let (s_init, s_end) = (read(&dir.join("server.buf.init")), read(&sp));
+    let (c_init, c_end) = (read(&dir.join("client.buf.init")), read(&cp));
+    assert_eq!(s_end.len().to_string(), s["len"], "{}", run.report);
+    assert_eq!(s_init.len(), s_end.len());
+    assert_eq!(c_init.len(), c_end.len());
+    // The buffers were filled with random bytes, not left zero.
+    assert!(s_init.iter().filter(|&&b| b != 0).count() > s_init.len() / 2);
+    // The client targets what the server announced.
+    assert_eq!(c["remote"], s["target"], "{}", run.report);
+    let target = hex(&s["target"]) - hex(&s["va"]);
+    let x = u64_at(&s_init, target);
+    assert_eq!(u64_at(&s_end, target), x.wrapping_add(20), "{}", run.report);
+    let local = hex(&c["local"]) - hex(&c["va"]);
+    assert_eq!(u64_at(&c_end, local), x.wrapping_add(19), "{}", run.report);
+    // Nothing else of the server's buffer changed.
+    let t = target as usize;
+    assert_eq!(s_init[..t], s_end[..t]);
+    assert_eq!(s_init[t + 8..], s_end[t + 8..]);
+    std::fs::remove_dir_all(&dir).ok();
 }

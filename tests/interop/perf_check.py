@@ -183,7 +183,7 @@ class Check:
         mtu = a.mtu
         loc = buf["local"]
         seen = {}          # (src, psn, op) -> payload of the first copy
-        msg = {}           # src -> (first psn, va or None, message index)
+        msg = {}           # src -> [[first psn, va or None, message index, packets or None]]
         nmsg = {me: -1, peer: -1}
         reads = {}         # psn -> READ request (requester src, va, len)
         atom = {}          # psn -> atomic request
@@ -209,13 +209,24 @@ class Check:
             # --- requests that carry data: SEND and WRITE ---
             if base <= 0x0B:
                 write = base >= 0x06
+                msgs = msg.setdefault(src, [])
                 if base in (0x00, 0x04, 0x05, 0x06, 0x0A, 0x0B):
-                    nmsg[src] += 1
-                    msg[src] = (psn, f.get("va"), nmsg[src])
-                if src not in msg:
-                    self.err(f"frame {frame}: {name} without the start of its message in the capture")
+                    # a new message, unless it is a resend whose first copy the
+                    # capture never saw (dropped before the tap)
+                    if not any(m[0] == psn for m in msgs):
+                        nmsg[src] += 1
+                        npk = max(1, -(-f["len"] // mtu)) if "len" in f else None
+                        msgs.append([psn, f.get("va"), nmsg[src], npk])
+                # the message this packet belongs to: a go-back-N resend can
+                # restart in the middle of an earlier one
+                m = next((m for m in reversed(msgs)
+                          if 0 <= psn_diff(psn, m[0]) < (m[3] or 1 << 23)), None)
+                if m is None:
+                    self.err(f"frame {frame}: {name} PSN {psn:#x} without the start of its message in the capture")
                     continue
-                start, va, k = msg[src]
+                start, va, k = m[0], m[1], m[2]
+                if m[3] is None and base in (0x02, 0x03, 0x04, 0x05, 0x16, 0x17):
+                    m[3] = psn_diff(psn, start) + 1  # a SEND's length is known at its end
                 o_in_msg = psn_diff(psn, start) * mtu
                 last = base in (0x02, 0x03, 0x04, 0x05, 0x08, 0x09, 0x0A, 0x0B)
                 kind = ("WRITE" if write else "SEND")

@@ -57,6 +57,7 @@ export TAP_QLEN=${TAP_QLEN:-10000}
 # our side is always the rxe-rs soft stack, never a native device libibverbs finds
 export RXE_PROVIDER=soft
 RXE="$ROOT/target/release/rxe"
+BX="$ROOT/target/release/examples/backend_exchange"
 PEER="$ROOT/target/release/rxe-interop-peer"
 QEMU_PID="" TCPDUMP_PID="" HOST_PID=""
 
@@ -110,7 +111,7 @@ ls -1d "$WORK"/runs/*/ 2>/dev/null | head -n -"${RXE_INTEROP_KEEP_RUNS:-5}" | xa
 
 # ---- 1. build: rxe, the Rust peer, the guest ----------------------------------------
 say "== build ($(elapsed)s)"
-( cd "$ROOT" && cargo build --release -q -p rxe-verbs --bin rxe ) >"$LOGS/build-rxe.log" 2>&1 ||
+( cd "$ROOT" && cargo build --release -q -p rxe-verbs --bin rxe --example backend_exchange ) >"$LOGS/build-rxe.log" 2>&1 ||
     { cat "$LOGS/build-rxe.log"; say "interop: building rxe failed"; exit 1; }
 # the peer is its own workspace; share the workspace's lock file and target dir
 cp "$ROOT/Cargo.lock" "$HERE/peer/Cargo.lock"
@@ -128,6 +129,9 @@ t0=$(date +%s)
 guest_boot
 guest_ready 180 || { tail -20 "$SHARE/console.log" 2>/dev/null; tail "$LOGS/qemu.log"; say "interop: the guest did not come up"; exit 1; }
 GIDX=$(sed -n 's/^gid_index=//p' "$SHARE/ready")
+# the native-backend proof runs this binary in the guest (it dlopen()s the
+# guest's libibverbs.so.1; its other libraries are in the initramfs)
+cp "$BX" "$SHARE/backend_exchange"
 KVER=$(sed -n 's/^kernel=//p' "$SHARE/ready")
 [ -n "$GIDX" ] || { cat "$SHARE/console.log"; say "interop: rxe0 has no IPv4 GID"; exit 1; }
 say "guest up in $(( $(date +%s) - t0 ))s: kernel $KVER, rxe0 on 10.99.0.11, IPv4 GID index $GIDX"
@@ -201,6 +205,7 @@ wait_listen() {  # PORT: until something listens on it in the netns (10 s)
 # Options (globals, reset after each scenario):
 #   ALLOW     guest counters allowed to grow ("any" for all)
 #   EXPECT    lines "SRC_IP|regex": the capture must hold such a packet from SRC
+#   ONLY_OPS  regex: every packet's opcode (rxe dump's name) must match it
 #   MAXLEN    largest RoCE payload expected (path MTU), MAXLEN_EQ=1: must be reached
 #   HOSTCHK   function run on success with the host log as $1 (adds to NOTE/fail)
 #   GTIMEOUT  guest command timeout (90)
@@ -272,6 +277,11 @@ scenario() {
         [ "$(grep -E "^ *[0-9]+ +[0-9.]+ +${src//./\\.} +→" "$PCAPS/$id.txt" | grep -cE "$re")" -gt 0 ] ||
             { rc=1; why="$why no packet /$re/ from $src in the capture"; }
     done <<<"${EXPECT:-}"
+    if [ -n "${ONLY_OPS:-}" ]; then
+        local stray
+        stray=$(grep -E "^ *[0-9]+ +[0-9.]+ +[0-9.]+ +→" "$PCAPS/$id.txt" | awk '{print $6}' | grep -vxE "$ONLY_OPS" | sort | uniq -c | tr -s ' \n' ' ')
+        [ -z "$stray" ] || { rc=1; why="$why unexpected packets in the capture:$stray"; }
+    fi
     if [ -n "${MAXLEN:-}" ]; then
         local ml
         ml=$(grep -oE ' len=[0-9]+' "$PCAPS/$id.txt" | cut -d= -f2 | sort -n | tail -1)
@@ -345,11 +355,11 @@ scenario() {
     if [ "$verdict" != PASS ]; then
         say "     host log: $hlog"; say "     guest log: $glog"; say "     capture: $pcap"
         # a stuck program must not spoil the next scenario
-        grun "kill-$id" 20 'killall -q ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong rxe_peer; true' >/dev/null 2>&1
+        grun "kill-$id" 20 'killall -q ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong rxe_peer ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat backend_exchange; true' >/dev/null 2>&1
     fi
     reset_opts
 }
-reset_opts() { ALLOW="" EXPECT="" MAXLEN="" MAXLEN_EQ="" HOSTCHK="" GTIMEOUT="" EXTRA_NOTE=""; }
+reset_opts() { ALLOW="" EXPECT="" ONLY_OPS="" MAXLEN="" MAXLEN_EQ="" HOSTCHK="" GTIMEOUT="" EXTRA_NOTE=""; }
 reset_opts
 
 # rxe-rs side of a pingpong; our device's active MTU is 4096 (see docs/interop.md)
@@ -368,6 +378,74 @@ pp_pair() {  # MODE SIZE MTU ITERS
     scenario "pp-$tag-rs" "${mode}_pingpong rxe-rs-server→kernel-client size=$size mtu=$mtu" host \
         "ibv_${mode}_pingpong -d rxe0 -g $GIDX -s $size $mflag -n $n -c $HOST_IP" \
         "$RXE" pingpong --mode "$mode" -d "$HOST_IP" -s "$size" -m "$mtu" -n "$n" -c --timeout 60
+}
+
+# perftest (ib_*_bw/_lat in the guest) against `rxe perf` (rxe-rs), both
+# directions. perftest never checks data, so `rxe perf --dump-buffer` fills
+# its buffer with random bytes and saves it before and after, and
+# perf_check.py checks the capture against it (check_perf_data).
+check_perf_data() {  # host log, guest log; uses $pcap/$id of the scenario
+    local out drc flags=""
+    [ "$PT_TEST" = write_lat ] && flags=--counter
+    out=$(python3 "$HERE/perf_check.py" "$pcap" "$1" --host "$HOST_IP" --peer "$GUEST_IP" --mtu "$PT_MTU" $flags --selftest 2>&1)
+    drc=$?
+    printf '%s\n' "$out" >"$PCAPS/$id.data"
+    EXTRA_NOTE=$(head -1 <<<"$out")
+    [ "$drc" = 0 ] || { say "     perf_check.py: $out"; return 1; }
+}
+# perftest's opcodes per test: what the requester sends, what the responder answers
+pt_ops() {  # TEST SIZE MTU -> sets PT_REQ PT_RESP (regexes of rxe dump names)
+    local t=$1 size=$2 mtu=$3 multi=ONLY
+    [ "$size" -gt "$mtu" ] && multi="FIRST|MIDDLE|LAST"
+    [ "$size" -gt "$mtu" ] && [ "$size" -le $((2 * mtu)) ] && multi="FIRST|LAST"
+    case $t in
+    write_*) PT_REQ="RC_RDMA_WRITE_($multi)" PT_RESP="RC_ACKNOWLEDGE" ;;
+    send_*) PT_REQ="RC_SEND_($multi)" PT_RESP="RC_ACKNOWLEDGE" ;;
+    read_*) PT_REQ="RC_RDMA_READ_REQUEST" PT_RESP="RC_RDMA_READ_RESPONSE_($multi)" ;;
+    atomic_*) PT_REQ="RC_(FETCH_ADD|COMPARE_SWAP)" PT_RESP="RC_ATOMIC_ACKNOWLEDGE" ;;
+    esac
+}
+pt_pair() {  # TEST SIZE MTU ITERS [perftest flags...]
+    local t=$1 size=$2 mtu=$3 n=$4; shift 4
+    local flags=("$@") sflag=(-s "$size") tag ops
+    case $t in atomic_*) sflag=() ;; esac     # atomics are 8 bytes, -s is refused
+    case "${flags[*]}" in
+    *FETCH_AND_ADD*) tag="$t-faa" ;;
+    *CMP_AND_SWAP*) tag="$t-cas" ;;
+    *) tag=$t ;;
+    esac
+    tag="$tag-s${size}-m${mtu}"
+    PORT=18515 PT_TEST=$t PT_MTU=$mtu
+    pt_ops "$t" "$size" "$mtu"
+    local common="-d rxe0 -x $GIDX -F -m $mtu ${sflag[*]} -n $n ${flags[*]}"
+    local rs_args=(perf "$t" -d "$HOST_IP" -m "$mtu" "${sflag[@]}" -n "$n" "${flags[@]}" --timeout 60)
+    local what="$t${flags:+ ${flags[*]}} size=$size mtu=$mtu n=$n"
+    local dir req resp
+    for dir in ks rs; do
+        # the requester is perftest's client, except in the ping-pongs
+        if [ "$dir" = ks ]; then req=$HOST_IP resp=$GUEST_IP; else req=$GUEST_IP resp=$HOST_IP; fi
+        EXPECT="$req|$PT_REQ
+$resp|$PT_RESP"
+        case $t in write_lat|send_lat) EXPECT="$EXPECT
+$resp|$PT_REQ
+$req|$PT_RESP" ;; esac
+        ONLY_OPS="$PT_REQ|$PT_RESP"
+        # with loss, sequence NAKs (and ACKs of duplicates) come from either side
+        [ -n "${PT_LOSS:-}" ] && ONLY_OPS="$ONLY_OPS|RC_ACKNOWLEDGE"
+        MAXLEN=$mtu; [ "$size" -ge "$mtu" ] && MAXLEN_EQ=1
+        HOSTCHK=check_perf_data
+        local id="${PT_LOSS:+loss-}pt-$tag-$dir" label="${PT_LOSS:+loss: }perftest $what"
+        # PT_LOSS="from guest|to guest": nftables drops those frames
+        [ -n "${PT_LOSS:-}" ] && { lossy_on "${PT_LOSS%%|*}" "${PT_LOSS#*|}"; ALLOW=any; }
+        if [ "$dir" = ks ]; then
+            scenario "$id" "$label kernel-server→rxe-rs-client" guest \
+                "ib_$t $common" "$RXE" "${rs_args[@]}" --dump-buffer "$LOGS/$id.buf" "$GUEST_IP"
+        else
+            scenario "$id" "$label rxe-rs-server→kernel-client" host \
+                "ib_$t $common $HOST_IP" "$RXE" "${rs_args[@]}" --dump-buffer "$LOGS/$id.buf"
+        fi
+        [ -n "${PT_LOSS:-}" ] && lossy_off
+    done
 }
 
 # peer/ (rxe-rs) against guest/rxe_peer.c (kernel)
@@ -477,6 +555,49 @@ MAXLEN=1024
 scenario ops-rsreq-m1024 "verbs ops rxe-rs-requester→kernel-responder mtu=1024" host \
     "rxe_peer -S -P ops -g $GIDX -m 1024 $HOST_IP" "$PEER" -R -P ops -d "$HOST_IP" -m 1024
 
+say "== perftest against rxe perf, path MTU 1024 ($(elapsed)s)"
+pt_pair write_bw 64 1024 200
+pt_pair write_bw 65536 1024 10
+pt_pair read_bw 4096 1024 50
+pt_pair send_bw 4096 1024 50
+pt_pair atomic_bw 8 1024 200 -A FETCH_AND_ADD
+pt_pair atomic_bw 8 1024 200 -A CMP_AND_SWAP
+pt_pair write_lat 64 1024 100
+pt_pair read_lat 64 1024 100
+pt_pair send_lat 64 1024 100
+pt_pair atomic_lat 8 1024 100 -A FETCH_AND_ADD
+pt_pair atomic_lat 8 1024 100 -A CMP_AND_SWAP
+
+say "== native backend: backend_exchange on the kernel's rxe (libibverbs) against the soft stack ($(elapsed)s)"
+# The same program on both sides: in the guest RXE_PROVIDER=native opens rxe0
+# through libibverbs.so.1 (rxe-verbs/src/native), on the host the soft stack.
+check_bx() {  # both logs: all 8 checks passed, each on the backend it should be
+    local h=$1 g=$2 ok=0
+    grep -q 'all 8 checks passed on the soft backend' "$h" || { say "     host: no 'all 8 checks passed on the soft backend'"; ok=1; }
+    grep -q 'all 8 checks passed on the native backend' "$g" || { say "     guest: no 'all 8 checks passed on the native backend'"; ok=1; }
+    grep -q '^backend: native (libibverbs device rxe0' "$g" || { say "     guest: not on libibverbs' rxe0"; ok=1; }
+    EXTRA_NOTE="8/8 checks on each side; guest $(grep -m1 '^backend:' "$g" | cut -c10-60)"
+    return $ok
+}
+bx_expect() {  # what each side sends when it is the requester, and answers
+    local ip
+    for ip in "$HOST_IP" "$GUEST_IP"; do
+        printf '%s\n' "$ip|RC_SEND_(LAST|ONLY)_WITH_IMMEDIATE" "$ip|RC_RDMA_WRITE_(FIRST|ONLY)" \
+            "$ip|RC_RDMA_WRITE_(LAST|ONLY)_WITH_IMMEDIATE" "$ip|RC_RDMA_READ_REQUEST" "$ip|RC_COMPARE_SWAP" \
+            "$ip|RC_FETCH_ADD" "$ip|RC_ATOMIC_ACKNOWLEDGE" "$ip|RC_RDMA_READ_RESPONSE_(FIRST|ONLY)"
+    done
+}
+PORT=18600 HOSTCHK=check_bx MAXLEN=1024 MAXLEN_EQ=1
+EXPECT=$(bx_expect)
+scenario bx-native-server "backend_exchange native (kernel rxe0 via libibverbs) server ← soft client" guest \
+    "env RXE_PROVIDER=native /share/backend_exchange server --addr $GUEST_IP --timeout 30" \
+    env RXE_PROVIDER=soft "$BX" client --addr "$HOST_IP" --server "$GUEST_IP" --timeout 30
+PORT=18600 HOSTCHK=check_bx MAXLEN=1024 MAXLEN_EQ=1
+EXPECT=$(bx_expect)
+scenario bx-native-client "backend_exchange soft server ← native (kernel rxe0 via libibverbs) client" host \
+    "env RXE_PROVIDER=native /share/backend_exchange client --addr $GUEST_IP --server $HOST_IP --timeout 30" \
+    env RXE_PROVIDER=soft "$BX" server --addr "$HOST_IP" --timeout 30
+
 say "== loss: nftables drops a few RoCE frames ($(elapsed)s)"
 PORT=18516
 lossy_on "9, 100, 301" "5, 60, 203"
@@ -525,6 +646,29 @@ scenario ops-kreq-m4096 "verbs ops kernel-requester→rxe-rs-responder mtu=4096"
 ALLOW="rcvd_rnr_err send_rnr_err" MAXLEN=4096 MAXLEN_EQ=1
 scenario ops-rsreq-m4096 "verbs ops rxe-rs-requester→kernel-responder mtu=4096" host \
     "rxe_peer -S -P ops -g $GIDX -m 4096 $HOST_IP" "$PEER" -R -P ops -d "$HOST_IP" -m 4096
+
+say "== perftest against rxe perf, path MTU 4096 ($(elapsed)s)"
+pt_pair write_bw 65536 4096 10
+pt_pair read_bw 65536 4096 10
+pt_pair send_bw 16384 4096 20
+pt_pair send_lat 8192 4096 20
+
+say "== loss at path MTU 4096 ($(elapsed)s)"
+PORT=18516
+lossy_on "7, 50, 131" "5, 40, 97"
+ALLOW=any HOSTCHK=check_peer_counters MAXLEN=4096 MAXLEN_EQ=1
+scenario loss-kreq-m4096 "loss: 8x64KiB SEND/WRITE/READ kernel-requester→rxe-rs-responder mtu=4096" guest \
+    "rxe_peer -R -P loss -g $GIDX -m 4096" "$PEER" -S -P loss -d "$HOST_IP" -m 4096 "$GUEST_IP"
+lossy_off
+lossy_on "7, 50, 131" "5, 40, 97"
+ALLOW=any HOSTCHK=check_peer_counters MAXLEN=4096 MAXLEN_EQ=1
+scenario loss-rsreq-m4096 "loss: 8x64KiB SEND/WRITE/READ rxe-rs-requester→kernel-responder mtu=4096" host \
+    "rxe_peer -S -P loss -g $GIDX -m 4096 $HOST_IP" "$PEER" -R -P loss -d "$HOST_IP" -m 4096
+lossy_off
+# perftest's write_bw through the same kind of loss; the data check sees the
+# retransmissions (they must carry the same bytes)
+PT_LOSS="6, 45|4, 30" pt_pair write_bw 65536 4096 10
+PT_LOSS="6, 45|4, 30" pt_pair read_bw 65536 4096 10
 
 # ---- 6. summary ------------------------------------------------------------------------
 grun dmesg 30 'dmesg' >"$LOGS/guest-dmesg.txt" 2>&1
