@@ -205,7 +205,7 @@ fn write_lat_one(cfg: &Config, res: &Resources, theirs: &[Dest], size: u64) -> R
 }
 
 /// The work request of read_lat (a READ of `size` bytes) or atomic_lat
-/// (one 8-byte atomic, perftest's operands: add 1, or compare 0 swap 1).
+/// (one 8-byte atomic, perftest's operands: add 1, or compare 0 swap 0).
 fn read_or_atomic_wr(cfg: &Config, res: &Resources, theirs: &[Dest], size: u64) -> SendWr {
     let sge = [res.mr.sge(0..size as usize)];
     if !cfg.test.is_atomic() {
@@ -223,7 +223,10 @@ fn read_or_atomic_wr(cfg: &Config, res: &Resources, theirs: &[Dest], size: u64) 
         AtomicType::FetchAndAdd => 1,
         AtomicType::CmpAndSwap => 0,
     };
-    wr.swap = 1;
+    // perftest's compare-and-swap compares with 0 and swaps in 0
+    // (seen on the wire from ib_atomic_bw/_lat 6.06): against its random
+    // buffer it never matches and leaves memory as it was.
+    wr.swap = 0;
     wr
 }
 
