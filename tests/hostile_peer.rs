@@ -1355,3 +1355,148 @@ fn an_ack_inside_a_read_does_not_skip_its_responses() {
         (first.add(1), IOVA + 1024, 15 * 1024)
     );
 }
+
+/// ACKs and NAKs for PSNs already acknowledged are stale (old copies, or a
+/// spoofer's): the requester drops them, counted as `Sequence`, without a
+/// go-back, without using up a retry and without failing anything. Before,
+/// each sequence NAK for an old PSN started a go-back and used a retry, so
+/// eight of them in decreasing order took a QP with `retry_cnt` 7 to ERR
+/// with `RETRY_EXC_ERR`, and a fatal NAK for an old PSN failed whatever was
+/// outstanding. A NAK for the oldest unacknowledged PSN still starts a
+/// go-back.
+#[test]
+fn stale_acks_and_naks_cost_nothing() {
+    use rxe_core::wire::Packet;
+    use rxe_net::sim::Faults;
+    use rxe_tests::sim::*;
+    let _g = serial();
+    let (mut net, nodes) = network(0x57a1e, Faults::none(), 2, 1 << 16);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let p = ConnParams::default();
+    assert_eq!(p.retry_cnt, 7);
+    let (qa, _qb) = connect(&mut net, a, b, &p);
+    let write = |net: &mut rxe_net::sim::SimNet, i: u64| {
+        let mut w = SendWr::new(i, SendOpcode::RdmaWrite);
+        w.sg_list = vec![sge(a, i * 64, 64)];
+        w.remote_addr = IOVA + i * 64;
+        w.rkey = b.mr.rkey;
+        w.flags = SendFlags::SIGNALED;
+        net.engines[a.idx].post_send(qa, w).unwrap();
+    };
+    a.mem.write(0, &pattern(1024, 5));
+    // Sixteen one-packet WRITEs, acknowledged: PSNs psn_a .. psn_a + 15.
+    for i in 0..16 {
+        write(&mut net, i);
+    }
+    net.run(Duration::from_millis(10));
+    let c = completions(&mut net, a);
+    assert_eq!(c.len(), 16);
+    assert!(c.iter().all(|c| c.status == WcStatus::Success));
+    // A seventeenth, sent but not delivered: outstanding at psn_a + 16.
+    write(&mut net, 16);
+    let now = net.now();
+    let req = net.engines[a.idx].poll_transmit(now).expect("the WRITE");
+    let outstanding = Packet::new_checked(&req.payload[..]).unwrap().bth().psn();
+    assert_eq!(outstanding, p.psn_a.add(16));
+    // Stale answers "from B": sequence NAKs for old PSNs in decreasing order
+    // (more than retry_cnt), ACKs for old PSNs, an RNR NAK and fatal NAKs.
+    let mut stale = Vec::new();
+    for k in 1..=12u32 {
+        stale.push((
+            outstanding.sub(k),
+            AethSyndrome::Nak(NakCode::PsnSequenceError),
+        ));
+    }
+    stale.push((outstanding.sub(1), AethSyndrome::Ack { credits: 0x1f }));
+    stale.push((outstanding.sub(9), AethSyndrome::Ack { credits: 0x1f }));
+    stale.push((outstanding.sub(3), AethSyndrome::RnrNak { timer: 0 }));
+    stale.push((
+        outstanding.sub(2),
+        AethSyndrome::Nak(NakCode::RemoteAccessError),
+    ));
+    stale.push((
+        outstanding.sub(5),
+        AethSyndrome::Nak(NakCode::InvalidRequest),
+    ));
+    let meta = RecvMeta {
+        src: b.addr,
+        dst: a.addr,
+        src_port: 0xc000,
+        icrc: IcrcStatus::Ok,
+    };
+    let c0 = net.engines[a.idx].counters().clone();
+    for &(psn, syndrome) in &stale {
+        let bytes = forge(&nak(qa, psn, syndrome), b.addr, a.addr, 0xc000);
+        net.engines[a.idx].handle_datagram(now, meta, &bytes);
+        assert!(
+            net.engines[a.idx].poll_transmit(now).is_none(),
+            "a stale {syndrome:?} for {psn:?} made A send"
+        );
+    }
+    let c1 = net.engines[a.idx].counters().clone();
+    assert_eq!(
+        completions(&mut net, a)
+            .iter()
+            .map(|c| (c.wr_id, c.status))
+            .collect::<Vec<_>>(),
+        [],
+        "stale answers completed something"
+    );
+    assert_eq!(
+        net.engines[a.idx].query_qp(qa).unwrap().0.state,
+        QpState::Rts
+    );
+    assert_eq!(
+        delta(&c1, &c0, DropReason::Sequence),
+        stale.len() as u64,
+        "every stale answer dropped as Sequence"
+    );
+    assert_eq!(c1.dropped() - c0.dropped(), stale.len() as u64);
+    assert_eq!(
+        (
+            c1.rcvd_seq_err,
+            c1.rcvd_rnr_err,
+            c1.retransmitted_pkts,
+            c1.retry_exceeded_err
+        ),
+        (
+            c0.rcvd_seq_err,
+            c0.rcvd_rnr_err,
+            c0.retransmitted_pkts,
+            c0.retry_exceeded_err
+        )
+    );
+    // The oldest unacknowledged PSN is not stale: a sequence NAK for it
+    // sends the WRITE again (one retry).
+    let bytes = forge(
+        &nak(
+            qa,
+            outstanding,
+            AethSyndrome::Nak(NakCode::PsnSequenceError),
+        ),
+        b.addr,
+        a.addr,
+        0xc000,
+    );
+    net.engines[a.idx].handle_datagram(now, meta, &bytes);
+    let c2 = net.engines[a.idx].counters().clone();
+    assert_eq!(c2.rcvd_seq_err, c1.rcvd_seq_err + 1);
+    assert_eq!(c2.dropped(), c1.dropped());
+    // The retransmission reaches B, B's ACK reaches A: the WRITE completes.
+    net.run(Duration::from_millis(10));
+    assert_eq!(
+        net.engines[a.idx].counters().retransmitted_pkts,
+        c1.retransmitted_pkts + 1
+    );
+    let c = completions(&mut net, a);
+    assert_eq!(
+        c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        [(16, WcStatus::Success)]
+    );
+    let (am, bm) = (a.mem.snapshot(), b.mem.snapshot());
+    assert!(am[..17 * 64] == bm[..17 * 64]);
+    assert_eq!(
+        net.engines[a.idx].query_qp(qa).unwrap().0.state,
+        QpState::Rts
+    );
+}
