@@ -463,6 +463,13 @@ impl Engine {
             .is_some_and(|q| std::mem::take(&mut q.notified))
     }
 
+    /// How many completions the engine's CQs have taken in since they were
+    /// created: a driver compares it before and after a call to tell
+    /// whether the call produced any (to wake a thread waiting for them).
+    pub fn completions_delivered(&self) -> u64 {
+        self.cqs.values().map(|q| q.delivered).sum()
+    }
+
     /// Number of completions waiting in a CQ.
     pub fn cq_len(&self, cq: CqId) -> Option<usize> {
         self.cqs.get(&cq).map(|q| q.entries.len())
