@@ -842,11 +842,11 @@ fn spoofed_peer_is_held_to_the_grants() {
     let mut cb: Vec<Completion> = Vec::new();
     let mut kinds_done = HashSet::new();
     let n = 200u32;
-    for (burst, kind) in (0..11).cycle().enumerate() {
+    for (burst, kind) in (0..12).cycle().enumerate() {
         net.run_until(Duration::from_micros(200), |_| false);
         ca.extend(completions(&mut net, a));
         cb.extend(completions(&mut net, b));
-        if (ca.len() == 40 && cb.len() == 16 && kinds_done.len() == 11) || burst > 2000 {
+        if (ca.len() == 40 && cb.len() == 16 && kinds_done.len() == 12) || burst > 2000 {
             break;
         }
         let epsn = net.engines[b.idx].query_qp(qb).unwrap().0.rq_psn;
@@ -939,8 +939,26 @@ fn spoofed_peer_is_held_to_the_grants() {
                     &bytes,
                 );
             }),
+            // ACKs, NAKs and RNR NAKs "from B" to A's requester for PSNs A
+            // has had acknowledged (its first WRITE's 16): stale, dropped
+            // without a go-back, a retry used or a request failed.
+            11 => {
+                if ca.is_empty() {
+                    continue;
+                }
+                (0..n).for_each(|k| {
+                    let r = nak(qa, p.psn_a.add(k % 16), naks[k as usize % naks.len()]);
+                    let now = net.now();
+                    let bytes = forge(&r, b.addr, a.addr, 0xc000);
+                    net.engines[a.idx].handle_datagram(
+                        now,
+                        meta(b.addr, a.addr, IcrcStatus::Ok),
+                        &bytes,
+                    );
+                })
+            }
             // A UC opcode on the RC QP, and a foreign P_Key.
-            _ => (0..n).for_each(|k| {
+            10 => (0..n).for_each(|k| {
                 let mut t = wr(qb, epsn, good, true);
                 if k % 2 == 0 {
                     t[0] = Opcode::UC_RDMA_WRITE_ONLY.0;
@@ -949,6 +967,7 @@ fn spoofed_peer_is_held_to_the_grants() {
                 }
                 to_b(&mut net, &t, IcrcStatus::Ok)
             }),
+            _ => unreachable!(),
         }
         let (cb1, ca1) = (net.engines[b.idx].counters(), net.engines[a.idx].counters());
         let n = u64::from(n);
@@ -973,6 +992,14 @@ fn spoofed_peer_is_held_to_the_grants() {
             5 => assert_eq!(delta(cb1, &b0, DropReason::IcrcError), n),
             8 => assert_eq!(delta(cb1, &b0, DropReason::UnexpectedResponse), n),
             9 => assert_eq!(delta(ca1, &a0, DropReason::UnexpectedResponse), n),
+            11 => {
+                assert_eq!(delta(ca1, &a0, DropReason::Sequence), n);
+                assert_eq!(ca1.dropped() - a0.dropped(), n);
+                assert_eq!(
+                    (ca1.rcvd_seq_err, ca1.rcvd_rnr_err),
+                    (a0.rcvd_seq_err, a0.rcvd_rnr_err)
+                );
+            }
             _ => {
                 assert_eq!(delta(cb1, &b0, DropReason::WrongTransport), n / 2);
                 assert_eq!(delta(cb1, &b0, DropReason::PkeyMismatch), n / 2);
@@ -985,7 +1012,7 @@ fn spoofed_peer_is_held_to_the_grants() {
         );
         kinds_done.insert(kind);
     }
-    assert_eq!(kinds_done.len(), 11, "every kind of burst ran");
+    assert_eq!(kinds_done.len(), 12, "every kind of burst ran");
     // The transfer completed, in order, byte-exact.
     assert_eq!(ca.iter().map(|c| c.wr_id).collect::<Vec<_>>(), posted);
     assert!(ca.iter().all(|c| c.status == WcStatus::Success), "{ca:?}");
