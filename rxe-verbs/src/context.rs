@@ -79,6 +79,9 @@ pub(crate) struct Shared {
     /// Packets the engine produced, in order, waiting for the socket.
     /// Innermost lock: taken under `engine` or `link`, never the reverse.
     pub outq: Mutex<Vec<Transmit>>,
+    /// Packets sent, whose buffers go back to the engine at the next
+    /// collect (`Engine::recycle`). Innermost lock, like `outq`.
+    pub spent: Mutex<Vec<Transmit>>,
 }
 
 impl Shared {
@@ -91,6 +94,9 @@ impl Shared {
     /// queued packets to send.
     pub fn collect(&self, engine: &mut Engine, by_receiver: bool) -> bool {
         let now = Instant::now();
+        for t in self.spent.lock().drain(..) {
+            engine.recycle(t);
+        }
         let delivered = engine.completions_delivered();
         if self.delivered.swap(delivered, Ordering::Relaxed) != delivered
             && !by_receiver
@@ -137,7 +143,7 @@ impl Shared {
 
     fn flush_locked(&self, link: &mut UdpTransport) {
         loop {
-            let batch = std::mem::take(&mut *self.outq.lock());
+            let mut batch = std::mem::take(&mut *self.outq.lock());
             if batch.is_empty() {
                 return;
             }
@@ -161,6 +167,7 @@ impl Shared {
                     Err(_) => rest = &rest[1..],
                 }
             }
+            self.spent.lock().append(&mut batch);
         }
     }
 
@@ -316,6 +323,7 @@ impl Context {
             stop: AtomicBool::new(false),
             capture,
             outq: Mutex::new(Vec::new()),
+            spent: Mutex::new(Vec::new()),
             device,
         });
         let s = shared.clone();

@@ -563,7 +563,7 @@ impl Qp {
             }
             repr.payload = &data;
         }
-        let t = self.build(&repr, src, dst, av.as_ref());
+        let t = self.build(ctx.pool, &repr, src, dst, av.as_ref());
         self.req.scratch = data;
         let t = t?;
         // A first transmission, not a retransmission (for the counters).
