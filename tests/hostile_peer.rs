@@ -4,7 +4,8 @@
 //!
 //! * [`third_party_cannot_disturb_a_transfer`]: two devices on loopback
 //!   (127.0.3.1 and 127.0.3.2) run a legitimate RC transfer (64 WRITEs and
-//!   64 SENDs of 64 KiB, checked byte for byte) while a third party on
+//!   64 SENDs of 64 KiB, checked byte for byte) while another process (this
+//!   test binary again, running only [`hostile_attacker_process`]) on
 //!   127.0.3.3 throws 27,000 crafted packets at them over UDP: wrong
 //!   QPNs, stale and future PSNs, guessed rkeys, RETH lengths past the
 //!   region, READs of 2 GiB, floods of NAKs, truncated headers, unknown
@@ -350,12 +351,106 @@ struct Victims {
     readable: RemoteRegion,
 }
 
+impl Victims {
+    /// As one line of numbers, for the attacker process.
+    fn encode(&self) -> String {
+        let mut v = vec![
+            self.a_qpn.to_string(),
+            self.a_sq_psn.value().to_string(),
+            self.b_qpn.to_string(),
+            self.b_ud_qpn.to_string(),
+            self.b_epsn.value().to_string(),
+        ];
+        for r in [self.dst, self.secret, self.readable] {
+            v.extend([r.addr.to_string(), r.len.to_string(), r.rkey.to_string()]);
+        }
+        v.join(" ")
+    }
+
+    fn decode(s: &str) -> Victims {
+        let n: Vec<u64> = s
+            .split_whitespace()
+            .map(|x| x.parse().expect("a number"))
+            .collect();
+        assert_eq!(n.len(), 14, "victims: {s}");
+        let region = |i: usize| RemoteRegion {
+            addr: n[i],
+            len: n[i + 1],
+            rkey: n[i + 2] as u32,
+        };
+        Victims {
+            a_qpn: n[0] as u32,
+            a_sq_psn: Psn::new(n[1] as u32),
+            b_qpn: n[2] as u32,
+            b_ud_qpn: n[3] as u32,
+            b_epsn: Psn::new(n[4] as u32),
+            dst: region(5),
+            secret: region(8),
+            readable: region(11),
+        }
+    }
+}
+
+/// Rounds of [`attack_round`] the attacker process sends.
+const ATTACK_ROUNDS: u32 = 1500;
+/// Where the attacker process finds its victims ([`Victims::encode`]).
+const ATTACKER_ENV: &str = "RXE_HOSTILE_PEER_VICTIMS";
+
+/// Not a test: the attacker process of
+/// [`third_party_cannot_disturb_a_transfer`], which runs this test binary
+/// again with only this function (`--ignored --exact`), its victims in
+/// `RXE_HOSTILE_PEER_VICTIMS`. It sends [`ATTACK_ROUNDS`] rounds of
+/// [`attack_round`] from its own UDP socket on 127.0.3.3, reports each
+/// round on stdout (`HOSTILE round R PACKETS`) and waits for a line on
+/// stdin before the next (the victim process paces it so that the kernel's
+/// socket buffers never overflow and every packet can be accounted for).
+/// Without the variable it does nothing.
+#[test]
+#[ignore = "the attacker process of third_party_cannot_disturb_a_transfer, run by it"]
+fn hostile_attacker_process() {
+    use std::io::{BufRead, Write};
+    let Ok(victims) = std::env::var(ATTACKER_ENV) else {
+        return;
+    };
+    let victims = Victims::decode(&victims);
+    let me = ip(3);
+    let mut link = UdpTransport::bind_with(me, RecvMode::Plain).expect("bind 127.0.3.3");
+    let port = link.src_port();
+    let mut out = std::io::stdout();
+    let mut go = std::io::stdin().lock();
+    writeln!(out, "\nHOSTILE port {port}").unwrap();
+    let mut sent = 0u64;
+    for round in 0..ATTACK_ROUNDS {
+        for (_, to, payload) in attack_round(round, me, port, &victims) {
+            let t = Transmit {
+                src: me,
+                dst: to,
+                src_port: port,
+                traffic_class: 0,
+                hop_limit: 64,
+                payload,
+            };
+            while link.send_batch(std::slice::from_ref(&t)).expect("send") == 0 {
+                let _ = link.wait_writable(Some(Duration::from_millis(1)));
+            }
+            sent += 1;
+        }
+        writeln!(out, "\nHOSTILE round {round} {sent}").unwrap();
+        out.flush().unwrap();
+        let mut line = String::new();
+        if go.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+    }
+    writeln!(out, "\nHOSTILE done {sent}").unwrap();
+}
+
 #[test]
 fn third_party_cannot_disturb_a_transfer() {
     let _g = serial();
     const MSG: usize = 64 * 1024;
     const N: usize = 64;
-    const ROUNDS: u32 = 1500;
+    const ROUNDS: u32 = ATTACK_ROUNDS;
     let opts = ConnectOptions {
         mtu: Mtu::Mtu4096,
         ..ConnectOptions::default()
@@ -420,59 +515,91 @@ fn third_party_cannot_disturb_a_transfer() {
     rbuf.with_bytes_mut(|m| m.fill(1));
     let rss0 = rss_kib();
 
-    // The attacker: a plain UDP socket of its own on 127.0.3.3. It keeps
-    // no more than 256 packets ahead of what the victims have counted, so
-    // that the kernel's socket buffers never overflow and every packet can
-    // be accounted for.
+    // The attacker: another process (this test binary again, running only
+    // `hostile_attacker_process`) with a plain UDP socket of its own on
+    // 127.0.3.3. It reports every round it sent; it may run no more than
+    // 256 packets ahead of what the victims have counted, so that the
+    // kernel's socket buffers never overflow and every packet can be
+    // accounted for.
     let sent = Arc::new(AtomicU64::new(0));
     let done = Arc::new(AtomicBool::new(false));
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "hostile_attacker_process",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(ATTACKER_ENV, victims.encode())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the attacker process");
     let attacker = {
+        use std::io::{BufRead, Write};
         let (sent, done) = (sent.clone(), done.clone());
         let (a, b) = (a.clone(), b.clone());
         let (a0, b0) = (a0.clone(), b0.clone());
+        let mut go = child.stdin.take().unwrap();
+        let reports = std::io::BufReader::new(child.stdout.take().unwrap());
         std::thread::spawn(move || {
-            let me = ip(3);
-            let mut link = UdpTransport::bind_with(me, RecvMode::Plain).expect("bind 127.0.3.3");
-            let port = link.src_port();
-            let mut tally: BTreeMap<Expect, u64> = BTreeMap::new();
             let deadline = Instant::now() + T;
             let seen = |a: &Context, b: &Context| {
                 let (ca, cb) = (a.counters(), b.counters());
                 HOSTILE.iter().map(|&r| delta(&cb, &b0, r)).sum::<u64>()
                     + delta(&ca, &a0, DropReason::WrongSource)
             };
-            let mut counted = 0u64;
-            for round in 0..ROUNDS {
-                for (what, to, payload) in attack_round(round, me, port, &victims) {
-                    let t = Transmit {
-                        src: me,
-                        dst: to,
-                        src_port: port,
-                        traffic_class: 0,
-                        hop_limit: 64,
-                        payload,
-                    };
-                    while link.send_batch(std::slice::from_ref(&t)).expect("send") == 0 {
-                        let _ = link.wait_writable(Some(Duration::from_millis(1)));
+            let me = ip(3);
+            let (mut port, mut rounds, mut counted) = (None, 0u32, 0u64);
+            for line in reports.lines() {
+                let line = line.expect("the attacker's report");
+                let Some(at) = line.find("HOSTILE ") else {
+                    continue;
+                };
+                let words: Vec<&str> = line[at..].split_whitespace().collect();
+                match words[1] {
+                    "port" => port = Some(words[2].parse::<u16>().unwrap()),
+                    "round" => {
+                        assert_eq!(words[2].parse::<u32>().unwrap(), rounds);
+                        // What that round sent (the same function, so the
+                        // same packets), and which of them are counted.
+                        let round = attack_round(rounds, me, port.unwrap(), &victims);
+                        counted += round.iter().filter(|p| p.0 != Expect::Tiny).count() as u64;
+                        sent.store(words[3].parse().unwrap(), Ordering::Relaxed);
+                        rounds += 1;
+                        while counted > seen(&a, &b) + 256 && Instant::now() < deadline {
+                            std::thread::sleep(Duration::from_micros(200));
+                        }
+                        if go.write_all(b"go\n").is_err() {
+                            break;
+                        }
                     }
-                    *tally.entry(what).or_default() += 1;
-                    sent.fetch_add(1, Ordering::Relaxed);
-                    if what != Expect::Tiny {
-                        counted += 1;
-                    }
-                }
-                while counted > seen(&a, &b) + 256 && Instant::now() < deadline {
-                    std::thread::sleep(Duration::from_micros(200));
+                    // (Read on to the end: the test harness in the
+                    // attacker process still reports its result.)
+                    "done" => done.store(true, Ordering::Release),
+                    _ => panic!("the attacker said {line}"),
                 }
             }
-            done.store(true, Ordering::Release);
+            // The tally of what the attacker sent, by expected reason.
+            let mut tally: BTreeMap<Expect, u64> = BTreeMap::new();
+            let mut total = 0;
+            for round in 0..rounds {
+                for (what, _, _) in attack_round(round, me, port.unwrap(), &victims) {
+                    *tally.entry(what).or_default() += 1;
+                    total += 1;
+                }
+            }
+            assert_eq!(total, sent.load(Ordering::Relaxed), "packets sent");
             tally
         })
     };
 
     // The legitimate transfer, in 8 rounds of 8 WRITEs and 8 SENDs, while
     // the attack goes on.
+    let start = Instant::now();
     while sent.load(Ordering::Relaxed) < 2000 {
+        assert!(start.elapsed() < T, "the attacker process did not start");
         std::thread::sleep(Duration::from_millis(1));
     }
     let mut got = Vec::new();
@@ -496,8 +623,9 @@ fn third_party_cannot_disturb_a_transfer() {
             got.extend(cq_a.wait(want - got.len(), T).expect("A's completions"));
         }
     }
-    let tally = attacker.join().expect("the attacker thread");
-    assert!(done.load(Ordering::Acquire));
+    let tally = attacker.join().expect("the attacker's reports");
+    assert!(done.load(Ordering::Acquire), "the attacker did not finish");
+    assert!(child.wait().expect("the attacker process").success());
     let mut recvs = Vec::new();
     while recvs.len() < N {
         recvs.extend(
@@ -714,11 +842,11 @@ fn spoofed_peer_is_held_to_the_grants() {
     let mut cb: Vec<Completion> = Vec::new();
     let mut kinds_done = HashSet::new();
     let n = 200u32;
-    for (burst, kind) in (0..11).cycle().enumerate() {
+    for (burst, kind) in (0..12).cycle().enumerate() {
         net.run_until(Duration::from_micros(200), |_| false);
         ca.extend(completions(&mut net, a));
         cb.extend(completions(&mut net, b));
-        if (ca.len() == 40 && cb.len() == 16 && kinds_done.len() == 11) || burst > 2000 {
+        if (ca.len() == 40 && cb.len() == 16 && kinds_done.len() == 12) || burst > 2000 {
             break;
         }
         let epsn = net.engines[b.idx].query_qp(qb).unwrap().0.rq_psn;
@@ -811,8 +939,26 @@ fn spoofed_peer_is_held_to_the_grants() {
                     &bytes,
                 );
             }),
+            // ACKs, NAKs and RNR NAKs "from B" to A's requester for PSNs A
+            // has had acknowledged (its first WRITE's 16): stale, dropped
+            // without a go-back, a retry used or a request failed.
+            11 => {
+                if ca.is_empty() {
+                    continue;
+                }
+                (0..n).for_each(|k| {
+                    let r = nak(qa, p.psn_a.add(k % 16), naks[k as usize % naks.len()]);
+                    let now = net.now();
+                    let bytes = forge(&r, b.addr, a.addr, 0xc000);
+                    net.engines[a.idx].handle_datagram(
+                        now,
+                        meta(b.addr, a.addr, IcrcStatus::Ok),
+                        &bytes,
+                    );
+                })
+            }
             // A UC opcode on the RC QP, and a foreign P_Key.
-            _ => (0..n).for_each(|k| {
+            10 => (0..n).for_each(|k| {
                 let mut t = wr(qb, epsn, good, true);
                 if k % 2 == 0 {
                     t[0] = Opcode::UC_RDMA_WRITE_ONLY.0;
@@ -821,6 +967,7 @@ fn spoofed_peer_is_held_to_the_grants() {
                 }
                 to_b(&mut net, &t, IcrcStatus::Ok)
             }),
+            _ => unreachable!(),
         }
         let (cb1, ca1) = (net.engines[b.idx].counters(), net.engines[a.idx].counters());
         let n = u64::from(n);
@@ -845,6 +992,14 @@ fn spoofed_peer_is_held_to_the_grants() {
             5 => assert_eq!(delta(cb1, &b0, DropReason::IcrcError), n),
             8 => assert_eq!(delta(cb1, &b0, DropReason::UnexpectedResponse), n),
             9 => assert_eq!(delta(ca1, &a0, DropReason::UnexpectedResponse), n),
+            11 => {
+                assert_eq!(delta(ca1, &a0, DropReason::Sequence), n);
+                assert_eq!(ca1.dropped() - a0.dropped(), n);
+                assert_eq!(
+                    (ca1.rcvd_seq_err, ca1.rcvd_rnr_err),
+                    (a0.rcvd_seq_err, a0.rcvd_rnr_err)
+                );
+            }
             _ => {
                 assert_eq!(delta(cb1, &b0, DropReason::WrongTransport), n / 2);
                 assert_eq!(delta(cb1, &b0, DropReason::PkeyMismatch), n / 2);
@@ -857,7 +1012,7 @@ fn spoofed_peer_is_held_to_the_grants() {
         );
         kinds_done.insert(kind);
     }
-    assert_eq!(kinds_done.len(), 11, "every kind of burst ran");
+    assert_eq!(kinds_done.len(), 12, "every kind of burst ran");
     // The transfer completed, in order, byte-exact.
     assert_eq!(ca.iter().map(|c| c.wr_id).collect::<Vec<_>>(), posted);
     assert!(ca.iter().all(|c| c.status == WcStatus::Success), "{ca:?}");
@@ -1353,5 +1508,150 @@ fn an_ack_inside_a_read_does_not_skip_its_responses() {
     assert_eq!(
         (p.bth().psn(), reth.va(), reth.dma_len()),
         (first.add(1), IOVA + 1024, 15 * 1024)
+    );
+}
+
+/// ACKs and NAKs for PSNs already acknowledged are stale (old copies, or a
+/// spoofer's): the requester drops them, counted as `Sequence`, without a
+/// go-back, without using up a retry and without failing anything. Before,
+/// each sequence NAK for an old PSN started a go-back and used a retry, so
+/// eight of them in decreasing order took a QP with `retry_cnt` 7 to ERR
+/// with `RETRY_EXC_ERR`, and a fatal NAK for an old PSN failed whatever was
+/// outstanding. A NAK for the oldest unacknowledged PSN still starts a
+/// go-back.
+#[test]
+fn stale_acks_and_naks_cost_nothing() {
+    use rxe_core::wire::Packet;
+    use rxe_net::sim::Faults;
+    use rxe_tests::sim::*;
+    let _g = serial();
+    let (mut net, nodes) = network(0x57a1e, Faults::none(), 2, 1 << 16);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let p = ConnParams::default();
+    assert_eq!(p.retry_cnt, 7);
+    let (qa, _qb) = connect(&mut net, a, b, &p);
+    let write = |net: &mut rxe_net::sim::SimNet, i: u64| {
+        let mut w = SendWr::new(i, SendOpcode::RdmaWrite);
+        w.sg_list = vec![sge(a, i * 64, 64)];
+        w.remote_addr = IOVA + i * 64;
+        w.rkey = b.mr.rkey;
+        w.flags = SendFlags::SIGNALED;
+        net.engines[a.idx].post_send(qa, w).unwrap();
+    };
+    a.mem.write(0, &pattern(1024, 5));
+    // Sixteen one-packet WRITEs, acknowledged: PSNs psn_a .. psn_a + 15.
+    for i in 0..16 {
+        write(&mut net, i);
+    }
+    net.run(Duration::from_millis(10));
+    let c = completions(&mut net, a);
+    assert_eq!(c.len(), 16);
+    assert!(c.iter().all(|c| c.status == WcStatus::Success));
+    // A seventeenth, sent but not delivered: outstanding at psn_a + 16.
+    write(&mut net, 16);
+    let now = net.now();
+    let req = net.engines[a.idx].poll_transmit(now).expect("the WRITE");
+    let outstanding = Packet::new_checked(&req.payload[..]).unwrap().bth().psn();
+    assert_eq!(outstanding, p.psn_a.add(16));
+    // Stale answers "from B": sequence NAKs for old PSNs in decreasing order
+    // (more than retry_cnt), ACKs for old PSNs, an RNR NAK and fatal NAKs.
+    let mut stale = Vec::new();
+    for k in 1..=12u32 {
+        stale.push((
+            outstanding.sub(k),
+            AethSyndrome::Nak(NakCode::PsnSequenceError),
+        ));
+    }
+    stale.push((outstanding.sub(1), AethSyndrome::Ack { credits: 0x1f }));
+    stale.push((outstanding.sub(9), AethSyndrome::Ack { credits: 0x1f }));
+    stale.push((outstanding.sub(3), AethSyndrome::RnrNak { timer: 0 }));
+    stale.push((
+        outstanding.sub(2),
+        AethSyndrome::Nak(NakCode::RemoteAccessError),
+    ));
+    stale.push((
+        outstanding.sub(5),
+        AethSyndrome::Nak(NakCode::InvalidRequest),
+    ));
+    let meta = RecvMeta {
+        src: b.addr,
+        dst: a.addr,
+        src_port: 0xc000,
+        icrc: IcrcStatus::Ok,
+    };
+    let c0 = net.engines[a.idx].counters().clone();
+    for &(psn, syndrome) in &stale {
+        let bytes = forge(&nak(qa, psn, syndrome), b.addr, a.addr, 0xc000);
+        net.engines[a.idx].handle_datagram(now, meta, &bytes);
+        assert!(
+            net.engines[a.idx].poll_transmit(now).is_none(),
+            "a stale {syndrome:?} for {psn:?} made A send"
+        );
+    }
+    let c1 = net.engines[a.idx].counters().clone();
+    assert_eq!(
+        completions(&mut net, a)
+            .iter()
+            .map(|c| (c.wr_id, c.status))
+            .collect::<Vec<_>>(),
+        [],
+        "stale answers completed something"
+    );
+    assert_eq!(
+        net.engines[a.idx].query_qp(qa).unwrap().0.state,
+        QpState::Rts
+    );
+    assert_eq!(
+        delta(&c1, &c0, DropReason::Sequence),
+        stale.len() as u64,
+        "every stale answer dropped as Sequence"
+    );
+    assert_eq!(c1.dropped() - c0.dropped(), stale.len() as u64);
+    assert_eq!(
+        (
+            c1.rcvd_seq_err,
+            c1.rcvd_rnr_err,
+            c1.retransmitted_pkts,
+            c1.retry_exceeded_err
+        ),
+        (
+            c0.rcvd_seq_err,
+            c0.rcvd_rnr_err,
+            c0.retransmitted_pkts,
+            c0.retry_exceeded_err
+        )
+    );
+    // The oldest unacknowledged PSN is not stale: a sequence NAK for it
+    // sends the WRITE again (one retry).
+    let bytes = forge(
+        &nak(
+            qa,
+            outstanding,
+            AethSyndrome::Nak(NakCode::PsnSequenceError),
+        ),
+        b.addr,
+        a.addr,
+        0xc000,
+    );
+    net.engines[a.idx].handle_datagram(now, meta, &bytes);
+    let c2 = net.engines[a.idx].counters().clone();
+    assert_eq!(c2.rcvd_seq_err, c1.rcvd_seq_err + 1);
+    assert_eq!(c2.dropped(), c1.dropped());
+    // The retransmission reaches B, B's ACK reaches A: the WRITE completes.
+    net.run(Duration::from_millis(10));
+    assert_eq!(
+        net.engines[a.idx].counters().retransmitted_pkts,
+        c1.retransmitted_pkts + 1
+    );
+    let c = completions(&mut net, a);
+    assert_eq!(
+        c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        [(16, WcStatus::Success)]
+    );
+    let (am, bm) = (a.mem.snapshot(), b.mem.snapshot());
+    assert!(am[..17 * 64] == bm[..17 * 64]);
+    assert_eq!(
+        net.engines[a.idx].query_qp(qa).unwrap().0.state,
+        QpState::Rts
     );
 }

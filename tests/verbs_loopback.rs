@@ -1132,3 +1132,114 @@ fn cq_overrun_is_an_async_error() {
         "the first two stay"
     );
 }
+
+// 127.0.1.68-69
+/// A thread waiting for completions receives from the socket itself (see
+/// rxe-verbs' `progress` module); completions that another thread causes
+/// without any packet (here: moving the QP to ERR flushes the posted
+/// receives) must still wake it, long before its deadline.
+#[test]
+fn a_waiting_thread_sees_completions_another_thread_causes() {
+    let (a, b) = pair(68, QpType::Rc, 4096);
+    let slots: Vec<RecvWr> = (200..203).map(|i| recv(i, b.mr.sge(0..64))).collect();
+    b.qp.post_recv(&slots).unwrap();
+    let (wcs, waited) = std::thread::scope(|s| {
+        let waiter = s.spawn(|| {
+            let t0 = Instant::now();
+            (b.cq.wait(3, Duration::from_secs(60)), t0.elapsed())
+        });
+        // Let the waiter go to sleep on the socket first (if it has not,
+        // the completions are simply there when it looks).
+        std::thread::sleep(Duration::from_millis(200));
+        let to_err = QpAttr {
+            state: QpState::Err,
+            ..QpAttr::default()
+        };
+        b.qp.modify(&to_err, QpAttrMask::STATE).unwrap();
+        waiter.join().unwrap()
+    });
+    let wcs = wcs.expect("the flush completions, not a timeout");
+    // Not a measurement: a waiter nobody wakes sleeps until its deadline
+    // (60 s) and only then finds the completions.
+    assert!(
+        waited < Duration::from_secs(30),
+        "woken only after {waited:?}"
+    );
+    let got: Vec<_> = wcs.iter().map(|w| (w.wr_id, w.status)).collect();
+    assert_eq!(
+        got,
+        (200..203)
+            .map(|i| (i, WcStatus::WrFlushErr))
+            .collect::<Vec<_>>()
+    );
+    drop(a);
+}
+
+// 127.0.1.70-71
+/// Two threads wait on two CQs of one device at once: one of them receives
+/// from the socket, the other sleeps until a round delivers its completion.
+/// Both get theirs, whichever the packets are for.
+#[test]
+fn two_threads_wait_on_two_cqs_of_one_device() {
+    let ctx = Device::soft(addr(70)).open().unwrap();
+    let pd = ctx.alloc_pd().unwrap();
+    let cqs = [
+        ctx.create_cq(16, None).unwrap(),
+        ctx.create_cq(16, None).unwrap(),
+    ];
+    let mr = pd.alloc_mr(4096, ALL).unwrap();
+    let qps: Vec<QueuePair> = cqs
+        .iter()
+        .map(|cq| {
+            ctx.create_qp(&pd, &QpInitAttr::new(QpType::Rc, cq, cq))
+                .unwrap()
+        })
+        .collect();
+    let peer = node(71, QpType::Rc, 4096);
+    let peer_qp2 = peer
+        .ctx
+        .create_qp(&peer.pd, &QpInitAttr::new(QpType::Rc, &peer.cq, &peer.cq))
+        .unwrap();
+    let peers = [&peer.qp, &peer_qp2];
+    for (q, p) in qps.iter().zip(peers) {
+        q.connect(&p.endpoint(), &opts()).unwrap();
+        p.connect(&q.endpoint(), &opts()).unwrap();
+    }
+    for (i, q) in qps.iter().enumerate() {
+        q.post_recv(&[recv(300 + i as u64, mr.sge(i * 1024..i * 1024 + 1024))])
+            .unwrap();
+    }
+    peer.mr.write(0, &pattern(2048, 7)).unwrap();
+    let wcs = std::thread::scope(|s| {
+        let waiters: Vec<_> = cqs
+            .iter()
+            .map(|cq| s.spawn(move || cq.wait(1, Duration::from_secs(60))))
+            .collect();
+        std::thread::sleep(Duration::from_millis(200));
+        for (i, p) in peers.iter().enumerate() {
+            p.post_send(&[SendWr::send(
+                400 + i as u64,
+                &[peer.mr.sge(i * 1024..i * 1024 + 1024)],
+            )])
+            .unwrap();
+        }
+        waiters
+            .into_iter()
+            .map(|w| w.join().unwrap().expect("a completion, not a timeout"))
+            .collect::<Vec<_>>()
+    });
+    for (i, w) in wcs.iter().enumerate() {
+        assert_eq!(w.len(), 1);
+        assert_eq!(
+            (w[0].wr_id, w[0].status),
+            (300 + i as u64, WcStatus::Success)
+        );
+        assert_eq!(w[0].byte_len, 1024);
+    }
+    assert_eq!(bytes(&mr, 0..2048), pattern(2048, 7));
+    for _ in 0..2 {
+        ok(&peer.cq);
+    }
+    drop(qps);
+    drop(peer_qp2);
+}

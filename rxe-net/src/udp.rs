@@ -397,8 +397,13 @@ impl UdpTransport {
     /// the receiving socket, so one thread can wait while another holds the
     /// transport (behind a lock) to send.
     pub fn waiter(&self) -> io::Result<Waiter> {
+        // SAFETY: plain system call; the descriptor is checked before use.
+        let wake = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        let wake = cvt(wake).map_err(|e| context(e, "eventfd"))?;
         Ok(Waiter {
             fd: self.recv_fd().try_clone_to_owned()?,
+            // SAFETY: `wake` is a new descriptor that nothing else owns.
+            wake: unsafe { OwnedFd::from_raw_fd(wake) },
         })
     }
 
@@ -976,27 +981,72 @@ fn from_sockaddr(ss: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<So
     }
 }
 
-/// `ppoll(2)` on one descriptor. Returns whether it is ready; `false` on
-/// timeout or interruption.
 /// Waits for a transport's receiving socket; see [`UdpTransport::waiter`].
+///
+/// It waits on its own duplicate of the socket, so it needs no access to
+/// the transport, and on an `eventfd(2)` that [`Waiter::wake`] sets, so
+/// another thread can end a wait early (for example when something other
+/// than a packet produced what the waiting thread waits for).
 #[derive(Debug)]
 pub struct Waiter {
     fd: OwnedFd,
+    wake: OwnedFd,
 }
 
 impl Waiter {
-    /// Waits up to `timeout` (`None`: no limit) for a datagram; true if one is ready.
+    /// Waits up to `timeout` (`None`: no limit) for a datagram or a
+    /// [`Waiter::wake`]; true if a datagram is ready. A wake-up is used up
+    /// by the wait it ends (or by the next wait, if none was waiting).
     pub fn wait(&self, timeout: Option<Duration>) -> io::Result<bool> {
-        wait_fd(self.fd.as_raw_fd(), libc::POLLIN, timeout)
+        let mut pfds = [
+            libc::pollfd {
+                fd: self.fd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.wake.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        if !ppoll(&mut pfds, timeout)? {
+            return Ok(false);
+        }
+        if pfds[1].revents != 0 {
+            let mut v = 0u64;
+            // SAFETY: reads 8 bytes into `v`; the eventfd is nonblocking, so
+            // a wake-up another waiter took first is EAGAIN, not a hang.
+            let _ = unsafe {
+                libc::read(
+                    self.wake.as_raw_fd(),
+                    (&mut v as *mut u64).cast(),
+                    size_of::<u64>(),
+                )
+            };
+        }
+        Ok(pfds[0].revents != 0)
+    }
+
+    /// Ends the current (or next) [`Waiter::wait`] of any thread.
+    pub fn wake(&self) {
+        let v = 1u64;
+        // SAFETY: writes 8 bytes from `v` to the eventfd. It can only fail
+        // when the counter is about to overflow, which means a wake-up is
+        // already pending.
+        let _ = unsafe {
+            libc::write(
+                self.wake.as_raw_fd(),
+                (&v as *const u64).cast(),
+                size_of::<u64>(),
+            )
+        };
     }
 }
 
-fn wait_fd(fd: RawFd, events: libc::c_short, timeout: Option<Duration>) -> io::Result<bool> {
-    let mut pfd = libc::pollfd {
-        fd,
-        events,
-        revents: 0,
-    };
+/// `ppoll(2)`: true if a descriptor is ready, false on timeout or
+/// interruption.
+fn ppoll(pfds: &mut [libc::pollfd], timeout: Option<Duration>) -> io::Result<bool> {
     let ts = timeout.map(|d| libc::timespec {
         tv_sec: d.as_secs().min(libc::time_t::MAX as u64) as libc::time_t,
         tv_nsec: d.subsec_nanos() as _,
@@ -1004,8 +1054,15 @@ fn wait_fd(fd: RawFd, events: libc::c_short, timeout: Option<Duration>) -> io::R
     let tsp = ts
         .as_ref()
         .map_or(std::ptr::null(), |t| t as *const libc::timespec);
-    // SAFETY: pfd and the optional timespec are valid for the call.
-    let r = unsafe { libc::ppoll(&mut pfd, 1, tsp, std::ptr::null()) };
+    // SAFETY: the pollfds and the optional timespec are valid for the call.
+    let r = unsafe {
+        libc::ppoll(
+            pfds.as_mut_ptr(),
+            pfds.len() as libc::nfds_t,
+            tsp,
+            std::ptr::null(),
+        )
+    };
     if r < 0 {
         let e = io::Error::last_os_error();
         if e.raw_os_error() == Some(libc::EINTR) {
@@ -1014,6 +1071,17 @@ fn wait_fd(fd: RawFd, events: libc::c_short, timeout: Option<Duration>) -> io::R
         return Err(context(e, "poll"));
     }
     Ok(r > 0)
+}
+
+/// `ppoll(2)` on one descriptor. Returns whether it is ready; `false` on
+/// timeout or interruption.
+fn wait_fd(fd: RawFd, events: libc::c_short, timeout: Option<Duration>) -> io::Result<bool> {
+    let mut pfd = [libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    }];
+    ppoll(&mut pfd, timeout)
 }
 
 #[cfg(test)]

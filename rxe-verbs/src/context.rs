@@ -1,25 +1,26 @@
 //! An open device: the engine, its UDP socket, and the progress thread
-//! that drives them.
+//! that drives them (who receives is [`crate::progress`]'s business).
 //!
 //! Locking: one `parking_lot::Mutex` guards the engine. Every call takes it
 //! briefly, does its work, collects the packets the engine wants to send and
 //! the events it raised, drops the lock, and only then sends, so no socket
-//! call happens under the lock. The progress thread does the same for
-//! received packets and timers. A condition variable on the engine lock
-//! wakes threads waiting for completions.
+//! call happens under the lock. Receiving threads do the same for received
+//! packets and timers. A condition variable on the engine lock wakes threads
+//! waiting for completions.
 
 use crate::capture::Capture;
 use crate::cq::ChannelInner;
 use crate::device::{gid_of, Device, DeviceAttr, PortAttr};
 use crate::error::Error;
 use crate::native::NContext;
+use crate::progress::Receiver;
 use crate::provider::DeviceKind;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use rxe_core::engine::{AsyncEvent, CqId, Engine, EngineConfig, Transmit};
 use rxe_net::udp::{RecvMode, UdpTransport, Waiter, BATCH};
 use std::collections::{HashMap, VecDeque};
 use std::net::Ipv6Addr;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -62,6 +63,12 @@ pub(crate) struct Shared {
     pub link: Mutex<UdpTransport>,
     /// How the socket receives (fixed at open).
     pub recv_mode: RecvMode,
+    /// Waits for the socket to have something, without holding `link`.
+    pub waiter: Waiter,
+    /// Which application thread, if any, receives from the socket.
+    pub receiver: Receiver,
+    /// `Engine::completions_delivered` when last collected.
+    pub delivered: AtomicU64,
     pub events: Mutex<VecDeque<AsyncEventKind>>,
     pub events_cond: Condvar,
     pub channels: Mutex<HashMap<CqId, Arc<ChannelInner>>>,
@@ -72,21 +79,39 @@ pub(crate) struct Shared {
     /// Packets the engine produced, in order, waiting for the socket.
     /// Innermost lock: taken under `engine` or `link`, never the reverse.
     pub outq: Mutex<Vec<Transmit>>,
+    /// Packets sent, whose buffers go back to the engine at the next
+    /// collect (`Engine::recycle`). Innermost lock, like `outq`.
+    pub spent: Mutex<Vec<Transmit>>,
 }
 
 impl Shared {
     /// Collects what the engine produced after a call: packets to send
     /// (onto the ordered send queue), async events, completion-channel
-    /// notifications. Call with the engine locked, then [`Shared::flush`]
-    /// after unlocking.
-    pub fn collect(&self, engine: &mut Engine) {
+    /// notifications, and wakes an application thread receiving on the
+    /// socket (see [`crate::progress`]) if the call delivered completions
+    /// and was made by another thread (`by_receiver` false). Call with the
+    /// engine locked, then [`Shared::flush`] after unlocking. True if it
+    /// queued packets to send.
+    pub fn collect(&self, engine: &mut Engine, by_receiver: bool) -> bool {
         let now = Instant::now();
+        for t in self.spent.lock().drain(..) {
+            engine.recycle(t);
+        }
+        let delivered = engine.completions_delivered();
+        if self.delivered.swap(delivered, Ordering::Relaxed) != delivered
+            && !by_receiver
+            && self.receiver.is_taken()
         {
+            self.waiter.wake();
+        }
+        let queued = {
             let mut q = self.outq.lock();
+            let before = q.len();
             while let Some(t) = engine.poll_transmit(now) {
                 q.push(t);
             }
-        }
+            q.len() > before
+        };
         let mut new_events = Vec::new();
         while let Some(e) = engine.poll_event() {
             new_events.push(AsyncEventKind::from(e));
@@ -103,6 +128,7 @@ impl Shared {
         }
         drop(channels);
         self.progress.notify_all();
+        queued
     }
 
     /// Sends everything on the send queue, in the order the engine produced
@@ -117,7 +143,7 @@ impl Shared {
 
     fn flush_locked(&self, link: &mut UdpTransport) {
         loop {
-            let batch = std::mem::take(&mut *self.outq.lock());
+            let mut batch = std::mem::take(&mut *self.outq.lock());
             if batch.is_empty() {
                 return;
             }
@@ -141,38 +167,46 @@ impl Shared {
                     Err(_) => rest = &rest[1..],
                 }
             }
+            self.spent.lock().append(&mut batch);
         }
     }
 
-    /// Runs `f` on the locked engine, then sends what it produced.
+    /// Runs `f` on the locked engine, then sends what it produced, with
+    /// whatever was queued before it (a call that produces no packets,
+    /// such as a post_recv, leaves deferred packets queued: see "Deferred
+    /// sending" in [`crate::progress`]).
     pub fn with_engine<R>(&self, f: impl FnOnce(&mut Engine) -> R) -> R {
         let mut e = self.engine.lock();
         let r = f(&mut e);
-        self.collect(&mut e);
+        let queued = self.collect(&mut e, false);
         drop(e);
-        self.flush();
+        if queued {
+            self.flush();
+        }
         r
     }
 
-    /// One round of progress in the calling thread, if no other thread is
-    /// receiving right now: takes what the socket holds, runs due timers,
-    /// sends. Lets a thread waiting for a completion poll for a moment
-    /// instead of waiting for the progress thread to wake it. True if the
-    /// round ran.
-    pub fn poll_progress(&self) -> bool {
-        let Some(mut link) = self.link.try_lock() else {
-            return false;
-        };
+    /// One round of progress in the calling thread: takes what the socket
+    /// holds (if `receive`), runs due timers, and wakes whoever waits for
+    /// what that produced. `by_receiver`: the caller holds the [`Receiver`]
+    /// token. `send_now`: send the packets the round produced before
+    /// returning; otherwise they stay on the send queue for the next flush
+    /// (see "Deferred sending" in [`crate::progress`]).
+    pub fn round(&self, receive: bool, by_receiver: bool, send_now: bool) {
+        let mut link = self.link.lock();
         let now = Instant::now();
         let mut e = self.engine.lock();
-        self.receive(&mut link, &mut e, now);
+        if receive {
+            self.receive(&mut link, &mut e, now);
+        }
         if e.next_timeout().is_some_and(|t| t <= now) {
             e.handle_timeout(now);
         }
-        self.collect(&mut e);
+        self.collect(&mut e, by_receiver);
         drop(e);
-        self.flush_locked(&mut link);
-        true
+        if send_now {
+            self.flush_locked(&mut link);
+        }
     }
 
     /// Feeds every datagram the socket holds to the engine.
@@ -207,6 +241,9 @@ pub(crate) struct Inner {
 
 impl Drop for Inner {
     fn drop(&mut self) {
+        // Packets whose sending was deferred (the last ACKs, typically)
+        // go out before the device closes.
+        self.shared.flush();
         self.shared.stop.store(true, Ordering::Release);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -233,34 +270,6 @@ impl std::fmt::Debug for Context {
             .field("kind", &self.kind())
             .field("device", self.device())
             .finish()
-    }
-}
-
-fn progress_loop(shared: Arc<Shared>, waiter: Waiter) {
-    while !shared.stop.load(Ordering::Acquire) {
-        let wait = {
-            let e = shared.engine.lock();
-            match e.next_timeout() {
-                Some(t) => t
-                    .saturating_duration_since(Instant::now())
-                    .min(Duration::from_millis(20)),
-                None => Duration::from_millis(20),
-            }
-        };
-        // Wait without holding any lock, so application threads can send.
-        let readable = waiter.wait(Some(wait)).unwrap_or(false);
-        let now = Instant::now();
-        let mut link = shared.link.lock();
-        let mut e = shared.engine.lock();
-        if readable {
-            shared.receive(&mut link, &mut e, now);
-        }
-        if e.next_timeout().is_some_and(|t| t <= now) {
-            e.handle_timeout(now);
-        }
-        shared.collect(&mut e);
-        drop(e);
-        shared.flush_locked(&mut link);
     }
 }
 
@@ -305,18 +314,22 @@ impl Context {
             progress: Condvar::new(),
             link: Mutex::new(link),
             recv_mode,
+            waiter,
+            receiver: Receiver::new(),
+            delivered: AtomicU64::new(0),
             events: Mutex::new(VecDeque::from([AsyncEventKind::PortActive])),
             events_cond: Condvar::new(),
             channels: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
             capture,
             outq: Mutex::new(Vec::new()),
+            spent: Mutex::new(Vec::new()),
             device,
         });
         let s = shared.clone();
         let thread = std::thread::Builder::new()
             .name(format!("rxe-progress-{}", shared.device.name()))
-            .spawn(move || progress_loop(s, waiter))
+            .spawn(move || crate::progress::run(s))
             .map_err(|source| Error::Io {
                 what: "spawn the progress thread".into(),
                 source,

@@ -221,48 +221,87 @@ impl CompletionQueue {
     }
 
     /// Waits until `n` completions are there (or `timeout` passes) and
-    /// takes them.
+    /// takes them: all `n`, or after the timeout what came (an
+    /// [`Error::Timeout`] if nothing did).
+    ///
+    /// On a soft device the waiting thread receives from the socket itself
+    /// when no other thread does (see the crate's "Threads" notes), so the
+    /// packet that completes the work wakes this thread directly.
     pub fn wait(&self, n: usize, timeout: Duration) -> Result<Vec<Completion>, Error> {
         let c = match &self.imp {
             CqImp::Soft(c) => c,
             CqImp::Native(q) => return wait_native(q, n, timeout),
         };
-        let deadline = Instant::now() + timeout;
-        let mut out = Vec::with_capacity(n);
         let s = &c.ctx.shared;
-        // First poll for a short while in this thread: the answer to what
-        // was just posted often arrives within microseconds, and driving the
-        // socket here saves two thread wake-ups per packet.
-        let spin_until = Instant::now() + spin_budget().min(timeout);
+        let start = Instant::now();
+        let deadline = start.checked_add(timeout);
+        let mut out = Vec::with_capacity(n.min(4096));
+        let timed_out = |out: Vec<Completion>| {
+            if out.is_empty() {
+                Err(Error::Timeout(timeout))
+            } else {
+                Ok(out)
+            }
+        };
         loop {
             s.lock().poll_cq(c.id, n - out.len(), &mut out)?;
             if out.len() >= n {
                 return Ok(out);
             }
-            if Instant::now() >= spin_until {
-                break;
+            if let Some(token) = s.receiver.try_take() {
+                // This thread is the receiver: take packets in until the
+                // completions are there.
+                let r = (|| loop {
+                    let left = match deadline {
+                        Some(d) => match d.checked_duration_since(Instant::now()) {
+                            Some(left) if !left.is_zero() => Some(left),
+                            _ => return timed_out(std::mem::take(&mut out)),
+                        },
+                        None => None,
+                    };
+                    // Nothing goes unsent while this thread sleeps.
+                    s.flush();
+                    let readable = s.waiter.wait(left).unwrap_or(false);
+                    // What this round produces waits for the application's
+                    // answer if the wait ends here ("Deferred sending").
+                    s.round(readable, true, false);
+                    s.lock().poll_cq(c.id, n - out.len(), &mut out)?;
+                    if out.len() >= n {
+                        return Ok(std::mem::take(&mut out));
+                    }
+                    if readable {
+                        // Packets came but not yet the ones awaited. The
+                        // peer often sends them in the same batch (an ACK,
+                        // then the answer): let it finish before sleeping.
+                        std::thread::yield_now();
+                        s.round(true, true, false);
+                        s.lock().poll_cq(c.id, n - out.len(), &mut out)?;
+                        if out.len() >= n {
+                            return Ok(std::mem::take(&mut out));
+                        }
+                    }
+                })();
+                drop(token);
+                // Another waiting thread may take the socket now.
+                s.progress.notify_all();
+                return r;
             }
-            if !s.poll_progress() {
-                std::hint::spin_loop();
-            }
-        }
-        let mut e = s.lock();
-        loop {
-            let want = n - out.len();
-            e.poll_cq(c.id, want, &mut out)?;
+            // Another thread receives: sleep until its next round (or, at
+            // the latest, a little later, to see whether the socket is
+            // free to take).
+            s.flush();
+            let mut e = s.lock();
+            e.poll_cq(c.id, n - out.len(), &mut out)?;
             if out.len() >= n {
                 return Ok(out);
             }
-            if s.progress.wait_until(&mut e, deadline).timed_out() {
-                e.poll_cq(c.id, n - out.len(), &mut out)?;
-                if out.len() >= n {
-                    return Ok(out);
-                }
-                if out.is_empty() {
-                    return Err(Error::Timeout(timeout));
-                }
-                return Ok(out);
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return timed_out(out);
             }
+            let recheck = now + crate::progress::TIMER_TICK;
+            s.progress
+                .wait_until(&mut e, deadline.map_or(recheck, |d| d.min(recheck)));
         }
     }
 
@@ -277,21 +316,6 @@ impl CompletionQueue {
             CqImp::Native(n) => n.req_notify(solicited_only),
         }
     }
-}
-
-/// How long [`CompletionQueue::wait`] polls before it sleeps:
-/// `RXE_SPIN_US` microseconds (default 0: on a machine with few cores the
-/// polling thread takes the CPU the peer and the progress thread need, and
-/// latency got worse, not better; worth trying where cores are spare).
-fn spin_budget() -> Duration {
-    static BUDGET: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
-    *BUDGET.get_or_init(|| {
-        let us = std::env::var("RXE_SPIN_US")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0);
-        Duration::from_micros(us)
-    })
 }
 
 /// [`CompletionQueue::wait`] on a native CQ: polls, spinning briefly and

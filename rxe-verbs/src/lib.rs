@@ -64,6 +64,7 @@ mod error;
 mod mr;
 #[allow(unsafe_code)]
 mod native;
+mod progress;
 pub mod provider;
 mod qp;
 

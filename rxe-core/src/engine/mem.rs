@@ -23,10 +23,13 @@
 //! index space, so a key names one object. The low byte, the "key" part
 //! (called the *variant* here), tells successive users of a slot apart: a
 //! key whose index is in use but whose variant differs is *stale*. Both parts
-//! are drawn at random (from a [`SmallRng`] seeded by [`MemTable::new`], so
-//! that a simulation replays exactly; seed it from OS entropy in production),
-//! because an rkey is a capability sent over the network: a peer must not be
-//! able to reach memory by counting keys up from one it was given. Index 0 is
+//! are drawn at random, because an rkey is a capability sent over the
+//! network: a peer must not be able to reach memory by counting keys up from
+//! one it was given, nor predict the next key from the ones it was given. So
+//! they come from a cryptographic generator ([`StdRng`], ChaCha12) seeded by
+//! [`MemTable::new`], so that a simulation replays exactly; seed it from OS
+//! entropy in production. (A non-cryptographic generator such as `SmallRng`
+//! would let a peer handed enough keys work out its state.) Index 0 is
 //! never used, so no key below 256 is ever valid, and the last
 //! [`RETIRED_KEYS`] keys that were deregistered or deallocated are never
 //! handed out again.
@@ -102,7 +105,7 @@
 
 use crate::types::{Access, DeviceCaps, MwBind};
 use parking_lot::Mutex;
-use rand::rngs::SmallRng;
+use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::fmt;
@@ -711,7 +714,8 @@ impl Entry {
 #[derive(Debug)]
 pub struct MemTable {
     entries: HashMap<u32, Entry>,
-    rng: SmallRng,
+    /// A CSPRNG: keys must not be predictable from other keys.
+    rng: StdRng,
     retired: VecDeque<u32>,
     retired_set: HashSet<u32>,
     num_mrs: usize,
@@ -737,7 +741,7 @@ impl MemTable {
     pub fn with_caps(seed: u64, caps: &DeviceCaps) -> MemTable {
         MemTable {
             entries: HashMap::new(),
-            rng: SmallRng::seed_from_u64(seed),
+            rng: StdRng::seed_from_u64(seed),
             retired: VecDeque::new(),
             retired_set: HashSet::new(),
             num_mrs: 0,

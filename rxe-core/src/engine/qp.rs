@@ -296,13 +296,20 @@ impl Qp {
     /// Serializes a packet and computes its ICRC.
     pub fn build(
         &self,
+        pool: &mut super::txpool::TxPool,
         repr: &PacketRepr<'_>,
         src: IpAddr,
         dst: IpAddr,
         av: Option<&AddressVector>,
     ) -> Option<Transmit> {
-        let mut payload = vec![0u8; repr.buffer_len()];
-        let n = repr.emit(&mut payload).ok()?;
+        let mut payload = pool.take(repr.buffer_len());
+        let n = match repr.emit(&mut payload) {
+            Ok(n) => n,
+            Err(_) => {
+                pool.give(payload);
+                return None;
+            }
+        };
         let crc = icrc::compute_udp(src, dst, self.src_port, &payload[..n - ICRC_LEN]).ok()?;
         payload[n - ICRC_LEN..n].copy_from_slice(&crc.to_le_bytes());
         Some(Transmit {

@@ -563,7 +563,7 @@ impl Qp {
             }
             repr.payload = &data;
         }
-        let t = self.build(&repr, src, dst, av.as_ref());
+        let t = self.build(ctx.pool, &repr, src, dst, av.as_ref());
         self.req.scratch = data;
         let t = t?;
         // A first transmission, not a retransmission (for the counters).
@@ -762,6 +762,22 @@ impl Qp {
             return;
         }
         let info = pkt.info();
+        // An ACK or NAK for a PSN before the oldest unacknowledged one is
+        // stale: every PSN up to `acked` is answered already (a READ or
+        // atomic moves `acked` only with its responses), so it can only be
+        // an old copy, reordered or duplicated on the way, or a spoofer's.
+        // Drop it before it can start a go-back, use up a retry or fail a
+        // request (IBTA: a requester discards duplicate responses; the
+        // kernel's rxe ignores responses before the PSN it expects next).
+        // Without this, eight sequence NAKs for old PSNs in decreasing
+        // order took an RC QP with retry_cnt 7 to ERR with RETRY_EXC_ERR.
+        // READ responses and atomic acknowledges are matched against their
+        // WQE below and dropped there when stale.
+        if info.operation == Operation::Acknowledge && !psn.is_after(self.req.acked) {
+            self.counters.drop(super::DropReason::Sequence);
+            ctx.counters.drop(super::DropReason::Sequence);
+            return;
+        }
         let syndrome = pkt.aeth().map(|a| a.syndrome());
         match (info.operation, syndrome) {
             (Operation::Acknowledge, Some(AethSyndrome::Ack { .. })) => {

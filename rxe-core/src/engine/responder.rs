@@ -739,7 +739,7 @@ impl Qp {
                     msn: *msn & 0xff_ffff,
                 });
                 self.resp.out.pop_front();
-                self.build(&r, src, dst, av.as_ref())
+                self.build(ctx.pool, &r, src, dst, av.as_ref())
             }
             RespOut::AtomicAck { psn, orig, msn } => {
                 let mut r = PacketRepr::new(bth(Opcode::RC_ATOMIC_ACKNOWLEDGE, *psn));
@@ -751,7 +751,7 @@ impl Qp {
                 });
                 r.atomic_ack_eth = Some(AtomicAckEthRepr { orig: *orig });
                 self.resp.out.pop_front();
-                self.build(&r, src, dst, av.as_ref())
+                self.build(ctx.pool, &r, src, dst, av.as_ref())
             }
             RespOut::Read(job) => {
                 let i = job.sent;
@@ -783,7 +783,7 @@ impl Qp {
                 job.sent += 1;
                 let finished = job.sent >= job.npkts;
                 let t = if read_ok {
-                    self.build(&r, src, dst, av.as_ref())
+                    self.build(ctx.pool, &r, src, dst, av.as_ref())
                 } else {
                     None
                 };

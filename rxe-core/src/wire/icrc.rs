@@ -33,9 +33,12 @@ const UDP_LEN: usize = 8;
 /// kernel UDP socket does that) compute the ICRC over the header the kernel
 /// will write.
 pub fn compute_parts(ip_header: &[u8], udp_header: &[u8], transport: &[u8]) -> Result<u32> {
-    let mut h = Hasher::new();
-    h.update(&[0xff; 8]);
-    let mut ip = [0u8; 60];
+    // The masked copies of the headers go into one buffer and through the
+    // CRC in one piece: crc32fast is much faster on one 48-byte slice than
+    // on four short ones.
+    let mut head = [0u8; 8 + 60 + UDP_LEN + BTH_LEN];
+    head[..8].fill(0xff);
+    let mut n = 8;
     match ip_header.first().map(|b| b >> 4) {
         Some(4) => {
             if !(20..=60).contains(&ip_header.len()) {
@@ -44,13 +47,13 @@ pub fn compute_parts(ip_header: &[u8], udp_header: &[u8], transport: &[u8]) -> R
                     len: ip_header.len(),
                 });
             }
-            let ip = &mut ip[..ip_header.len()];
+            let ip = &mut head[n..n + ip_header.len()];
             ip.copy_from_slice(ip_header);
             ip[1] = 0xff; // type of service
             ip[8] = 0xff; // time to live
             ip[10] = 0xff; // header checksum
             ip[11] = 0xff;
-            h.update(ip);
+            n += ip_header.len();
         }
         Some(6) => {
             if ip_header.len() != 40 {
@@ -59,14 +62,14 @@ pub fn compute_parts(ip_header: &[u8], udp_header: &[u8], transport: &[u8]) -> R
                     len: ip_header.len(),
                 });
             }
-            let ip = &mut ip[..40];
+            let ip = &mut head[n..n + 40];
             ip.copy_from_slice(ip_header);
             ip[0] |= 0x0f; // traffic class (high nibble) ...
             ip[1] = 0xff; // ... traffic class (low nibble) and flow label
             ip[2] = 0xff;
             ip[3] = 0xff;
             ip[7] = 0xff; // hop limit
-            h.update(ip);
+            n += 40;
         }
         Some(v) => return Err(Error::BadIpVersion(v)),
         None => {
@@ -83,11 +86,11 @@ pub fn compute_parts(ip_header: &[u8], udp_header: &[u8], transport: &[u8]) -> R
             len: udp_header.len(),
         });
     }
-    let mut udp = [0u8; UDP_LEN];
+    let udp = &mut head[n..n + UDP_LEN];
     udp.copy_from_slice(udp_header);
     udp[6] = 0xff;
     udp[7] = 0xff;
-    h.update(&udp);
+    n += UDP_LEN;
     if transport.len() < BTH_LEN {
         return Err(Error::Truncated {
             header: Header::Bth,
@@ -95,10 +98,12 @@ pub fn compute_parts(ip_header: &[u8], udp_header: &[u8], transport: &[u8]) -> R
             have: transport.len(),
         });
     }
-    let mut bth = [0u8; BTH_LEN];
+    let bth = &mut head[n..n + BTH_LEN];
     bth.copy_from_slice(&transport[..BTH_LEN]);
     bth[4] = 0xff;
-    h.update(&bth);
+    n += BTH_LEN;
+    let mut h = Hasher::new();
+    h.update(&head[..n]);
     h.update(&transport[BTH_LEN..]);
     Ok(h.finalize())
 }

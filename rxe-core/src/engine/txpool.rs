@@ -1,0 +1,83 @@
+//! Buffers for outgoing packets, used again and again.
+//!
+//! Every packet the engine sends is a [`super::Transmit`] that owns its
+//! bytes. Allocating a fresh buffer for each (4 KiB and more at a large
+//! MTU) costs an allocation, zeroing and, as the allocator hands memory
+//! back and forth with the kernel, page faults. So the engine keeps the
+//! buffers that the driver hands back after sending
+//! ([`super::Engine::recycle`]) and builds the next packets in them: once
+//! the pool is warm, the data path allocates nothing.
+
+/// At most this many idle buffers are kept (about 9 MiB at the largest
+/// packet size); the rest are freed.
+const MAX_IDLE: usize = 1024;
+
+/// The idle buffers.
+#[derive(Debug, Default)]
+pub(crate) struct TxPool {
+    idle: Vec<Vec<u8>>,
+}
+
+impl TxPool {
+    /// A buffer of exactly `len` bytes, with unspecified contents: the
+    /// caller writes every byte.
+    pub fn take(&mut self, len: usize) -> Vec<u8> {
+        match self.idle.pop() {
+            Some(mut b) => {
+                if b.len() >= len {
+                    b.truncate(len);
+                } else {
+                    b.resize(len, 0);
+                }
+                b
+            }
+            None => vec![0; len],
+        }
+    }
+
+    /// Keeps `buf` for a later packet (or frees it if enough are idle).
+    pub fn give(&mut self, buf: Vec<u8>) {
+        if self.idle.len() < MAX_IDLE && buf.capacity() > 0 {
+            self.idle.push(buf);
+        }
+    }
+
+    /// Idle buffers now.
+    #[cfg(test)]
+    pub fn idle(&self) -> usize {
+        self.idle.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buffers_come_back_with_the_asked_length() {
+        let mut p = TxPool::default();
+        let a = p.take(4096);
+        assert_eq!(a.len(), 4096);
+        let ptr = a.as_ptr();
+        p.give(a);
+        assert_eq!(p.idle(), 1);
+        // The same memory serves the next packet, shorter or longer.
+        let b = p.take(20);
+        assert_eq!((b.len(), b.as_ptr()), (20, ptr));
+        p.give(b);
+        let c = p.take(4128);
+        assert_eq!(c.len(), 4128);
+        assert_eq!(p.idle(), 0);
+    }
+
+    #[test]
+    fn the_pool_is_bounded() {
+        let mut p = TxPool::default();
+        for _ in 0..MAX_IDLE + 10 {
+            p.give(vec![0; 16]);
+        }
+        assert_eq!(p.idle(), MAX_IDLE);
+        p.give(Vec::new());
+        assert_eq!(p.idle(), MAX_IDLE);
+    }
+}

@@ -1,0 +1,148 @@
+//! Who feeds the engine: the progress thread, or the application thread
+//! that waits for a completion.
+//!
+//! A soft device has one socket, and received packets must reach the
+//! engine promptly: an ACK completes a send, a SEND fills a receive, a READ
+//! request wants its answer. Two kinds of thread can take them in:
+//!
+//! * **The progress thread**, always there. It waits on the socket and on
+//!   the engine's next timer, and runs a [round](Shared::round) whenever
+//!   either fires.
+//! * **An application thread waiting for completions**
+//!   ([`crate::CompletionQueue::wait`]). It takes the [`Receiver`] token
+//!   (one thread at a time) and blocks on the socket itself, so that the
+//!   packet that completes its work wakes the very thread that wants it:
+//!   one wake-up per packet, as a plain UDP program has, instead of two
+//!   (the progress thread, then a condition variable). Other waiting
+//!   threads sleep on the condition variable the receiver signals after
+//!   every round, and the first of them takes the token when it is let go.
+//!
+//! While an application thread holds the token, and for [`HANDOFF`] after
+//! it lets go (a program that waits in a loop takes it again at once), the
+//! progress thread leaves the socket alone and only runs the timers, waking
+//! every [`TIMER_TICK`] at most: the two never race for the same packets and
+//! the progress thread never takes the CPU the application needs. When no
+//! application thread has waited for longer than that, the progress thread
+//! watches the socket again. A packet that arrives while nobody watches
+//! (the application is busy between two waits) waits at most about
+//! `HANDOFF + TIMER_TICK`, far below any retransmission timeout.
+//!
+//! # Deferred sending
+//!
+//! When the round that satisfies an application receiver's wait produced
+//! packets (typically the ACK of the SEND it just received), they are not
+//! sent at once but stay on the device's ordered send queue: the
+//! application usually answers right away (the next request of a
+//! ping-pong, a READ after a SEND), and its post then puts the ACK and the
+//! request on the wire in one `sendmmsg`, which the peer takes in with one
+//! wake-up instead of two. Whatever comes first sends them: the
+//! application's next post or other call that sends, its next wait before
+//! it sleeps, or the progress thread within about [`TIMER_TICK`]. An ACK is
+//! thus held for at most about a millisecond, well inside the smallest
+//! transport timeout a real RC connection uses (perftest and the pingpong
+//! programs set 14, 67 ms); a connection with a transport timeout below
+//! 8 (1 ms) may see a spurious retransmission when its peer's application
+//! is busy.
+
+use crate::context::Shared;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long after an application receiver lets go the progress thread
+/// still leaves the socket to the application.
+pub(crate) const HANDOFF: Duration = Duration::from_micros(500);
+
+/// The longest the progress thread sleeps while an application thread
+/// receives (it wakes earlier for a due timer).
+pub(crate) const TIMER_TICK: Duration = Duration::from_millis(1);
+
+/// The longest the progress thread waits on an idle socket before it looks
+/// at the timers and the stop flag again.
+const IDLE_WAIT: Duration = Duration::from_millis(20);
+
+/// The token that makes one application thread the device's receiver.
+pub(crate) struct Receiver {
+    busy: AtomicBool,
+    /// When the last application receiver let go, in nanoseconds since `epoch`.
+    released: AtomicU64,
+    epoch: Instant,
+}
+
+impl Receiver {
+    pub fn new() -> Self {
+        Receiver {
+            busy: AtomicBool::new(false),
+            released: AtomicU64::new(0),
+            epoch: Instant::now(),
+        }
+    }
+
+    /// Takes the token if no other thread holds it.
+    pub fn try_take(&self) -> Option<ReceiverGuard<'_>> {
+        self.busy
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()
+            .map(|_| ReceiverGuard { receiver: self })
+    }
+
+    /// Whether an application thread holds the token now.
+    pub fn is_taken(&self) -> bool {
+        self.busy.load(Ordering::Acquire)
+    }
+
+    /// Whether the socket belongs to an application thread: it holds the
+    /// token, or let go of it less than [`HANDOFF`] ago.
+    pub fn app_is_receiving(&self, now: Instant) -> bool {
+        if self.is_taken() {
+            return true;
+        }
+        let released = self.released.load(Ordering::Acquire);
+        released != 0 && self.nanos(now).saturating_sub(released) < HANDOFF.as_nanos() as u64
+    }
+
+    fn nanos(&self, t: Instant) -> u64 {
+        // At least 1, so that 0 can mean "never".
+        (t.saturating_duration_since(self.epoch).as_nanos() as u64).max(1)
+    }
+}
+
+/// Holding the [`Receiver`] token; lets go when dropped.
+pub(crate) struct ReceiverGuard<'a> {
+    receiver: &'a Receiver,
+}
+
+impl Drop for ReceiverGuard<'_> {
+    fn drop(&mut self) {
+        let r = self.receiver;
+        r.released.store(r.nanos(Instant::now()), Ordering::Release);
+        r.busy.store(false, Ordering::Release);
+    }
+}
+
+/// The progress thread's loop (see the module docs).
+pub(crate) fn run(shared: Arc<Shared>) {
+    while !shared.stop.load(Ordering::Acquire) {
+        let now = Instant::now();
+        let until_timer = shared
+            .engine
+            .lock()
+            .next_timeout()
+            .map(|t| t.saturating_duration_since(now));
+        if shared.receiver.app_is_receiving(now) {
+            // An application thread has the socket: timers only.
+            let nap = until_timer.map_or(TIMER_TICK, |d| d.min(TIMER_TICK));
+            if !nap.is_zero() {
+                std::thread::sleep(nap);
+            }
+            shared.round(false, false, true);
+        } else {
+            let wait = until_timer.map_or(IDLE_WAIT, |d| d.min(IDLE_WAIT));
+            // Wait without holding any lock, so application threads can send.
+            let readable = shared.waiter.wait(Some(wait)).unwrap_or(false);
+            // An application thread may have become the receiver while we
+            // slept: the packets are its to take.
+            shared.round(readable && !shared.receiver.is_taken(), false, true);
+        }
+    }
+}
