@@ -465,7 +465,18 @@ impl Run {
             } else {
                 SendOpcode::Send
             };
-            self.post_send(self.step_q, 2, op, OFF_SRC, len, imm.unwrap_or(0), 0, 0, 0, 0);
+            self.post_send(
+                self.step_q,
+                2,
+                op,
+                OFF_SRC,
+                len,
+                imm.unwrap_or(0),
+                0,
+                0,
+                0,
+                0,
+            );
             self.req_expect(step, WcStatus::Success, WcOpcode::Send);
         }
         self.finish(step, |_| {});
@@ -495,7 +506,18 @@ impl Run {
             SendOpcode::RdmaWrite
         };
         let (addr, rkey) = (self.them.addr + OFF_WRITE as u64, self.them.rkey);
-        self.post_send(self.step_q, 4, op, OFF_SRC, len, imm.unwrap_or(0), addr, rkey, 0, 0);
+        self.post_send(
+            self.step_q,
+            4,
+            op,
+            OFF_SRC,
+            len,
+            imm.unwrap_or(0),
+            addr,
+            rkey,
+            0,
+            0,
+        );
         self.req_expect(step, WcStatus::Success, WcOpcode::RdmaWrite);
         self.finish(step, |_| {});
     }
