@@ -598,6 +598,25 @@ scenario bx-native-client "backend_exchange soft server ← native (kernel rxe0 
     "env RXE_PROVIDER=native /share/backend_exchange client --addr $GUEST_IP --server $HOST_IP --timeout 30" \
     env RXE_PROVIDER=soft "$BX" server --addr "$HOST_IP" --timeout 30
 
+say "== UC and UD with immediate data, path MTU 1024 ($(elapsed)s)"
+# rxe_peer/rxe-interop-peer -P ucud: QP 0 UC, QP 1 UD (then one RC SEND on
+# QP 2, the only packet the responder answers)
+ucud_expect() {  # the requester's IP
+    printf '%s\n' "$1|UC_SEND_ONLY_WITH_IMMEDIATE" "$1|UC_SEND_LAST_WITH_IMMEDIATE" \
+        "$1|UC_RDMA_WRITE_ONLY_WITH_IMMEDIATE" "$1|UC_RDMA_WRITE_LAST_WITH_IMMEDIATE" \
+        "$1|UD_SEND_ONLY_WITH_IMMEDIATE" "$1|UD_SEND_ONLY " "$1|RC_SEND_ONLY_WITH_IMMEDIATE"
+}
+PORT=18516 MAXLEN=1024 MAXLEN_EQ=1
+EXPECT=$(ucud_expect "$GUEST_IP")
+ONLY_OPS="UC_SEND_(ONLY|FIRST|MIDDLE|LAST)(_WITH_IMMEDIATE)?|UC_RDMA_WRITE_(ONLY|FIRST|MIDDLE|LAST)(_WITH_IMMEDIATE)?|UD_SEND_ONLY(_WITH_IMMEDIATE)?|RC_SEND_ONLY_WITH_IMMEDIATE|RC_ACKNOWLEDGE"
+scenario ucud-kreq-m1024 "UC/UD with immediate kernel-requester→rxe-rs-responder mtu=1024" guest \
+    "rxe_peer -R -P ucud -g $GIDX -m 1024" "$PEER" -S -P ucud -d "$HOST_IP" -m 1024 "$GUEST_IP"
+PORT=18516 MAXLEN=1024 MAXLEN_EQ=1
+EXPECT=$(ucud_expect "$HOST_IP")
+ONLY_OPS="UC_SEND_(ONLY|FIRST|MIDDLE|LAST)(_WITH_IMMEDIATE)?|UC_RDMA_WRITE_(ONLY|FIRST|MIDDLE|LAST)(_WITH_IMMEDIATE)?|UD_SEND_ONLY(_WITH_IMMEDIATE)?|RC_SEND_ONLY_WITH_IMMEDIATE|RC_ACKNOWLEDGE"
+scenario ucud-rsreq-m1024 "UC/UD with immediate rxe-rs-requester→kernel-responder mtu=1024" host \
+    "rxe_peer -S -P ucud -g $GIDX -m 1024 $HOST_IP" "$PEER" -R -P ucud -d "$HOST_IP" -m 1024
+
 say "== loss: nftables drops a few RoCE frames ($(elapsed)s)"
 PORT=18516
 lossy_on "9, 100, 301" "5, 60, 203"

@@ -18,6 +18,11 @@
  *         access error) and a SEND longer than the posted receive.
  *   loss  8 x 64 KiB SENDs, WRITEs and READs, all posted at once, checked
  *         byte for byte (the harness drops a few frames on the bridge).
+ *   ucud  QP 0 is UC, QP 1 UD (QP 2 stays RC): SEND with immediate (one
+ *         packet and multi-packet) and WRITE with immediate (the same) on UC,
+ *         SEND with and without immediate on UD (Q_Key 0x11111111, the
+ *         receiver finds the 40-byte GRH area before the data), then one
+ *         RC SEND with immediate on QP 2 (so that the responder sends too).
  *
  * Out of band (TCP, default port 18516): each side sends one text line
  *   RXEPEER1 role=R impl=kernel plan=ops mtu=1024 gid=<32 hex> addr=<hex>
@@ -30,7 +35,7 @@
  * (pattern() below; the Rust side has the same function). Unused bytes
  * around every target are 0xEE guards, checked after each step.
  *
- * Usage:  rxe_peer -R|-S [-P ops|loss] [-d rxe0] [-g 1] [-m 1024] [-p 18516]
+ * Usage:  rxe_peer -R|-S [-P ops|loss|ucud] [-d rxe0] [-g 1] [-m 1024] [-p 18516]
  *                  [-t seconds] [server_ipv4]
  * Build:  gcc -O2 -Wall -o rxe_peer rxe_peer.c -libverbs
  */
@@ -67,6 +72,8 @@
 #define LOSS_LEN 65536u
 
 #define MIN_RNR_TIMER 24       /* 40.96 ms */
+#define UD_QKEY 0x11111111u
+#define GRH_LEN 40
 #define RNR_HOLD_MS 800        /* how long the responder keeps its RQ empty */
 
 static const char *dev_name = "rxe0";
@@ -80,6 +87,8 @@ static struct ibv_pd *pd;
 static struct ibv_cq *cq;
 static struct ibv_mr *mr;
 static struct ibv_qp *qp[NQP];
+static struct ibv_ah *ud_ah;   /* ucud plan: to the peer's QP 1 */
+static int step_q;             /* the QP step_send/step_write use (0 but in ucud) */
 static uint8_t *buf;
 static int sock;
 static int failures;
@@ -258,6 +267,7 @@ static void note(const char *fmt, ...)
 }
 
 /* ---- posting ---------------------------------------------------------------- */
+static int is_ud(int q) { return qp[q]->qp_type == IBV_QPT_UD; }
 static void post_recv(int q, uint32_t off, uint32_t len, uint64_t id)
 {
 	struct ibv_sge sge = { (uintptr_t)buf + off, len, mr->lkey };
@@ -271,7 +281,11 @@ static void post_send(int q, uint64_t id, enum ibv_wr_opcode op, uint32_t off, u
 	struct ibv_send_wr wr = { .wr_id = id, .sg_list = &sge, .num_sge = 1, .opcode = op,
 				  .send_flags = IBV_SEND_SIGNALED }, *bad;
 	wr.imm_data = htonl(imm);
-	if (op == IBV_WR_ATOMIC_FETCH_AND_ADD || op == IBV_WR_ATOMIC_CMP_AND_SWP) {
+	if (is_ud(q)) {
+		wr.wr.ud.ah = ud_ah;
+		wr.wr.ud.remote_qpn = them.qpn[q];
+		wr.wr.ud.remote_qkey = UD_QKEY;
+	} else if (op == IBV_WR_ATOMIC_FETCH_AND_ADD || op == IBV_WR_ATOMIC_CMP_AND_SWP) {
 		wr.wr.atomic.remote_addr = raddr;
 		wr.wr.atomic.rkey = rkey;
 		wr.wr.atomic.compare_add = cmp_add;
@@ -359,15 +373,18 @@ static void step_send(const char *step, uint32_t len, int imm_on, uint32_t imm, 
 {
 	begin(step);
 	if (role == 'S') {
+		/* UD: the first 40 bytes take the GRH (rxe writes the IPv4 header
+		 * into the last 20 of them) */
+		uint32_t grh = is_ud(step_q) ? GRH_LEN : 0;
 		memset(buf + OFF_RECV, GUARD, 0x20000);
-		post_recv(0, OFF_RECV, 0x20000 - 256, 1);
+		post_recv(step_q, OFF_RECV, 0x20000 - 256, 1);
 		sync_step(step);
-		resp_expect_recv(step, IBV_WC_RECV, len, imm_on, imm);
-		check_region("received data", OFF_RECV, len, seed, 256);
+		resp_expect_recv(step, IBV_WC_RECV, len + grh, imm_on, imm);
+		check_region("received data", OFF_RECV + grh, len, seed, 256);
 	} else {
 		pattern(buf + OFF_SRC, len, seed);
 		sync_step(step);
-		post_send(0, 2, imm_on ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND, OFF_SRC, len, imm, 0, 0, 0, 0);
+		post_send(step_q, 2, imm_on ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND, OFF_SRC, len, imm, 0, 0, 0, 0);
 		req_expect(step, IBV_WC_SUCCESS, IBV_WC_SEND);
 	}
 	finish(step, NULL);
@@ -379,7 +396,7 @@ static void step_write(const char *step, uint32_t len, int imm_on, uint32_t imm,
 	begin(step);
 	if (role == 'S') {
 		memset(buf + OFF_WRITE, GUARD, 0x10000 + 256);
-		if (imm_on) post_recv(0, OFF_RECV, 64, 3);
+		if (imm_on) post_recv(step_q, OFF_RECV, 64, 3);
 		sync_step(step);
 		if (imm_on) resp_expect_recv(step, IBV_WC_RECV_RDMA_WITH_IMM, len, 1, imm);
 		pending_check.off = OFF_WRITE; pending_check.len = len; pending_check.seed = seed;
@@ -388,7 +405,7 @@ static void step_write(const char *step, uint32_t len, int imm_on, uint32_t imm,
 	}
 	pattern(buf + OFF_SRC, len, seed);
 	sync_step(step);
-	post_send(0, 4, imm_on ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE, OFF_SRC, len, imm,
+	post_send(step_q, 4, imm_on ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE, OFF_SRC, len, imm,
 		  them.addr + OFF_WRITE, them.rkey, 0, 0);
 	req_expect(step, IBV_WC_SUCCESS, IBV_WC_RDMA_WRITE);
 	finish(step, NULL);
@@ -631,6 +648,20 @@ static enum ibv_mtu mtu_enum(unsigned b)
 static void connect_qp(int q)
 {
 	struct ibv_qp_attr a = { .qp_state = IBV_QPS_RTR };
+	if (is_ud(q)) {
+		if (ibv_modify_qp(qp[q], &a, IBV_QP_STATE)) die("modify UD QP%d to RTR: %s", q, strerror(errno));
+		a.qp_state = IBV_QPS_RTS;
+		a.sq_psn = me.psn[q];
+		if (ibv_modify_qp(qp[q], &a, IBV_QP_STATE | IBV_QP_SQ_PSN))
+			die("modify UD QP%d to RTS: %s", q, strerror(errno));
+		struct ibv_ah_attr ah = { .is_global = 1, .port_num = 1 };
+		memcpy(ah.grh.dgid.raw, them.gid, 16);
+		ah.grh.sgid_index = gidx;
+		ah.grh.hop_limit = 64;
+		if (!(ud_ah = ibv_create_ah(pd, &ah))) die("create_ah: %s", strerror(errno));
+		return;
+	}
+	int uc = qp[q]->qp_type == IBV_QPT_UC;
 	a.path_mtu = mtu_enum(mtu_bytes);
 	a.dest_qp_num = them.qpn[q];
 	a.rq_psn = them.psn[q];
@@ -642,7 +673,7 @@ static void connect_qp(int q)
 	a.ah_attr.grh.hop_limit = 64;
 	a.ah_attr.port_num = 1;
 	if (ibv_modify_qp(qp[q], &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-			  IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
+			  IBV_QP_RQ_PSN | (uc ? 0 : IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)))
 		die("modify QP%d to RTR: %s", q, strerror(errno));
 	memset(&a, 0, sizeof a);
 	a.qp_state = IBV_QPS_RTS;
@@ -651,7 +682,8 @@ static void connect_qp(int q)
 	a.rnr_retry = 7;
 	a.sq_psn = me.psn[q];
 	a.max_rd_atomic = LOSS_N;
-	if (ibv_modify_qp(qp[q], &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+	if (ibv_modify_qp(qp[q], &a, uc ? IBV_QP_STATE | IBV_QP_SQ_PSN :
+			  IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
 			  IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC))
 		die("modify QP%d to RTS: %s", q, strerror(errno));
 }
@@ -731,12 +763,12 @@ int main(int argc, char **argv)
 		case 'p': port = atoi(optarg); break;
 		case 't': timeout_s = atoi(optarg); break;
 		default:
-			fprintf(stderr, "usage: %s -R|-S [-P ops|loss] [-d dev] [-g gid_index] [-m mtu] [-p port] [-t s] [server]\n", argv[0]);
+			fprintf(stderr, "usage: %s -R|-S [-P ops|loss|ucud] [-d dev] [-g gid_index] [-m mtu] [-p port] [-t s] [server]\n", argv[0]);
 			return 2;
 		}
 	}
 	if (!role) die("say -R (requester) or -S (responder)");
-	if (strcmp(plan, "ops") && strcmp(plan, "loss")) die("unknown plan %s", plan);
+	if (strcmp(plan, "ops") && strcmp(plan, "loss") && strcmp(plan, "ucud")) die("unknown plan %s", plan);
 	if (optind < argc) server = argv[optind];
 
 	struct ibv_device **list = ibv_get_device_list(NULL);
@@ -759,14 +791,23 @@ int main(int argc, char **argv)
 	me.addr = (uintptr_t)buf;
 	me.rkey = mr->rkey;
 	srand48(getpid() ^ time(NULL));
+	int ucud = !strcmp(plan, "ucud");
 	for (int q = 0; q < NQP; q++) {
-		struct ibv_qp_init_attr ia = { .send_cq = cq, .recv_cq = cq, .qp_type = IBV_QPT_RC,
+		enum ibv_qp_type t = ucud && q == 0 ? IBV_QPT_UC : ucud && q == 1 ? IBV_QPT_UD : IBV_QPT_RC;
+		struct ibv_qp_init_attr ia = { .send_cq = cq, .recv_cq = cq, .qp_type = t,
 			.cap = { .max_send_wr = 32, .max_recv_wr = 32, .max_send_sge = 1, .max_recv_sge = 1 } };
 		if (!(qp[q] = ibv_create_qp(pd, &ia))) die("create_qp: %s", strerror(errno));
 		struct ibv_qp_attr a = { .qp_state = IBV_QPS_INIT, .pkey_index = 0, .port_num = 1,
 			.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
 					   IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC };
-		if (ibv_modify_qp(qp[q], &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+		int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+		if (t == IBV_QPT_UC)
+			a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
+		if (t == IBV_QPT_UD) {
+			a.qkey = UD_QKEY;
+			mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY;
+		}
+		if (ibv_modify_qp(qp[q], &a, mask))
 			die("modify QP to INIT");
 		me.qpn[q] = qp[q]->qp_num;
 		me.psn[q] = lrand48() & 0xffffff;
@@ -794,6 +835,17 @@ int main(int argc, char **argv)
 		step_rnr("rnr_retry");
 		step_bad_rkey("bad_rkey");
 		step_too_long("too_long_send");
+	} else if (ucud) {
+		step_q = 0;
+		step_send("uc_send_imm_1pkt", 256, 1, 0x0c0ffee1, 11);
+		step_send("uc_send_imm_multi", 5000, 1, 0x0c0ffee2, 12);
+		step_write("uc_write_imm_1pkt", 256, 1, 0x0c0ffee3, 13);
+		step_write("uc_write_imm_multi", 5000, 1, 0x0c0ffee4, 14);
+		step_q = 1;
+		step_send("ud_send_imm", 256, 1, 0x0dd0beef, 15);
+		step_send("ud_send", 1000, 0, 0, 16);
+		step_q = 2;   /* an RC SEND after them: the responder answers (ACK) */
+		step_send("rc_send_after", 64, 1, 0x0a0b0c0d, 17);
 	} else {
 		loss_step("loss_send", IBV_WR_SEND, 100);
 		loss_step("loss_write", IBV_WR_RDMA_WRITE, 200);

@@ -16,7 +16,7 @@
 //! ICRC or was malformed, or if ICRCs went unverified (it must run with
 //! CAP_NET_RAW so that the raw socket sees every IPv4 header).
 //!
-//! Usage: rxe-interop-peer -R|-S [-P ops|loss] -d <local IPv4> [-m 1024]
+//! Usage: rxe-interop-peer -R|-S [-P ops|loss|ucud] -d <local IPv4> [-m 1024]
 //!        [--port-mtu 1024] [-p 18516] [-t seconds] [server_ipv4]
 
 use rxe_verbs::*;
@@ -45,6 +45,10 @@ const LOSS_N: usize = 8;
 const LOSS_LEN: usize = 65536;
 
 const MIN_RNR_TIMER: u8 = 24;
+/// Q_Key of the UD QP of the ucud plan.
+const UD_QKEY: u32 = 0x1111_1111;
+/// The GRH area in front of a UD receive.
+const GRH_LEN: usize = 40;
 const RNR_HOLD: Duration = Duration::from_millis(800);
 
 /// The data pattern shared with rxe_peer.c (xorshift32 seeded per step).
@@ -220,6 +224,10 @@ struct Run {
     mr: MemoryRegion,
     cq: CompletionQueue,
     qps: Vec<QueuePair>,
+    /// ucud plan: to the peer's UD QP.
+    ah: Option<AddressHandle>,
+    /// The QP step_send / step_write use (0, but in the ucud plan).
+    step_q: usize,
     oob: Oob,
     timeout: Duration,
     failures: u32,
@@ -361,8 +369,19 @@ impl Run {
         cmp_add: u64,
         swap: u64,
     ) {
-        let mut wr = SendWr::new(id, op);
-        wr.sg_list = vec![self.mr.sge(off..off + len)];
+        let sge = [self.mr.sge(off..off + len)];
+        let mut wr = match &self.ah {
+            Some(ah) if self.qps[q].qp_type() == QpType::Ud => {
+                let mut w = ah.send(id, &sge, self.them.qpn[q], UD_QKEY);
+                w.opcode = op;
+                w
+            }
+            _ => {
+                let mut w = SendWr::new(id, op);
+                w.sg_list = sge.to_vec();
+                w
+            }
+        };
         wr.imm_data = imm;
         wr.remote_addr = raddr;
         wr.rkey = rkey;
@@ -427,11 +446,17 @@ impl Run {
     fn step_send(&mut self, step: &str, len: usize, imm: Option<u32>, seed: u32) {
         self.begin(step);
         if self.role == 'S' {
+            // UD: the first 40 bytes take the GRH
+            let grh = if self.qps[self.step_q].qp_type() == QpType::Ud {
+                GRH_LEN
+            } else {
+                0
+            };
             self.fill(OFF_RECV, 0x20000, GUARD);
-            self.post_recv(0, OFF_RECV, 0x20000 - 256, 1);
+            self.post_recv(self.step_q, OFF_RECV, 0x20000 - 256, 1);
             self.oob.sync(step);
-            self.resp_expect_recv(step, WcOpcode::Recv, len as u32, imm);
-            self.check_region("received data", OFF_RECV, len, seed, 256);
+            self.resp_expect_recv(step, WcOpcode::Recv, (len + grh) as u32, imm);
+            self.check_region("received data", OFF_RECV + grh, len, seed, 256);
         } else {
             self.write(OFF_SRC, &pattern(len, seed));
             self.oob.sync(step);
@@ -440,7 +465,7 @@ impl Run {
             } else {
                 SendOpcode::Send
             };
-            self.post_send(0, 2, op, OFF_SRC, len, imm.unwrap_or(0), 0, 0, 0, 0);
+            self.post_send(self.step_q, 2, op, OFF_SRC, len, imm.unwrap_or(0), 0, 0, 0, 0);
             self.req_expect(step, WcStatus::Success, WcOpcode::Send);
         }
         self.finish(step, |_| {});
@@ -451,7 +476,7 @@ impl Run {
         if self.role == 'S' {
             self.fill(OFF_WRITE, 0x10000 + 256, GUARD);
             if imm.is_some() {
-                self.post_recv(0, OFF_RECV, 64, 3);
+                self.post_recv(self.step_q, OFF_RECV, 64, 3);
             }
             self.oob.sync(step);
             if imm.is_some() {
@@ -470,7 +495,7 @@ impl Run {
             SendOpcode::RdmaWrite
         };
         let (addr, rkey) = (self.them.addr + OFF_WRITE as u64, self.them.rkey);
-        self.post_send(0, 4, op, OFF_SRC, len, imm.unwrap_or(0), addr, rkey, 0, 0);
+        self.post_send(self.step_q, 4, op, OFF_SRC, len, imm.unwrap_or(0), addr, rkey, 0, 0);
         self.req_expect(step, WcStatus::Success, WcOpcode::RdmaWrite);
         self.finish(step, |_| {});
     }
@@ -839,7 +864,7 @@ fn parse_args() -> Args {
     if a.role == ' ' {
         die("say -R (requester) or -S (responder)");
     }
-    if a.plan != "ops" && a.plan != "loss" {
+    if !["ops", "loss", "ucud"].contains(&a.plan.as_str()) {
         die(&format!("unknown plan {}", a.plan));
     }
     a
@@ -897,9 +922,16 @@ fn main() -> ExitCode {
         max_recv_sge: 1,
         max_inline_data: 0,
     };
+    // ucud plan: QP 0 is UC, QP 1 UD, QP 2 RC
+    let ucud = a.plan == "ucud";
     let qps: Vec<QueuePair> = (0..NQP)
-        .map(|_| {
-            ctx.create_qp(&pd, &QpInitAttr::new(QpType::Rc, &cq, &cq).with_cap(cap))
+        .map(|q| {
+            let t = match q {
+                0 if ucud => QpType::Uc,
+                1 if ucud => QpType::Ud,
+                _ => QpType::Rc,
+            };
+            ctx.create_qp(&pd, &QpInitAttr::new(t, &cq, &cq).with_cap(cap))
                 .expect("create_qp")
         })
         .collect();
@@ -946,6 +978,7 @@ fn main() -> ExitCode {
         rnr_retry: 7,
         min_rnr_timer: MIN_RNR_TIMER,
         max_rd_atomic: LOSS_N as u8,
+        qkey: UD_QKEY,
         ..ConnectOptions::default()
     };
     for (i, qp) in qps.iter().enumerate() {
@@ -958,6 +991,10 @@ fn main() -> ExitCode {
         qp.connect(&remote, &opts)
             .unwrap_or_else(|e| die(&format!("connect QP{i}: {e}")));
     }
+    let ah = ucud.then(|| {
+        pd.create_ah(AddressVector::to(addr_of(them.gid)))
+            .unwrap_or_else(|e| die(&format!("create the AH: {e}")))
+    });
     let mut r = Run {
         role: a.role,
         them,
@@ -965,6 +1002,8 @@ fn main() -> ExitCode {
         mr,
         cq,
         qps,
+        ah,
+        step_q: 0,
         oob,
         timeout: Duration::from_secs(a.timeout),
         failures: 0,
@@ -1010,6 +1049,17 @@ fn main() -> ExitCode {
         r.step_rnr("rnr_retry");
         r.step_bad_rkey("bad_rkey");
         r.step_too_long("too_long_send");
+    } else if ucud {
+        r.step_q = 0;
+        r.step_send("uc_send_imm_1pkt", 256, Some(0x0c0f_fee1), 11);
+        r.step_send("uc_send_imm_multi", 5000, Some(0x0c0f_fee2), 12);
+        r.step_write("uc_write_imm_1pkt", 256, Some(0x0c0f_fee3), 13);
+        r.step_write("uc_write_imm_multi", 5000, Some(0x0c0f_fee4), 14);
+        r.step_q = 1;
+        r.step_send("ud_send_imm", 256, Some(0x0dd0_beef), 15);
+        r.step_send("ud_send", 1000, None, 16);
+        r.step_q = 2; // an RC SEND after them: the responder answers (ACK)
+        r.step_send("rc_send_after", 64, Some(0x0a0b_0c0d), 17);
     } else {
         r.loss_step("loss_send", SendOpcode::Send, 100);
         r.loss_step("loss_write", SendOpcode::RdmaWrite, 200);
