@@ -503,3 +503,55 @@ fn long_message_respects_the_packet_window() {
     assert_eq!(early.load(std::sync::atomic::Ordering::Relaxed), 128);
     assert_eq!(net.engines[a.idx].counters().retransmitted_pkts, 0);
 }
+
+/// The device's budget of packets in flight holds over all its QPs: eight
+/// QPs, each free to have 128 packets unacknowledged, together put no more
+/// than `max_in_flight` (64) on the wire before the first ACK can be back,
+/// and every WRITE still completes byte-exact without a retransmission
+/// (no QP is left with packets nobody acknowledges).
+#[test]
+fn many_qps_share_the_devices_budget_of_packets_in_flight() {
+    let faults = Faults {
+        delay: Duration::from_millis(1),
+        ..Faults::none()
+    };
+    const QPS: usize = 8;
+    const LEN: u32 = 64 << 10; // 64 packets of 1 KiB each
+    let (mut net, nodes) = network(13, faults, 2, 2 * QPS * LEN as usize);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    net.engines[a.idx].set_max_in_flight(64);
+    let p = ConnParams {
+        timeout: 12,
+        ..rc(7, 7)
+    };
+    let qps: Vec<(u32, u32)> = (0..QPS).map(|_| connect(&mut net, a, b, &p)).collect();
+    let data: Vec<u8> = (0..QPS * LEN as usize)
+        .map(|i| (i * 31 / 7) as u8)
+        .collect();
+    a.mem.write(0, &data);
+    let early = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let e = early.clone();
+    let a_addr = a.addr;
+    net.set_tap(move |at, t| {
+        if t.src == a_addr && at < Duration::from_micros(1990) {
+            e.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    for (i, &(qa, _)) in qps.iter().enumerate() {
+        let off = i as u64 * u64::from(LEN);
+        let mut wr = SendWr::new(i as u64, SendOpcode::RdmaWrite);
+        wr.sg_list = vec![sge(a, off, LEN)];
+        wr.remote_addr = IOVA + (QPS as u64 * u64::from(LEN)) + off;
+        wr.rkey = b.mr.rkey;
+        net.engines[a.idx].post_send(qa, wr).unwrap();
+    }
+    net.run(Duration::from_secs(5));
+    let c = completions(&mut net, a);
+    assert_eq!(c.len(), QPS, "{c:?}");
+    assert!(c.iter().all(|w| w.status == WcStatus::Success), "{c:?}");
+    assert_eq!(early.load(std::sync::atomic::Ordering::Relaxed), 64);
+    assert_eq!(net.engines[a.idx].counters().retransmitted_pkts, 0);
+    assert_eq!(net.engines[a.idx].counters().retry_timeouts, 0);
+    let total = QPS * LEN as usize;
+    assert_eq!(&b.mem.snapshot()[total..2 * total], &data[..]);
+}

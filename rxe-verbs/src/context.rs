@@ -273,6 +273,19 @@ impl std::fmt::Debug for Context {
     }
 }
 
+/// How many packets the device's RC QPs may have in flight together
+/// (`EngineConfig::max_in_flight`): what half the receive buffer the kernel
+/// granted holds at the port MTU, assuming the peer's is as large (on
+/// loopback it is the same kernel). A root process gets 4 MiB (about 500
+/// packets of 4 KiB); an unprivileged one `net.core.rmem_max` (208 KiB on
+/// most distributions: about 50).
+fn in_flight_budget(link: &UdpTransport, mtu: usize) -> u32 {
+    // The kernel reports twice the size it grants, counting its bookkeeping.
+    let granted = link.buffer_sizes().map_or(0, |(rcv, _)| rcv / 2);
+    let per_packet = mtu + 128;
+    ((granted / 2 / per_packet) as u32).clamp(16, 4096)
+}
+
 /// `RXE_RECV_MODE=plain|raw|auto` (default auto: a raw socket, which sees
 /// every IPv4 header and so verifies every ICRC, when the process may open
 /// one). Plain mode costs less CPU: the raw socket copies each packet once
@@ -309,6 +322,7 @@ impl Context {
             source,
         })?;
         config.port_mtu = device.active_mtu();
+        config.max_in_flight = in_flight_budget(&link, config.port_mtu.bytes());
         let shared = Arc::new(Shared {
             engine: Mutex::new(Engine::new(config)),
             progress: Condvar::new(),

@@ -77,6 +77,14 @@ pub struct EngineConfig {
     pub max_unacked_psns: u32,
     /// Set AckReq at least every this many packets of a long message.
     pub ack_every: u32,
+    /// How many packets all RC requesters of the device together may have
+    /// in flight (sent and not acknowledged, plus the responses of READs
+    /// asked for). With many QPs, the per-QP window alone would let them
+    /// send far more at once than the receiving socket buffers hold, and
+    /// the losses would turn into rounds of retransmissions. Size it to
+    /// what the peer's receive buffer holds (the verbs layer derives it
+    /// from its socket's). Retransmissions and responses are not held back.
+    pub max_in_flight: u32,
     /// The UDP source port of every packet, when the transport cannot
     /// choose one per QP (a UDP socket bound to port 4791 sends from 4791).
     /// `None`: a hash of the local QP number in 0xC000..=0xFFFF (the
@@ -94,6 +102,7 @@ impl EngineConfig {
             seed,
             max_unacked_psns: 128,
             ack_every: 64,
+            max_in_flight: 1024,
             udp_src_port: None,
         }
     }
@@ -244,6 +253,11 @@ pub(crate) struct Ctx<'a> {
     pub events: &'a mut VecDeque<AsyncEvent>,
     pub counters: &'a mut Counters,
     pub pool: &'a mut txpool::TxPool,
+    /// Packets in flight over all QPs (see `EngineConfig::max_in_flight`).
+    pub in_flight: u32,
+    /// Set by a requester that held a new packet back because the device
+    /// has `max_in_flight` packets in flight.
+    pub over_budget: bool,
 }
 
 impl Ctx<'_> {
@@ -277,6 +291,11 @@ pub struct Engine {
     counters: Counters,
     last_now: Option<Instant>,
     pool: txpool::TxPool,
+    /// Packets in flight over all RC QPs (the sum of their `counted_in_flight`).
+    in_flight: u32,
+    /// QPs that held packets back for `max_in_flight`, to wake in turn
+    /// when acknowledgements make room.
+    budget_waiters: VecDeque<u32>,
 }
 
 impl Engine {
@@ -301,6 +320,8 @@ impl Engine {
             counters: Counters::default(),
             last_now: None,
             pool: txpool::TxPool::default(),
+            in_flight: 0,
+            budget_waiters: VecDeque::new(),
         }
     }
 
@@ -312,6 +333,11 @@ impl Engine {
     /// Changes how many PSNs an RC requester may have unacknowledged.
     pub fn set_max_unacked_psns(&mut self, n: u32) {
         self.config.max_unacked_psns = n.clamp(1, crate::psn::PSN_HALF);
+    }
+
+    /// Sets [`EngineConfig::max_in_flight`] (at least 1).
+    pub fn set_max_in_flight(&mut self, n: u32) {
+        self.config.max_in_flight = n.max(1);
     }
 
     /// Engine-wide counters (every QP's packets are counted here too).
@@ -640,7 +666,9 @@ impl Engine {
 
     /// Destroys a queue pair. Outstanding work is dropped without completions.
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), EngineError> {
-        self.qps.remove(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
+        let q = self.qps.remove(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
+        self.set_in_flight(self.in_flight - q.counted_in_flight);
+        self.budget_waiters.retain(|&w| w != qpn);
         self.active_set.remove(&qpn);
         self.active.retain(|&q| q != qpn);
         Ok(())
@@ -666,6 +694,7 @@ impl Engine {
         mask: QpAttrMask,
     ) -> Result<(), EngineError> {
         let now = self.last_now;
+        let in_flight = self.in_flight;
         let (config, mem, cqs, srqs, events, counters, pool) = (
             &self.config,
             &mut self.mem,
@@ -708,8 +737,11 @@ impl Engine {
             events,
             counters,
             pool,
+            in_flight,
+            over_budget: false,
         };
         q.apply_modify(&mut ctx, attr, mask, next);
+        self.recount_in_flight(qpn);
         self.mark_active(qpn);
         Ok(())
     }
@@ -727,6 +759,8 @@ impl Engine {
             events: &mut self.events,
             counters: &mut self.counters,
             pool: &mut self.pool,
+            in_flight: self.in_flight,
+            over_budget: false,
         };
         Some((q, ctx))
     }
@@ -823,7 +857,36 @@ impl Engine {
         let (q, mut ctx) = self.qp_ctx(qpn, now).expect("present");
         q.counters.rcvd_pkts += 1;
         q.handle_packet(&mut ctx, &meta, &pkt);
+        self.recount_in_flight(qpn);
         self.mark_active(qpn);
+    }
+
+    /// Brings the device's count of packets in flight up to date with what
+    /// QP `qpn` has in flight now; wakes QPs waiting for room.
+    fn recount_in_flight(&mut self, qpn: u32) {
+        let Some(q) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        let now = q.in_flight();
+        let before = std::mem::replace(&mut q.counted_in_flight, now);
+        self.set_in_flight(self.in_flight - before + now);
+    }
+
+    fn set_in_flight(&mut self, n: u32) {
+        self.in_flight = n;
+        // As many waiting QPs as there is room for, in turn: each will
+        // likely send a packet (waking them all for every acknowledged
+        // packet would poll a thousand QPs per ACK).
+        let room = self.config.max_in_flight.saturating_sub(self.in_flight);
+        for _ in 0..room {
+            let Some(w) = self.budget_waiters.pop_front() else {
+                break;
+            };
+            if let Some(q) = self.qps.get_mut(&w) {
+                q.budget_waiting = false;
+            }
+            self.mark_active(w);
+        }
     }
 
     /// The next packet to send, if any. Call until it returns `None` after
@@ -843,11 +906,17 @@ impl Engine {
                 Some(t) => {
                     q.counters.sent_pkts += 1;
                     ctx.counters.sent_pkts += 1;
+                    self.recount_in_flight(qpn);
                     self.active.push_back(qpn);
                     return Some(t);
                 }
                 None => {
+                    let waits = ctx.over_budget && !std::mem::replace(&mut q.budget_waiting, true);
                     self.active_set.remove(&qpn);
+                    self.recount_in_flight(qpn);
+                    if waits {
+                        self.budget_waiters.push_back(qpn);
+                    }
                 }
             }
         }
@@ -879,6 +948,7 @@ impl Engine {
             if let Some((q, mut ctx)) = self.qp_ctx(qpn, now) {
                 q.handle_timeout(&mut ctx);
             }
+            self.recount_in_flight(qpn);
             self.mark_active(qpn);
         }
     }

@@ -37,6 +37,11 @@ pub(crate) struct Qp {
     pub resp: Responder,
     pub rq: VecDeque<RecvWr>,
     pub comm_established: bool,
+    /// What this QP last added to the engine's count of packets in flight
+    /// (see [`Qp::in_flight`]).
+    pub counted_in_flight: u32,
+    /// On the engine's list of QPs waiting for room in `max_in_flight`.
+    pub budget_waiting: bool,
 }
 
 /// A UDP source port in 0xC000..=0xFFFF derived from the QP number.
@@ -68,7 +73,19 @@ impl Qp {
             resp: Responder::new(),
             rq: VecDeque::new(),
             comm_established: false,
+            counted_in_flight: 0,
+            budget_waiting: false,
         }
+    }
+
+    /// Packets this QP's requester has sent (or, for a READ, asked for)
+    /// and not yet seen acknowledged: what it has in flight on the network.
+    /// RC only; 0 in any state that does not send.
+    pub fn in_flight(&self) -> u32 {
+        if self.qp_type != QpType::Rc || !matches!(self.state, QpState::Rts | QpState::Sqd) {
+            return 0;
+        }
+        self.req.acked.next().distance_to(self.req.sent_high)
     }
 
     pub fn mtu(&self) -> usize {

@@ -428,6 +428,15 @@ impl Qp {
                 if self.req.acked.next().distance_to(cursor) >= ctx.config.max_unacked_psns {
                     return None;
                 }
+                // ... and, for a packet not sent before, no more than the
+                // device's budget over all its QPs (a retransmission takes
+                // the place of one already counted).
+                if !cursor.is_before(self.req.sent_high)
+                    && ctx.in_flight >= ctx.config.max_in_flight
+                {
+                    ctx.over_budget = true;
+                    return None;
+                }
             }
             return self.build_request(ctx, i);
         }
@@ -464,7 +473,11 @@ impl Qp {
                 .config
                 .ack_every
                 .min((ctx.config.max_unacked_psns / 2).max(1));
-            ack_req = is_last || w.is_rd_atomic() || self.req.since_ackreq >= every;
+            // Past half the device's budget of packets in flight, ask on
+            // every packet: a QP that the budget then holds back must not
+            // leave packets behind that nobody will acknowledge.
+            let crowded = ctx.in_flight.saturating_mul(2) >= ctx.config.max_in_flight;
+            ack_req = is_last || w.is_rd_atomic() || crowded || self.req.since_ackreq >= every;
             if ack_req {
                 self.req.since_ackreq = 0;
             }
@@ -679,7 +692,10 @@ impl Qp {
     fn progress(&mut self, ctx: &mut Ctx<'_>) {
         self.req.retry_left = self.attr.retry_cnt;
         self.req.rnr_left = self.attr.rnr_retry;
-        self.req.retransmit_at = if self.req.anything_outstanding() {
+        // The timer runs while packets are on the network unanswered, not
+        // while a started message waits to send its next packet (for the
+        // device's budget of packets in flight: that is no loss).
+        self.req.retransmit_at = if self.req.acked.next().is_before(self.req.sent_high) {
             ack_timeout(self.attr.timeout).map(|d| ctx.now + d)
         } else {
             None
