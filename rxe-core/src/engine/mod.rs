@@ -912,10 +912,15 @@ impl Engine {
                 }
                 None => {
                     let waits = ctx.over_budget && !std::mem::replace(&mut q.budget_waiting, true);
+                    // A QP whose last packets asked for no ACK has them
+                    // stranded until it sends again: it goes first.
+                    let stranded = q.req.since_ackreq > 0 && q.in_flight() > 0;
                     self.active_set.remove(&qpn);
                     self.recount_in_flight(qpn);
-                    if waits {
-                        self.budget_waiters.push_back(qpn);
+                    match (waits, stranded) {
+                        (true, true) => self.budget_waiters.push_front(qpn),
+                        (true, false) => self.budget_waiters.push_back(qpn),
+                        _ => {}
                     }
                 }
             }
