@@ -209,6 +209,23 @@ impl Shared {
         }
     }
 
+    /// Takes in what the socket holds, without waiting, if no other thread
+    /// is receiving or busy with the socket (see `MemoryRegion::read`).
+    pub fn poll_socket(&self) {
+        if self.receiver.is_taken() {
+            return;
+        }
+        let Some(mut link) = self.link.try_lock() else {
+            return;
+        };
+        let now = Instant::now();
+        let mut e = self.engine.lock();
+        self.receive(&mut link, &mut e, now);
+        self.collect(&mut e, false);
+        drop(e);
+        self.flush_locked(&mut link);
+    }
+
     /// Feeds every datagram the socket holds to the engine.
     fn receive(&self, link: &mut UdpTransport, e: &mut Engine, now: Instant) {
         loop {

@@ -346,9 +346,18 @@ impl MemoryRegion {
     }
 
     /// Copies bytes out of the region.
+    ///
+    /// On a soft device, reading a region is also a point of progress: if
+    /// no thread is receiving from the device's socket, the reader first
+    /// takes in what waits there, so a program that polls its memory for a
+    /// peer's RDMA WRITE (a flag, the last byte of a message) sees it as
+    /// soon as it arrives. The same holds for [`Self::with_bytes`].
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), Error> {
         let ok = match &self.imp {
-            MrImp::Soft(m) => m.bytes.read(offset, dst),
+            MrImp::Soft(m) => {
+                m.ctx.shared.poll_socket();
+                m.bytes.read(offset, dst)
+            }
             MrImp::Native(n) => n.read(offset, dst),
         };
         if ok {
@@ -383,7 +392,10 @@ impl MemoryRegion {
     /// device: with a copy of them, see the module docs).
     pub fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
         match &self.imp {
-            MrImp::Soft(m) => f(&m.bytes.bytes.read()),
+            MrImp::Soft(m) => {
+                m.ctx.shared.poll_socket();
+                f(&m.bytes.bytes.read())
+            }
             MrImp::Native(n) => f(&n.to_vec()),
         }
     }
