@@ -132,6 +132,7 @@ GIDX=$(sed -n 's/^gid_index=//p' "$SHARE/ready")
 # the native-backend proof runs this binary in the guest (it dlopen()s the
 # guest's libibverbs.so.1; its other libraries are in the initramfs)
 cp "$BX" "$SHARE/backend_exchange"
+cp "$RXE" "$SHARE/rxe"
 KVER=$(sed -n 's/^kernel=//p' "$SHARE/ready")
 [ -n "$GIDX" ] || { cat "$SHARE/console.log"; say "interop: rxe0 has no IPv4 GID"; exit 1; }
 say "guest up in $(( $(date +%s) - t0 ))s: kernel $KVER, rxe0 on 10.99.0.11, IPv4 GID index $GIDX"
@@ -355,7 +356,7 @@ scenario() {
     if [ "$verdict" != PASS ]; then
         say "     host log: $hlog"; say "     guest log: $glog"; say "     capture: $pcap"
         # a stuck program must not spoil the next scenario
-        grun "kill-$id" 20 'killall -q ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong rxe_peer ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat backend_exchange; true' >/dev/null 2>&1
+        grun "kill-$id" 20 'killall -q ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong rxe_peer ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat backend_exchange rxe; true' >/dev/null 2>&1
     fi
     reset_opts
 }
@@ -434,15 +435,19 @@ $req|$PT_RESP" ;; esac
         [ -n "${PT_LOSS:-}" ] && ONLY_OPS="$ONLY_OPS|RC_ACKNOWLEDGE"
         MAXLEN=$mtu; [ "$size" -ge "$mtu" ] && MAXLEN_EQ=1
         HOSTCHK=check_perf_data
-        local id="${PT_LOSS:+loss-}pt-$tag-$dir" label="${PT_LOSS:+loss: }perftest $what"
+        local id="${PT_LOSS:+loss-}${PT_GUEST:+native-}pt-$tag-$dir" label="${PT_LOSS:+loss: }perftest $what"
+        # PT_GUEST: another guest program with perftest's flags (rxe perf on
+        # the native backend)
+        local gprog="${PT_GUEST:-ib_$t}"
+        [ -n "${PT_GUEST:-}" ] && label="rxe perf on the native backend (kernel rxe0) $what"
         # PT_LOSS="from guest|to guest": nftables drops those frames
         [ -n "${PT_LOSS:-}" ] && { lossy_on "${PT_LOSS%%|*}" "${PT_LOSS#*|}"; ALLOW=any; }
         if [ "$dir" = ks ]; then
             scenario "$id" "$label kernel-server→rxe-rs-client" guest \
-                "ib_$t $common" "$RXE" "${rs_args[@]}" --dump-buffer "$LOGS/$id.buf" "$GUEST_IP"
+                "$gprog $common" "$RXE" "${rs_args[@]}" --dump-buffer "$LOGS/$id.buf" "$GUEST_IP"
         else
             scenario "$id" "$label rxe-rs-server→kernel-client" host \
-                "ib_$t $common $HOST_IP" "$RXE" "${rs_args[@]}" --dump-buffer "$LOGS/$id.buf"
+                "$gprog $common $HOST_IP" "$RXE" "${rs_args[@]}" --dump-buffer "$LOGS/$id.buf"
         fi
         [ -n "${PT_LOSS:-}" ] && lossy_off
     done
@@ -597,6 +602,11 @@ EXPECT=$(bx_expect)
 scenario bx-native-client "backend_exchange soft server ← native (kernel rxe0 via libibverbs) client" host \
     "env RXE_PROVIDER=native /share/backend_exchange client --addr $GUEST_IP --server $HOST_IP --timeout 30" \
     env RXE_PROVIDER=soft "$BX" server --addr "$HOST_IP" --timeout 30
+
+# rxe perf itself on the native backend in the guest (perftest's flags),
+# against rxe perf on the soft stack, data checked on the host side
+PT_GUEST="env RXE_PROVIDER=native /share/rxe perf write_bw" pt_pair write_bw 4096 1024 50
+PT_GUEST="env RXE_PROVIDER=native /share/rxe perf atomic_bw" pt_pair atomic_bw 8 1024 100 -A FETCH_AND_ADD
 
 say "== UC and UD with immediate data, path MTU 1024 ($(elapsed)s)"
 # rxe_peer/rxe-interop-peer -P ucud: QP 0 UC, QP 1 UD (then one RC SEND on
