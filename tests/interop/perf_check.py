@@ -20,7 +20,8 @@ the packets of the two QPs:
                              PSN) are in our final buffer (the last write of
                              each byte wins; perftest cycles the RETH address
                              through a page for small messages)
-  peer -> us  SEND           the payload is in our receive area (last wins)
+  peer -> us  SEND           the payload is in our receive area (last wins;
+                             UD: after the 40-byte GRH area)
   us -> peer  READ request   our READ responses carry our buffer's bytes at
               + our response the requested address
   peer -> us  FETCH_ADD/     per address, in PSN order: the first original
@@ -231,7 +232,9 @@ class Check:
                 last = base in (0x02, 0x03, 0x04, 0x05, 0x08, 0x09, 0x0A, 0x0B)
                 kind = ("WRITE" if write else "SEND")
                 if inbound:
-                    dest = (va + o_in_msg) if write else (buf["target"] + o_in_msg)
+                    # UD: the receive starts with the 40-byte GRH area
+                    grh = 40 if op >> 5 == 3 else 0
+                    dest = (va + o_in_msg) if write else (buf["target"] + grh + o_in_msg)
                     o = self.off(dest, f"{kind} from the peer", len(pl))
                     if o is None:
                         continue

@@ -172,12 +172,20 @@ impl Resources {
 
     /// What we tell the peer about each QP (`set_up_connection`).
     fn dests(&self, cfg: &Config) -> Res<Vec<Dest>> {
-        let gid = *self
-            .ctx
-            .query_port()
-            .gids
-            .get(usize::from(cfg.gid_index))
-            .ok_or(format!("can't read sgid of index {}", cfg.gid_index))?;
+        // Source GID index 0 is the device's own GID in this API (on a
+        // native device the RoCE v2 entry of its address, not table entry
+        // 0, which is the link-local GID on the kernel's rxe); others are
+        // literal table indices.
+        let gid = if cfg.gid_index == 0 {
+            self.ctx.gid()
+        } else {
+            *self
+                .ctx
+                .query_port()
+                .gids
+                .get(usize::from(cfg.gid_index))
+                .ok_or(format!("can't read sgid of index {}", cfg.gid_index))?
+        };
         let nq = self.qps.len();
         Ok(self
             .qps
