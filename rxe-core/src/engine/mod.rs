@@ -60,6 +60,10 @@ pub struct CqId(pub u32);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SrqId(pub u32);
 
+/// Packets of room in the device's budget of packets in flight
+/// (`EngineConfig::max_in_flight`) for each QP woken from the wait for it.
+const BUDGET_BURST: u32 = 16;
+
 /// How an engine is set up.
 #[derive(Debug, Clone)]
 pub struct EngineConfig {
@@ -296,6 +300,8 @@ pub struct Engine {
     /// QPs that held packets back for `max_in_flight`, to wake in turn
     /// when acknowledgements make room.
     budget_waiters: VecDeque<u32>,
+    /// Packets the QP at the front of `active` has sent in its turn.
+    burst_sent: u32,
 }
 
 impl Engine {
@@ -322,6 +328,7 @@ impl Engine {
             pool: txpool::TxPool::default(),
             in_flight: 0,
             budget_waiters: VecDeque::new(),
+            burst_sent: 0,
         }
     }
 
@@ -874,11 +881,21 @@ impl Engine {
 
     fn set_in_flight(&mut self, n: u32) {
         self.in_flight = n;
-        // As many waiting QPs as there is room for, in turn: each will
-        // likely send a packet (waking them all for every acknowledged
-        // packet would poll a thousand QPs per ACK).
-        let room = self.config.max_in_flight.saturating_sub(self.in_flight);
-        for _ in 0..room {
+        // Waiting QPs are woken in turn, one for every BUDGET_BURST packets
+        // of room, so that each sends a burst of consecutive packets (which
+        // the responder acknowledges with one ACK) rather than a thousand
+        // QPs a packet each. Below half the budget every waiter that fits
+        // goes: the packets past half all ask for an ACK, so room always
+        // comes back to there.
+        let max = self.config.max_in_flight;
+        let room = max.saturating_sub(self.in_flight);
+        let burst = BUDGET_BURST.min(max / 4).max(1);
+        let wake = if self.in_flight.saturating_mul(2) <= max {
+            room
+        } else {
+            room / burst
+        };
+        for _ in 0..wake {
             let Some(w) = self.budget_waiters.pop_front() else {
                 break;
             };
@@ -907,7 +924,16 @@ impl Engine {
                     q.counters.sent_pkts += 1;
                     ctx.counters.sent_pkts += 1;
                     self.recount_in_flight(qpn);
-                    self.active.push_back(qpn);
+                    // A QP keeps the turn for a burst of packets (which the
+                    // responder can acknowledge with one ACK), then goes to
+                    // the back.
+                    self.burst_sent += 1;
+                    if self.burst_sent < BUDGET_BURST {
+                        self.active.push_front(qpn);
+                    } else {
+                        self.burst_sent = 0;
+                        self.active.push_back(qpn);
+                    }
                     return Some(t);
                 }
                 None => {
@@ -915,6 +941,7 @@ impl Engine {
                     // A QP whose last packets asked for no ACK has them
                     // stranded until it sends again: it goes first.
                     let stranded = q.req.since_ackreq > 0 && q.in_flight() > 0;
+                    self.burst_sent = 0;
                     self.active_set.remove(&qpn);
                     self.recount_in_flight(qpn);
                     match (waits, stranded) {
