@@ -1,0 +1,80 @@
+#!/bin/bash
+# tests/perf/measure.sh - the measurements of docs/performance.md.
+#
+# Runs `rxe perf` between two soft devices on loopback (127.0.2.2 client,
+# 127.0.2.3 server), each test with its plain-UDP baseline in the same run
+# (--baseline), ROUNDS times, and prints one line per run:
+#
+#   <label> <binary> <RoCE figure> <UDP figure> <RoCE/UDP ratio>
+#
+# (MB/s for bandwidth, t_typical in us for latency), then the median ratio
+# of each label. With RXE_BASE=/path/to/another/rxe the same tests run with
+# that binary too, interleaved with this one (base, new, base, new...), so
+# that two versions meet the same machine load.
+#
+#   cargo build --release -p rxe-verbs --bin rxe
+#   bash tests/perf/measure.sh                 # all groups, 3 rounds
+#   ROUNDS=5 PERF_GROUPS="lat bw" bash tests/perf/measure.sh
+#   RXE_BASE=../old/target/release/rxe bash tests/perf/measure.sh
+#
+# PERF_GROUPS: lat (send_lat, write_lat 64 B), bw (write_bw, read_bw, send_bw
+# 64 KiB), scale (write_bw 64 KiB with 1, 16, 256, 1024 QPs, the same
+# number of bytes in all). Env: RXE_RECV_MODE=plain|raw as for any device.
+# Sends only to 127.0.2.2 and 127.0.2.3.
+set -uo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+NEW=${RXE_BIN:-$HERE/../../target/release/rxe}
+BASE=${RXE_BASE:-}
+ROUNDS=${ROUNDS:-3}
+PERF_GROUPS=${PERF_GROUPS:-lat bw scale}
+[ -x "$NEW" ] || { echo "build first: cargo build --release -p rxe-verbs --bin rxe" >&2; exit 2; }
+
+# one TAG BIN LABEL TEST ARGS...: one client/server run with its baseline
+one() {
+    local tag=$1 bin=$2 label=$3 test=$4; shift 4
+    "$bin" perf "$test" "$@" -d 127.0.2.3 --baseline >/dev/null 2>&1 &
+    local srv=$!
+    sleep 0.4
+    local out
+    out=$(timeout 300 "$bin" perf "$test" "$@" -d 127.0.2.2 --baseline 127.0.2.3 2>&1)
+    wait "$srv"
+    local col=4
+    [[ $test == *_lat ]] && col=5
+    local figs ratio
+    figs=$(awk -v c="$col" '/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+/ { printf "%s ", $c }' <<<"$out")
+    ratio=$(grep -oE 'ratio: [0-9.]+' <<<"$out" | awk '{ print $2 }')
+    printf '%-22s %-5s %s%s\n' "$label" "$tag" "$figs" "${ratio:-FAILED}"
+}
+
+runs() {  # LABEL TEST ARGS...
+    [ -n "$BASE" ] && one base "$BASE" "$@"
+    one new "$NEW" "$@"
+}
+
+{
+for _ in $(seq "$ROUNDS"); do
+    for g in $PERF_GROUPS; do
+        case $g in
+        lat)
+            runs send_lat_64 send_lat -s 64 -n 5000 -m 4096
+            runs write_lat_64 write_lat -s 64 -n 5000 -m 4096 ;;
+        bw)
+            runs write_bw_64K write_bw -s 65536 -n 3000 -m 4096
+            runs read_bw_64K read_bw -s 65536 -n 3000 -m 4096
+            runs send_bw_64K send_bw -s 65536 -n 3000 -m 4096 ;;
+        scale)
+            for q in 1 16 256 1024; do
+                n=$((6400 / q)); [ "$n" -lt 6 ] && n=6
+                runs "write_bw_64K_q$q" write_bw -s 65536 -n "$n" -m 4096 -q "$q"
+            done ;;
+        esac
+    done
+done
+} | tee /tmp/rxe-measure.$$
+echo "-- median RoCE/UDP ratio per test and binary"
+awk '{ k = $1 " " $2; v[k] = v[k] " " $NF } END { for (k in v) print k, v[k] }' /tmp/rxe-measure.$$ |
+    while read -r label bin vals; do
+        med=$(tr ' ' '\n' <<<"$vals" | grep -E '^[0-9.]+$' | sort -n | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)] }')
+        printf '%-22s %-5s median %s  (%s)\n' "$label" "$bin" "${med:-none}" "$vals"
+    done | sort
+rm -f /tmp/rxe-measure.$$
