@@ -45,7 +45,7 @@ use crate::types::*;
 use crate::wire::Packet;
 use cq::{Cq, Srq};
 use qp::Qp;
-use rand::rngs::SmallRng;
+use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
@@ -279,7 +279,9 @@ impl Ctx<'_> {
 #[derive(Debug)]
 pub struct Engine {
     config: EngineConfig,
-    rng: SmallRng,
+    /// QP numbers and initial PSNs (and the key table's seed): a CSPRNG
+    /// (ChaCha12), so that numbers a peer sees do not predict the others.
+    rng: StdRng,
     mem: MemTable,
     pds: HashSet<PdId>,
     next_pd: u32,
@@ -307,7 +309,7 @@ pub struct Engine {
 impl Engine {
     /// A new engine.
     pub fn new(config: EngineConfig) -> Self {
-        let mut rng = SmallRng::seed_from_u64(config.seed);
+        let mut rng = StdRng::seed_from_u64(config.seed);
         let mem = MemTable::new(rng.gen());
         Engine {
             config,
