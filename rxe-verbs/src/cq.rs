@@ -269,17 +269,6 @@ impl CompletionQueue {
                     if out.len() >= n {
                         return Ok(std::mem::take(&mut out));
                     }
-                    if readable {
-                        // Packets came but not yet the ones awaited. The
-                        // peer often sends them in the same batch (an ACK,
-                        // then the answer): let it finish before sleeping.
-                        std::thread::yield_now();
-                        s.round(true, true, false);
-                        s.lock().poll_cq(c.id, n - out.len(), &mut out)?;
-                        if out.len() >= n {
-                            return Ok(std::mem::take(&mut out));
-                        }
-                    }
                 })();
                 drop(token);
                 // Another waiting thread may take the socket now.
