@@ -457,6 +457,23 @@ fn duplicate_read_flood_is_bounded() {
     assert!(n <= 512 * 8, "{n} packets queued");
 }
 
+/// Counts the packets `n` sends before `limit` (virtual time).
+fn count_sent_before(
+    net: &mut rxe_net::sim::SimNet,
+    n: &Node,
+    limit: Duration,
+) -> std::sync::Arc<std::sync::atomic::AtomicU64> {
+    let count = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let c = count.clone();
+    let addr = n.addr;
+    net.set_tap(move |at, t| {
+        if t.src == addr && at < limit {
+            c.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    count
+}
+
 /// The send window counts packets: a 1 MiB SEND (1024 packets) has at most
 /// `max_unacked_psns` (128) on the wire before the first ACK can be back.
 #[test]
@@ -477,15 +494,8 @@ fn long_message_respects_the_packet_window() {
             ..rc(7, 7)
         },
     );
-    let early = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let e = early.clone();
-    let a_addr = a.addr;
-    net.set_tap(move |at, t| {
-        // Round trip is 2 ms: anything A sends before then is unacknowledged.
-        if t.src == a_addr && at < Duration::from_micros(1990) {
-            e.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-    });
+    // Round trip is 2 ms: anything A sends before then is unacknowledged.
+    let early = count_sent_before(&mut net, a, Duration::from_micros(1990));
     net.engines[b.idx]
         .post_recv(
             qb,
@@ -529,14 +539,8 @@ fn many_qps_share_the_devices_budget_of_packets_in_flight() {
         .map(|i| (i * 31 / 7) as u8)
         .collect();
     a.mem.write(0, &data);
-    let early = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
-    let e = early.clone();
-    let a_addr = a.addr;
-    net.set_tap(move |at, t| {
-        if t.src == a_addr && at < Duration::from_micros(1990) {
-            e.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-    });
+    // Round trip is 2 ms: anything A sends before then is unacknowledged.
+    let early = count_sent_before(&mut net, a, Duration::from_micros(1990));
     for (i, &(qa, _)) in qps.iter().enumerate() {
         let off = i as u64 * u64::from(LEN);
         let mut wr = SendWr::new(i as u64, SendOpcode::RdmaWrite);
