@@ -25,7 +25,11 @@
 //! application thread has waited for longer than that, the progress thread
 //! watches the socket again. A packet that arrives while nobody watches
 //! (the application is busy between two waits) waits at most about
-//! `HANDOFF + TIMER_TICK`, far below any retransmission timeout.
+//! `HANDOFF + TIMER_TICK`, far below any retransmission timeout, unless the
+//! application reads a region meanwhile: `MemoryRegion::read` and
+//! `with_bytes` take in what waits on the socket when nobody receives
+//! ([`Shared::poll_socket`]), so a program polling its memory for a peer's
+//! WRITE sees it at once.
 //!
 //! # Deferred sending
 //!
