@@ -24,11 +24,15 @@
 //!   initial PSNs are random, never sequential or repeated; rkeys rotate on
 //!   re-registration and on every memory window bind, and the old key stops
 //!   working.
-//! * [`refused_messages_keep_their_receives`] and
-//!   [`an_ack_inside_a_read_does_not_skip_its_responses`]: regression tests
+//! * [`refused_messages_keep_their_receives`],
+//!   [`an_ack_inside_a_read_does_not_skip_its_responses`] and
+//!   [`a_read_finished_under_the_cursor_moves_it_on`]: regression tests
 //!   for engine bugs the fuzz targets found (a refused message lost the
 //!   receive it had taken; a bogus ACK inside a READ let the READ complete
-//!   without some of its responses).
+//!   without some of its responses; a READ completed under the send cursor
+//!   left it mid-way into the next work request), and
+//!   [`stale_acks_and_naks_cost_nothing`] (responses for PSNs already
+//!   acknowledged used up retries).
 //!
 //! Address plan: 127.0.3.1 to 127.0.3.5; the tests in this file run one at
 //! a time (they measure the process's memory).
@@ -1654,4 +1658,85 @@ fn stale_acks_and_naks_cost_nothing() {
         net.engines[a.idx].query_qp(qa).unwrap().0.state,
         QpState::Rts
     );
+}
+
+/// A go-back into a READ whose missing responses then come in before the
+/// READ is asked again: the READ completes, and the send cursor, which
+/// was inside it, moves to the start of the next work request. (Found by
+/// the `requester` fuzz target: the cursor kept its packet index, and the
+/// next work request was sent from its middle; for a short SEND with
+/// inline data, from past its end, which panicked.)
+#[test]
+fn a_read_finished_under_the_cursor_moves_it_on() {
+    use rxe_core::wire::Packet;
+    use rxe_net::sim::Faults;
+    use rxe_tests::sim::*;
+    let _g = serial();
+    let (mut net, nodes) = network(0xc0c0, Faults::none(), 2, 1 << 16);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let (qa, _qb) = connect(&mut net, a, b, &ConnParams::default());
+    let mut r = SendWr::new(1, SendOpcode::RdmaRead);
+    r.sg_list = vec![sge(a, 0, 3 * 1024)];
+    r.remote_addr = IOVA;
+    r.rkey = b.mr.rkey;
+    r.flags = SendFlags::SIGNALED;
+    net.engines[a.idx].post_send(qa, r).unwrap();
+    let inline = pattern(100, 9);
+    let mut s = SendWr::new(2, SendOpcode::Send);
+    s.inline_data = Some(inline.clone());
+    s.flags = SendFlags::SIGNALED | SendFlags::INLINE;
+    net.engines[a.idx].post_send(qa, s).unwrap();
+    let now = net.now();
+    // The READ request and the SEND leave (and are lost).
+    let mut sent = Vec::new();
+    while let Some(t) = net.engines[a.idx].poll_transmit(now) {
+        sent.push(Packet::new_checked(&t.payload[..]).unwrap().bth().psn());
+    }
+    let first = sent[0];
+    assert_eq!(sent, [first, first.add(3)]);
+    let meta = RecvMeta {
+        src: b.addr,
+        dst: a.addr,
+        src_port: 0xc000,
+        icrc: IcrcStatus::Ok,
+    };
+    let data = pattern(3 * 1024, 4);
+    let response = |op: Opcode, k: usize| {
+        let mut r = PacketRepr::new(bth(op, qa, first.add(k as u32)));
+        if op != Opcode::RC_RDMA_READ_RESPONSE_MIDDLE {
+            r.aeth = Some(AethRepr {
+                syndrome: AethSyndrome::Ack { credits: 0x1f },
+                msn: 0,
+            });
+        }
+        r.payload = &data[k * 1024..(k + 1) * 1024];
+        forge(&r, b.addr, a.addr, 0xc000)
+    };
+    // The first response; the transport timer goes back to the second.
+    let bytes = response(Opcode::RC_RDMA_READ_RESPONSE_FIRST, 0);
+    net.engines[a.idx].handle_datagram(now, meta, &bytes);
+    let later = now + Duration::from_secs(1);
+    net.engines[a.idx].handle_timeout(later);
+    // Before A asks again, the other two arrive: the READ completes.
+    for (op, k) in [
+        (Opcode::RC_RDMA_READ_RESPONSE_MIDDLE, 1),
+        (Opcode::RC_RDMA_READ_RESPONSE_LAST, 2),
+    ] {
+        let bytes = response(op, k);
+        net.engines[a.idx].handle_datagram(later, meta, &bytes);
+    }
+    let c = completions(&mut net, a);
+    assert_eq!(
+        c.iter().map(|c| (c.wr_id, c.status)).collect::<Vec<_>>(),
+        [(1, WcStatus::Success)]
+    );
+    assert!(a.mem.snapshot()[..3 * 1024] == data[..]);
+    // What A sends next is the whole SEND again, from its start.
+    let t = net.engines[a.idx]
+        .poll_transmit(later)
+        .expect("the SEND again");
+    let p = Packet::new_checked(&t.payload[..]).unwrap();
+    assert_eq!(p.bth().psn(), first.add(3));
+    assert_eq!(p.payload(), &inline[..]);
+    assert!(net.engines[a.idx].poll_transmit(later).is_none());
 }

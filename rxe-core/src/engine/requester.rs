@@ -227,9 +227,17 @@ impl Qp {
     pub fn retire(&mut self, ctx: &mut Ctx<'_>) {
         while let Some(status) = self.req.sq.front().and_then(|w| w.done) {
             let w = self.req.sq.pop_front().expect("front exists");
-            self.req.next = self.req.next.saturating_sub(1);
-            if self.req.next == 0 && self.req.sq.is_empty() {
+            if self.req.next == 0 {
+                // The send cursor was inside the WQE that just finished (a
+                // go-back into a READ whose missing responses then came in
+                // before the READ was asked again): it moves to the start
+                // of the next WQE. Keeping `next_pkt` sent the next WQE
+                // from the middle, past its end for a short one (found by
+                // the `requester` fuzz target: a slice index out of range
+                // on inline data).
                 self.req.next_pkt = 0;
+            } else {
+                self.req.next -= 1;
             }
             let signaled = self.sq_sig_all || w.wr.flags.contains(SendFlags::SIGNALED);
             if signaled || status != WcStatus::Success {
