@@ -12,8 +12,6 @@ pub(crate) struct Cq {
     pub capacity: usize,
     pub entries: VecDeque<Completion>,
     pub overruns: u64,
-    /// Completions delivered since the CQ was created.
-    pub delivered: u64,
     /// Armed for the next completion (`ibv_req_notify_cq`); `Some(true)`
     /// means solicited-only.
     pub armed: Option<bool>,
@@ -28,7 +26,6 @@ impl Cq {
             capacity,
             entries: VecDeque::new(),
             overruns: 0,
-            delivered: 0,
             armed: None,
             notified: false,
         }
@@ -41,7 +38,6 @@ impl Cq {
             return false;
         }
         self.entries.push_back(c);
-        self.delivered += 1;
         if let Some(solicited_only) = self.armed {
             if !solicited_only || solicited || c.status != crate::types::WcStatus::Success {
                 self.armed = None;

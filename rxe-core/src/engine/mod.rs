@@ -259,6 +259,8 @@ pub(crate) struct Ctx<'a> {
     pub pool: &'a mut txpool::TxPool,
     /// Packets in flight over all QPs (see `EngineConfig::max_in_flight`).
     pub in_flight: u32,
+    /// Completions delivered to any CQ (see `Engine::completions_delivered`).
+    pub delivered: &'a mut u64,
     /// Set by a requester that held a new packet back because the device
     /// has `max_in_flight` packets in flight.
     pub over_budget: bool,
@@ -268,7 +270,9 @@ impl Ctx<'_> {
     /// Delivers a completion to a CQ; an overrun raises `CqError`.
     pub fn complete(&mut self, cq: CqId, c: Completion, solicited: bool) {
         if let Some(q) = self.cqs.get_mut(&cq) {
-            if !q.push(c, solicited) {
+            if q.push(c, solicited) {
+                *self.delivered += 1;
+            } else {
                 self.events.push_back(AsyncEvent::CqError(cq));
             }
         }
@@ -299,6 +303,8 @@ pub struct Engine {
     pool: txpool::TxPool,
     /// Packets in flight over all RC QPs (the sum of their `counted_in_flight`).
     in_flight: u32,
+    /// Completions delivered to any CQ since the engine was created.
+    delivered: u64,
     /// QPs that held packets back for `max_in_flight`, to wake in turn
     /// when acknowledgements make room.
     budget_waiters: VecDeque<u32>,
@@ -329,6 +335,7 @@ impl Engine {
             last_now: None,
             pool: txpool::TxPool::default(),
             in_flight: 0,
+            delivered: 0,
             budget_waiters: VecDeque::new(),
             burst_sent: 0,
         }
@@ -502,11 +509,11 @@ impl Engine {
             .is_some_and(|q| std::mem::take(&mut q.notified))
     }
 
-    /// How many completions the engine's CQs have taken in since they were
-    /// created: a driver compares it before and after a call to tell
+    /// How many completions the engine has delivered to its CQs since it
+    /// was created: a driver compares it before and after a call to tell
     /// whether the call produced any (to wake a thread waiting for them).
     pub fn completions_delivered(&self) -> u64 {
-        self.cqs.values().map(|q| q.delivered).sum()
+        self.delivered
     }
 
     /// Number of completions waiting in a CQ.
@@ -704,7 +711,7 @@ impl Engine {
     ) -> Result<(), EngineError> {
         let now = self.last_now;
         let in_flight = self.in_flight;
-        let (config, mem, cqs, srqs, events, counters, pool) = (
+        let (config, mem, cqs, srqs, events, counters, pool, delivered) = (
             &self.config,
             &mut self.mem,
             &mut self.cqs,
@@ -712,6 +719,7 @@ impl Engine {
             &mut self.events,
             &mut self.counters,
             &mut self.pool,
+            &mut self.delivered,
         );
         let q = self.qps.get_mut(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
         let next = state::check_modify(
@@ -747,6 +755,7 @@ impl Engine {
             counters,
             pool,
             in_flight,
+            delivered,
             over_budget: false,
         };
         q.apply_modify(&mut ctx, attr, mask, next);
@@ -769,6 +778,7 @@ impl Engine {
             counters: &mut self.counters,
             pool: &mut self.pool,
             in_flight: self.in_flight,
+            delivered: &mut self.delivered,
             over_budget: false,
         };
         Some((q, ctx))
@@ -829,7 +839,9 @@ impl Engine {
             let c = q.flush_completion_recv(&wr);
             let cq = q.recv_cq;
             if let Some(qcq) = self.cqs.get_mut(&cq) {
-                if !qcq.push(c, false) {
+                if qcq.push(c, false) {
+                    self.delivered += 1;
+                } else {
                     self.events.push_back(AsyncEvent::CqError(cq));
                 }
             }
