@@ -1459,6 +1459,31 @@ fn refused_messages_keep_their_receives() {
     }
 }
 
+/// Two engines on the simulated network (seeded with `seed`) with an RC
+/// QP pair, and a READ (work request 1) of `len` bytes from the start of
+/// B's region into A's posted on A's QP; returns the network, the nodes and
+/// A's QP number.
+fn rc_pair_with_read(
+    seed: u64,
+    len: u32,
+    flags: Option<SendFlags>,
+) -> (rxe_net::sim::SimNet, Vec<rxe_tests::sim::Node>, u32) {
+    use rxe_net::sim::Faults;
+    use rxe_tests::sim::*;
+    let (mut net, nodes) = network(seed, Faults::none(), 2, 1 << 16);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let (qa, _qb) = connect(&mut net, a, b, &ConnParams::default());
+    let mut r = SendWr::new(1, SendOpcode::RdmaRead);
+    r.sg_list = vec![sge(a, 0, len)];
+    r.remote_addr = IOVA;
+    r.rkey = b.mr.rkey;
+    if let Some(f) = flags {
+        r.flags = f;
+    }
+    net.engines[a.idx].post_send(qa, r).unwrap();
+    (net, nodes, qa)
+}
+
 /// An ACK for a PSN inside a READ that still misses responses does not
 /// acknowledge them: a retry asks again from the first missing one. (Found
 /// by the `requester` fuzz target: the retry resumed after the bogus ACK,
@@ -1467,17 +1492,10 @@ fn refused_messages_keep_their_receives() {
 #[test]
 fn an_ack_inside_a_read_does_not_skip_its_responses() {
     use rxe_core::wire::Packet;
-    use rxe_net::sim::Faults;
     use rxe_tests::sim::*;
     let _g = serial();
-    let (mut net, nodes) = network(0xacc, Faults::none(), 2, 1 << 16);
+    let (mut net, nodes, qa) = rc_pair_with_read(0xacc, 16 * 1024, None);
     let (a, b) = (&nodes[0], &nodes[1]);
-    let (qa, _qb) = connect(&mut net, a, b, &ConnParams::default());
-    let mut r = SendWr::new(1, SendOpcode::RdmaRead);
-    r.sg_list = vec![sge(a, 0, 16 * 1024)];
-    r.remote_addr = IOVA;
-    r.rkey = b.mr.rkey;
-    net.engines[a.idx].post_send(qa, r).unwrap();
     let now = net.now();
     let req = net.engines[a.idx]
         .poll_transmit(now)
@@ -1669,18 +1687,10 @@ fn stale_acks_and_naks_cost_nothing() {
 #[test]
 fn a_read_finished_under_the_cursor_moves_it_on() {
     use rxe_core::wire::Packet;
-    use rxe_net::sim::Faults;
     use rxe_tests::sim::*;
     let _g = serial();
-    let (mut net, nodes) = network(0xc0c0, Faults::none(), 2, 1 << 16);
+    let (mut net, nodes, qa) = rc_pair_with_read(0xc0c0, 3 * 1024, Some(SendFlags::SIGNALED));
     let (a, b) = (&nodes[0], &nodes[1]);
-    let (qa, _qb) = connect(&mut net, a, b, &ConnParams::default());
-    let mut r = SendWr::new(1, SendOpcode::RdmaRead);
-    r.sg_list = vec![sge(a, 0, 3 * 1024)];
-    r.remote_addr = IOVA;
-    r.rkey = b.mr.rkey;
-    r.flags = SendFlags::SIGNALED;
-    net.engines[a.idx].post_send(qa, r).unwrap();
     let inline = pattern(100, 9);
     let mut s = SendWr::new(2, SendOpcode::Send);
     s.inline_data = Some(inline.clone());
