@@ -26,7 +26,8 @@
 //!   working.
 //! * [`refused_messages_keep_their_receives`],
 //!   [`an_ack_inside_a_read_does_not_skip_its_responses`] and
-//!   [`a_read_finished_under_the_cursor_moves_it_on`]: regression tests
+//!   [`a_read_finished_under_the_cursor_moves_it_on`],
+//!   [`a_nak_inside_a_read_does_not_skip_its_responses`]: regression tests
 //!   for engine bugs the fuzz targets found (a refused message lost the
 //!   receive it had taken; a bogus ACK inside a READ let the READ complete
 //!   without some of its responses; a READ completed under the send cursor
@@ -1531,6 +1532,64 @@ fn an_ack_inside_a_read_does_not_skip_its_responses() {
         (p.bth().psn(), reth.va(), reth.dma_len()),
         (first.add(1), IOVA + 1024, 15 * 1024)
     );
+}
+
+/// A NAK (RNR or sequence) for a PSN inside a READ that still misses
+/// responses does not skip them either: the READ is asked again from its
+/// first missing response. (Found by the `requester` fuzz target: an RNR
+/// NAK inside a READ went back to the NAK's PSN, so the READ waited for its
+/// last response only, and completed successfully with the rest of its
+/// buffer never written.)
+#[test]
+fn a_nak_inside_a_read_does_not_skip_its_responses() {
+    use rxe_core::wire::Packet;
+    use rxe_tests::sim::*;
+    let _g = serial();
+    for syndrome in [
+        // Timer code 1: 0.01 ms (code 0 is the longest, 655 ms).
+        AethSyndrome::RnrNak { timer: 1 },
+        AethSyndrome::Nak(NakCode::PsnSequenceError),
+    ] {
+        let (mut net, nodes, qa) = rc_pair_with_read(0x4ac, 16 * 1024, None);
+        let (a, b) = (&nodes[0], &nodes[1]);
+        let now = net.now();
+        let req = net.engines[a.idx]
+            .poll_transmit(now)
+            .expect("the READ request");
+        let first = Packet::new_checked(&req.payload[..]).unwrap().bth().psn();
+        let meta = RecvMeta {
+            src: b.addr,
+            dst: a.addr,
+            src_port: 0xc000,
+            icrc: IcrcStatus::Ok,
+        };
+        // The first of 16 responses, then a NAK for PSN first + 10.
+        let data = [7u8; 1024];
+        let mut resp = PacketRepr::new(bth(Opcode::RC_RDMA_READ_RESPONSE_FIRST, qa, first));
+        resp.aeth = Some(AethRepr {
+            syndrome: AethSyndrome::Ack { credits: 0x1f },
+            msn: 0,
+        });
+        resp.payload = &data;
+        for p in [resp, nak(qa, first.add(10), syndrome)] {
+            let bytes = forge(&p, b.addr, a.addr, 0xc000);
+            net.engines[a.idx].handle_datagram(now, meta, &bytes);
+        }
+        // Once any RNR wait is over, the READ is asked again from its
+        // second response on.
+        let later = now + Duration::from_millis(100);
+        net.engines[a.idx].handle_timeout(later);
+        let retry = net.engines[a.idx]
+            .poll_transmit(later)
+            .unwrap_or_else(|| panic!("{syndrome:?}: a retry"));
+        let p = Packet::new_checked(&retry.payload[..]).unwrap();
+        let reth = p.reth().expect("a READ request");
+        assert_eq!(
+            (p.bth().psn(), reth.va(), reth.dma_len()),
+            (first.add(1), IOVA + 1024, 15 * 1024),
+            "{syndrome:?}"
+        );
+    }
 }
 
 /// ACKs and NAKs for PSNs already acknowledged are stale (old copies, or a

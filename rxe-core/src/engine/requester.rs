@@ -638,9 +638,16 @@ impl Qp {
         Some(t)
     }
 
-    /// Restarts sending from `psn` (go-back-N).
+    /// Restarts sending from `psn` (go-back-N). Inside a READ, never from
+    /// past its first missing response: only responses acknowledge a
+    /// READ's bytes, so a NAK for a later PSN of it (an RNR NAK, which no
+    /// honest responder sends for a READ, or a forged one) must not skip
+    /// the responses in between. (Found by the `requester` fuzz target: an
+    /// RNR NAK inside a READ made it wait for its last response only, and
+    /// it completed successfully with the rest of its buffer unwritten.)
     fn go_back(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
         let mtu = self.mtu() as u64;
+        let mut psn = psn;
         match self
             .req
             .sq
@@ -649,9 +656,11 @@ impl Qp {
         {
             Some(i) => {
                 let w = &mut self.req.sq[i];
-                let k = w.first_psn.distance_to(psn);
+                let mut k = w.first_psn.distance_to(psn);
                 if w.wr.opcode == SendOpcode::RdmaRead {
+                    k = k.min((w.read_rcvd / mtu) as u32);
                     w.read_rcvd = u64::from(k) * mtu;
+                    psn = w.first_psn.add(k);
                 }
                 self.req.next = i;
                 self.req.next_pkt = k;
