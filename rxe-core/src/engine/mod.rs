@@ -27,6 +27,7 @@
 
 pub mod counters;
 mod cq;
+mod deadlines;
 pub mod mem;
 mod qp;
 mod requester;
@@ -264,6 +265,11 @@ pub(crate) struct Ctx<'a> {
     /// Set by a requester that held a new packet back because the device
     /// has `max_in_flight` packets in flight.
     pub over_budget: bool,
+    /// Set by the engine when the requester's next packet ends the QP's
+    /// turn (see `Engine::poll_transmit`): the packet asks for an ACK, so
+    /// that no packet waits unacknowledged while the QP waits for its next
+    /// turn.
+    pub last_of_turn: bool,
 }
 
 impl Ctx<'_> {
@@ -297,6 +303,8 @@ pub struct Engine {
     /// QPs that may have something to send, in round-robin order.
     active: VecDeque<u32>,
     active_set: HashSet<u32>,
+    /// Every QP's next deadline, earliest first.
+    deadlines: deadlines::Deadlines,
     events: VecDeque<AsyncEvent>,
     counters: Counters,
     last_now: Option<Instant>,
@@ -308,8 +316,14 @@ pub struct Engine {
     /// QPs that held packets back for `max_in_flight`, to wake in turn
     /// when acknowledgements make room.
     budget_waiters: VecDeque<u32>,
+    /// Those of them with packets on the wire that asked for no ACK: they
+    /// are woken first (in the order they came), as their packets wait
+    /// unacknowledged until they send again.
+    stranded: VecDeque<u32>,
     /// Packets the QP at the front of `active` has sent in its turn.
     burst_sent: u32,
+    /// QPs woken from `budget_waiters` whose turn has not ended yet.
+    woken: u32,
 }
 
 impl Engine {
@@ -330,6 +344,7 @@ impl Engine {
             qps: HashMap::new(),
             active: VecDeque::new(),
             active_set: HashSet::new(),
+            deadlines: deadlines::Deadlines::default(),
             events: VecDeque::new(),
             counters: Counters::default(),
             last_now: None,
@@ -337,7 +352,9 @@ impl Engine {
             in_flight: 0,
             delivered: 0,
             budget_waiters: VecDeque::new(),
+            stranded: VecDeque::new(),
             burst_sent: 0,
+            woken: 0,
         }
     }
 
@@ -683,10 +700,15 @@ impl Engine {
     /// Destroys a queue pair. Outstanding work is dropped without completions.
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), EngineError> {
         let q = self.qps.remove(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
+        if q.budget_woken {
+            self.woken -= 1;
+        }
         self.set_in_flight(self.in_flight - q.counted_in_flight);
         self.budget_waiters.retain(|&w| w != qpn);
+        self.stranded.retain(|&w| w != qpn);
         self.active_set.remove(&qpn);
         self.active.retain(|&q| q != qpn);
+        self.deadlines.tidy(&self.qps);
         Ok(())
     }
 
@@ -757,9 +779,10 @@ impl Engine {
             in_flight,
             delivered,
             over_budget: false,
+            last_of_turn: false,
         };
         q.apply_modify(&mut ctx, attr, mask, next);
-        self.recount_in_flight(qpn);
+        self.settle(qpn);
         self.mark_active(qpn);
         Ok(())
     }
@@ -780,6 +803,7 @@ impl Engine {
             in_flight: self.in_flight,
             delivered: &mut self.delivered,
             over_budget: false,
+            last_of_turn: false,
         };
         Some((q, ctx))
     }
@@ -799,6 +823,7 @@ impl Engine {
         q.check_post_send(&wr, &self.config)?;
         let (q, mut ctx) = self.qp_ctx(qpn, now).ok_or(EngineError::UnknownQp(qpn))?;
         q.post_send(&mut ctx, wr);
+        self.settle(qpn);
         self.mark_active(qpn);
         Ok(())
     }
@@ -878,18 +903,22 @@ impl Engine {
         let (q, mut ctx) = self.qp_ctx(qpn, now).expect("present");
         q.counters.rcvd_pkts += 1;
         q.handle_packet(&mut ctx, &meta, &pkt);
-        self.recount_in_flight(qpn);
+        self.settle(qpn);
         self.mark_active(qpn);
     }
 
-    /// Brings the device's count of packets in flight up to date with what
-    /// QP `qpn` has in flight now; wakes QPs waiting for room.
-    fn recount_in_flight(&mut self, qpn: u32) {
+    /// Brings the device's view of QP `qpn` up to date after the QP's code
+    /// ran: its packets in flight in the device's count (waking QPs waiting
+    /// for room), and its deadline in the timer heap.
+    fn settle(&mut self, qpn: u32) {
         let Some(q) = self.qps.get_mut(&qpn) else {
             return;
         };
         let now = q.in_flight();
         let before = std::mem::replace(&mut q.counted_in_flight, now);
+        if self.deadlines.file(qpn, q) {
+            self.deadlines.tidy(&self.qps);
+        }
         self.set_in_flight(self.in_flight - before + now);
     }
 
@@ -898,23 +927,33 @@ impl Engine {
         // Waiting QPs are woken in turn, one for every BUDGET_BURST packets
         // of room, so that each sends a burst of consecutive packets (which
         // the responder acknowledges with one ACK) rather than a thousand
-        // QPs a packet each. Below half the budget every waiter that fits
-        // goes: the packets past half all ask for an ACK, so room always
-        // comes back to there.
+        // QPs a packet each. Below half the budget, one more for a last
+        // partial burst: the packets past half all ask for an ACK, so room
+        // always comes back to there. A woken QP holds its burst's share of
+        // the room until its turn ends (`woken`): before, every packet sent
+        // recomputed the room as if nobody had been woken yet, and with
+        // 1024 QPs three QPs were polled for every packet sent, two of them
+        // only to find the budget full and go back to waiting.
         let max = self.config.max_in_flight;
         let room = max.saturating_sub(self.in_flight);
         let burst = BUDGET_BURST.min(max / 4).max(1);
-        let wake = if self.in_flight.saturating_mul(2) <= max {
-            room
+        let bursts = if self.in_flight.saturating_mul(2) <= max {
+            room.div_ceil(burst)
         } else {
             room / burst
         };
-        for _ in 0..wake {
-            let Some(w) = self.budget_waiters.pop_front() else {
+        for _ in 0..bursts.saturating_sub(self.woken) {
+            let Some(w) = self
+                .stranded
+                .pop_front()
+                .or_else(|| self.budget_waiters.pop_front())
+            else {
                 break;
             };
             if let Some(q) = self.qps.get_mut(&w) {
                 q.budget_waiting = false;
+                q.budget_woken = true;
+                self.woken += 1;
             }
             self.mark_active(w);
         }
@@ -924,20 +963,33 @@ impl Engine {
     /// every input and command.
     pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
         self.last_now = Some(now);
-        let mut spins = self.active.len();
+        // Every poll that sends nothing takes a QP off `active`; only QPs
+        // woken from `budget_waiters` join it meanwhile.
+        let mut spins = self.active.len() + self.budget_waiters.len() + self.stranded.len();
         while spins > 0 {
             spins -= 1;
             let qpn = self.active.pop_front()?;
-            if !self.qps.contains_key(&qpn) {
+            let turn_ends = self.burst_sent + 1 >= BUDGET_BURST;
+            // The turn ends after this packet if the burst is over and
+            // another QP wants to send, or if the packet fills the budget.
+            let others = !self.active.is_empty()
+                || !self.budget_waiters.is_empty()
+                || !self.stranded.is_empty();
+            let last_of_turn =
+                (turn_ends && others) || self.in_flight + 1 >= self.config.max_in_flight;
+            let Some((q, mut ctx)) = self.qp_ctx(qpn, now) else {
                 self.active_set.remove(&qpn);
                 continue;
-            }
-            let (q, mut ctx) = self.qp_ctx(qpn, now).expect("present");
+            };
+            ctx.last_of_turn = last_of_turn;
             match q.poll_transmit(&mut ctx) {
                 Some(t) => {
                     q.counters.sent_pkts += 1;
                     ctx.counters.sent_pkts += 1;
-                    self.recount_in_flight(qpn);
+                    if turn_ends && std::mem::take(&mut q.budget_woken) {
+                        self.woken -= 1;
+                    }
+                    self.settle(qpn);
                     // A QP keeps the turn for a burst of packets (which the
                     // responder can acknowledge with one ACK), then goes to
                     // the back.
@@ -953,13 +1005,17 @@ impl Engine {
                 None => {
                     let waits = ctx.over_budget && !std::mem::replace(&mut q.budget_waiting, true);
                     // A QP whose last packets asked for no ACK has them
-                    // stranded until it sends again: it goes first.
+                    // stranded until it sends again: it goes first. (Rare
+                    // since the last packet of a turn asks for an ACK.)
                     let stranded = q.req.since_ackreq > 0 && q.in_flight() > 0;
+                    if std::mem::take(&mut q.budget_woken) {
+                        self.woken -= 1;
+                    }
                     self.burst_sent = 0;
                     self.active_set.remove(&qpn);
-                    self.recount_in_flight(qpn);
+                    self.settle(qpn);
                     match (waits, stranded) {
-                        (true, true) => self.budget_waiters.push_front(qpn),
+                        (true, true) => self.stranded.push_back(qpn),
                         (true, false) => self.budget_waiters.push_back(qpn),
                         _ => {}
                     }
@@ -978,23 +1034,23 @@ impl Engine {
 
     /// The earliest time [`Engine::handle_timeout`] has something to do.
     pub fn next_timeout(&self) -> Option<Instant> {
-        self.qps.values().filter_map(|q| q.next_timeout()).min()
+        let next = self.deadlines.next();
+        debug_assert_eq!(
+            next,
+            self.qps.values().filter_map(|q| q.next_timeout()).min(),
+            "the timer heap lost track of a QP's deadline"
+        );
+        next
     }
 
     /// Runs the timers that expired at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
         self.last_now = Some(now);
-        let due: Vec<u32> = self
-            .qps
-            .iter()
-            .filter(|(_, q)| q.next_timeout().is_some_and(|t| t <= now))
-            .map(|(n, _)| *n)
-            .collect();
-        for qpn in due {
+        for qpn in self.deadlines.take_due(now, &mut self.qps) {
             if let Some((q, mut ctx)) = self.qp_ctx(qpn, now) {
                 q.handle_timeout(&mut ctx);
             }
-            self.recount_in_flight(qpn);
+            self.settle(qpn);
             self.mark_active(qpn);
         }
     }

@@ -42,6 +42,11 @@ pub(crate) struct Qp {
     pub counted_in_flight: u32,
     /// On the engine's list of QPs waiting for room in `max_in_flight`.
     pub budget_waiting: bool,
+    /// Woken from that list, and its turn has not ended yet.
+    pub budget_woken: bool,
+    /// The deadline filed for this QP in the engine's timer heap (see
+    /// `deadlines.rs`): its `next_timeout()` as of the QP's last change.
+    pub filed: Option<Instant>,
 }
 
 /// A UDP source port in 0xC000..=0xFFFF derived from the QP number.
@@ -75,6 +80,8 @@ impl Qp {
             comm_established: false,
             counted_in_flight: 0,
             budget_waiting: false,
+            budget_woken: false,
+            filed: None,
         }
     }
 

@@ -485,7 +485,11 @@ impl Qp {
             // every packet: a QP that the budget then holds back must not
             // leave packets behind that nobody will acknowledge.
             let crowded = ctx.in_flight.saturating_mul(2) >= ctx.config.max_in_flight;
-            ack_req = is_last || w.is_rd_atomic() || crowded || self.req.since_ackreq >= every;
+            ack_req = is_last
+                || w.is_rd_atomic()
+                || crowded
+                || ctx.last_of_turn
+                || self.req.since_ackreq >= every;
             if ack_req {
                 self.req.since_ackreq = 0;
             }
