@@ -326,17 +326,47 @@ impl Qp {
         dst: IpAddr,
         av: Option<&AddressVector>,
     ) -> Option<Transmit> {
-        let mut payload = pool.take(repr.buffer_len());
-        let n = match repr.emit(&mut payload) {
-            Ok(n) => n,
+        let copy = |b: &mut [u8]| {
+            b.copy_from_slice(repr.payload);
+            true
+        };
+        self.build_filled(pool, repr, src, dst, av, (repr.payload.len(), copy))
+            .ok()
+    }
+
+    /// Serializes a packet whose payload of `len` bytes (`payload` is
+    /// `(len, fill)`) `fill` writes
+    /// straight into the packet buffer (from registered memory, without a
+    /// copy in between), and computes its ICRC. `fill` must write all of
+    /// its slice and return true, or return false to give up (the buffer,
+    /// which may hold an earlier packet's bytes, is then never sent).
+    pub fn build_filled(
+        &self,
+        pool: &mut super::txpool::TxPool,
+        repr: &PacketRepr<'_>,
+        src: IpAddr,
+        dst: IpAddr,
+        av: Option<&AddressVector>,
+        (len, fill): (usize, impl FnOnce(&mut [u8]) -> bool),
+    ) -> Result<Transmit, BuildError> {
+        let mut payload = pool.take(repr.buffer_len_for(len));
+        let (range, n) = match repr.emit_around(&mut payload, len) {
+            Ok(r) => r,
             Err(_) => {
                 pool.give(payload);
-                return None;
+                return Err(BuildError::Emit);
             }
         };
-        let crc = icrc::compute_udp(src, dst, self.src_port, &payload[..n - ICRC_LEN]).ok()?;
+        if !fill(&mut payload[range]) {
+            pool.give(payload);
+            return Err(BuildError::Fill);
+        }
+        let Ok(crc) = icrc::compute_udp(src, dst, self.src_port, &payload[..n - ICRC_LEN]) else {
+            pool.give(payload);
+            return Err(BuildError::Emit);
+        };
         payload[n - ICRC_LEN..n].copy_from_slice(&crc.to_le_bytes());
-        Some(Transmit {
+        Ok(Transmit {
             src,
             dst,
             src_port: self.src_port,
@@ -451,6 +481,15 @@ impl Qp {
     }
 }
 
+/// Why [`Qp::build_filled`] made no packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BuildError {
+    /// The headers do not fit the opcode, or no ICRC for these addresses.
+    Emit,
+    /// The payload could not be read (the memory went away or is short).
+    Fill,
+}
+
 /// Writes `data` at byte `offset` of the concatenation of `slices`.
 /// Returns false (and writes nothing) if it does not fit.
 pub(crate) fn scatter(slices: &[MemSlice], offset: u64, data: &[u8]) -> bool {
@@ -481,10 +520,10 @@ pub(crate) fn scatter(slices: &[MemSlice], offset: u64, data: &[u8]) -> bool {
     true
 }
 
-/// Reads `len` bytes at byte `offset` of the concatenation of `slices`.
-pub(crate) fn gather(slices: &[MemSlice], offset: u64, len: usize, out: &mut Vec<u8>) -> bool {
-    out.clear();
-    out.resize(len, 0);
+/// Fills `out` from byte `offset` of the concatenation of `slices`; false
+/// if they end before it is full or a read fails.
+pub(crate) fn gather(slices: &[MemSlice], offset: u64, out: &mut [u8]) -> bool {
+    let len = out.len();
     let mut off = offset;
     let mut done = 0;
     for s in slices {

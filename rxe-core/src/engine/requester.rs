@@ -9,7 +9,7 @@
 //! means: find the WQE whose range holds `p` and send again from there.
 
 use super::mem::MemSlice;
-use super::qp::{gather, scatter, Qp, DEFAULT_PKEY};
+use super::qp::{gather, scatter, BuildError, Qp, DEFAULT_PKEY};
 use super::timers::{ack_timeout, rnr_delay, RNR_RETRY_INFINITE};
 use super::{Ctx, Transmit};
 use crate::psn::Psn;
@@ -82,7 +82,6 @@ pub(crate) struct Requester {
     /// start another go-back; if the new copy is lost too, the transport
     /// timer recovers.
     pub round: Option<(Psn, Psn)>,
-    scratch: Vec<u8>,
 }
 
 impl Requester {
@@ -101,7 +100,6 @@ impl Requester {
             sqd_notified: false,
             acked: psn.sub(1),
             round: None,
-            scratch: Vec::new(),
         }
     }
 
@@ -570,27 +568,32 @@ impl Qp {
                 (s, d, self.attr.av)
             }
         };
-        let mut data = std::mem::take(&mut self.req.scratch);
-        if info.payload && op != SendOpcode::RdmaRead {
-            let n = (w.len - offset.min(w.len)).min(mtu) as usize;
-            let ok = match &w.wr.inline_data {
-                Some(d) => {
-                    data.clear();
-                    data.extend_from_slice(&d[offset as usize..offset as usize + n]);
-                    true
-                }
-                None => gather(&w.slices, offset, n, &mut data),
-            };
-            if !ok {
-                self.req.scratch = data;
+        // The payload goes straight from the inline data or the registered
+        // memory into the packet buffer.
+        let n = if info.payload && op != SendOpcode::RdmaRead {
+            (w.len - offset.min(w.len)).min(mtu) as usize
+        } else {
+            0
+        };
+        let t = match &w.wr.inline_data {
+            Some(d) => {
+                repr.payload = &d[offset as usize..offset as usize + n];
+                self.build(ctx.pool, &repr, src, dst, av.as_ref())
+                    .ok_or(BuildError::Emit)
+            }
+            None => {
+                let fill = |b: &mut [u8]| gather(&w.slices, offset, b);
+                self.build_filled(ctx.pool, &repr, src, dst, av.as_ref(), (n, fill))
+            }
+        };
+        let t = match t {
+            Ok(t) => t,
+            Err(BuildError::Fill) => {
                 self.fail(ctx, i, WcStatus::LocProtErr);
                 return None;
             }
-            repr.payload = &data;
-        }
-        let t = self.build(ctx.pool, &repr, src, dst, av.as_ref());
-        self.req.scratch = data;
-        let t = t?;
+            Err(BuildError::Emit) => return None,
+        };
         // A first transmission, not a retransmission (for the counters).
         let fresh = qp_type != QpType::Rc || !psn.is_before(self.req.sent_high);
         // Advance the cursor.

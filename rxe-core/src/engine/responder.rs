@@ -13,7 +13,7 @@
 
 use super::counters::DropReason;
 use super::mem::{AtomicOp, MemSlice};
-use super::qp::{scatter, Qp, DEFAULT_PKEY};
+use super::qp::{scatter, BuildError, Qp, DEFAULT_PKEY};
 use super::{Ctx, RecvMeta, Transmit};
 use crate::psn::Psn;
 use crate::types::*;
@@ -101,7 +101,6 @@ pub(crate) struct Responder {
     pub cur: Option<InMsg>,
     pub resources: VecDeque<Resource>,
     pub out: VecDeque<RespOut>,
-    scratch: Vec<u8>,
 }
 
 /// Why a request is refused.
@@ -122,7 +121,6 @@ impl Responder {
             cur: None,
             resources: VecDeque::new(),
             out: VecDeque::new(),
-            scratch: Vec::new(),
         }
     }
 
@@ -763,13 +761,6 @@ impl Qp {
                 };
                 let off = u64::from(i) * mtu;
                 let n = (job.len - off).min(mtu) as usize;
-                let mut data = std::mem::take(&mut self.resp.scratch);
-                data.clear();
-                data.resize(n, 0);
-                let read_ok = job
-                    .slice
-                    .read((job.start + off) as usize, &mut data)
-                    .is_ok();
                 let mut r = PacketRepr::new(bth(opcode, job.psn.add(i)));
                 if opcode != Opcode::RC_RDMA_READ_RESPONSE_MIDDLE {
                     r.aeth = Some(AethRepr {
@@ -779,21 +770,18 @@ impl Qp {
                         msn: job.msn & 0xff_ffff,
                     });
                 }
-                r.payload = &data;
                 job.sent += 1;
                 let finished = job.sent >= job.npkts;
-                let t = if read_ok {
-                    self.build(ctx.pool, &r, src, dst, av.as_ref())
-                } else {
-                    None
-                };
-                self.resp.scratch = data;
+                // Straight from the region into the packet buffer.
+                let (slice, at) = (job.slice.clone(), (job.start + off) as usize);
+                let fill = |b: &mut [u8]| slice.read(at, b).is_ok();
+                let t = self.build_filled(ctx.pool, &r, src, dst, av.as_ref(), (n, fill));
                 // A region deregistered under a READ ends the response: the
                 // requester times out and retries, and gets a NAK then.
-                if finished || !read_ok {
+                if finished || t == Err(BuildError::Fill) {
                     self.resp.out.pop_front();
                 }
-                t
+                t.ok()
             }
         }
     }

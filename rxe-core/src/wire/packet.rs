@@ -20,6 +20,7 @@ use super::opcode::{ExtHeaders, OpcodeInfo};
 use super::reth::{Reth, RethRepr};
 use super::{Error, Header, Result};
 use core::fmt;
+use core::ops::Range;
 
 /// A checked, zero-copy view of a transport packet (the UDP payload).
 ///
@@ -280,7 +281,7 @@ impl<'a> PacketRepr<'a> {
 
     /// The pad count that makes payload plus pad a multiple of 4.
     pub fn pad_count(&self) -> u8 {
-        ((4 - self.payload.len() % 4) % 4) as u8
+        pad_for(self.payload.len())
     }
 
     /// The headers this repr carries.
@@ -300,6 +301,11 @@ impl<'a> PacketRepr<'a> {
 
     /// Checks the repr against the opcode table.
     pub fn check(&self) -> Result<&'static OpcodeInfo> {
+        self.check_for(self.payload.len())
+    }
+
+    /// [`Self::check`] for a payload of `payload_len` bytes.
+    fn check_for(&self, payload_len: usize) -> Result<&'static OpcodeInfo> {
         let op = self.bth.opcode;
         let info = op.info().ok_or(Error::UnknownOpcode(op.0))?;
         let want = info.headers.difference(ExtHeaders::CNP_PAD);
@@ -315,10 +321,10 @@ impl<'a> PacketRepr<'a> {
                 present: first.is_some_and(|(h, _)| have.contains(*h)),
             });
         }
-        if !info.payload && !self.payload.is_empty() {
+        if !info.payload && payload_len != 0 {
             return Err(Error::UnexpectedPayload {
                 opcode: op,
-                len: self.payload.len(),
+                len: payload_len,
             });
         }
         Ok(info)
@@ -327,19 +333,36 @@ impl<'a> PacketRepr<'a> {
     /// Bytes [`Self::emit`] writes, ICRC included. Meaningful only for a
     /// repr that passes [`Self::check`].
     pub fn buffer_len(&self) -> usize {
+        self.buffer_len_for(self.payload.len())
+    }
+
+    /// Bytes the packet takes with a payload of `payload_len` bytes.
+    pub fn buffer_len_for(&self, payload_len: usize) -> usize {
         let hdr = match self.bth.opcode.info() {
             Some(i) => i.header_len(),
             None => BTH_LEN + self.headers().byte_len(),
         };
-        hdr + self.payload.len() + usize::from(self.pad_count()) + ICRC_LEN
+        hdr + payload_len + usize::from(pad_for(payload_len)) + ICRC_LEN
     }
 
     /// Writes the packet into `buf` with zero pad bytes and a zero ICRC
     /// (the ICRC covers the IP and UDP headers too; see [`super::icrc`]).
     /// Returns the number of bytes written.
     pub fn emit(&self, buf: &mut [u8]) -> Result<usize> {
-        let info = self.check()?;
-        let len = self.buffer_len();
+        let (payload, len) = self.emit_around(buf, self.payload.len())?;
+        buf[payload].copy_from_slice(self.payload);
+        Ok(len)
+    }
+
+    /// Writes the packet for a payload of `payload_len` bytes that the
+    /// caller puts in itself, say gathered straight from registered memory
+    /// (`self.payload` is not used): the headers, zero pad bytes and a zero
+    /// ICRC, but not the payload. Returns where the payload goes, and the
+    /// number of bytes of the packet. The caller must write the whole
+    /// payload range: `buf` keeps whatever it held there.
+    pub fn emit_around(&self, buf: &mut [u8], payload_len: usize) -> Result<(Range<usize>, usize)> {
+        let info = self.check_for(payload_len)?;
+        let len = self.buffer_len_for(payload_len);
         if buf.len() < len {
             return Err(Error::BufferTooSmall {
                 header: Header::Bth,
@@ -349,7 +372,7 @@ impl<'a> PacketRepr<'a> {
         }
         let buf = &mut buf[..len];
         let mut bth = self.bth;
-        bth.pad_count = self.pad_count();
+        bth.pad_count = pad_for(payload_len);
         bth.emit(&mut Bth::new_unchecked(&mut buf[..BTH_LEN]));
         let mut off = BTH_LEN;
         for (h, n) in ExtHeaders::WIRE_ORDER {
@@ -395,11 +418,15 @@ impl<'a> PacketRepr<'a> {
             }
             off += n;
         }
-        buf[off..off + self.payload.len()].copy_from_slice(self.payload);
-        off += self.payload.len();
-        buf[off..].fill(0);
-        Ok(len)
+        let payload = off..off + payload_len;
+        buf[payload.end..].fill(0);
+        Ok((payload, len))
     }
+}
+
+/// The pad count that makes a payload of `len` bytes plus pad a multiple of 4.
+fn pad_for(len: usize) -> u8 {
+    ((4 - len % 4) % 4) as u8
 }
 
 impl fmt::Display for PacketRepr<'_> {
@@ -456,6 +483,40 @@ mod tests {
             ack_req: true,
             psn: Psn::new(7),
         }
+    }
+
+    #[test]
+    fn emit_around_leaves_the_payload_to_the_caller() {
+        // A WRITE FIRST (RETH) with 7 payload bytes: emit_around writes
+        // headers, pad and ICRC around bytes it does not touch; with those
+        // written, the packet is byte for byte what emit makes.
+        let mut r = PacketRepr::new(bth(Opcode::RC_RDMA_WRITE_FIRST));
+        r.reth = Some(RethRepr {
+            va: 0x1000,
+            rkey: 0x55,
+            dma_len: 4096,
+        });
+        let data = b"payload";
+        let mut around = [0xeeu8; 64];
+        let (range, n) = r.emit_around(&mut around, data.len()).unwrap();
+        assert_eq!((range.clone(), n), (28..35, 28 + 7 + 1 + 4));
+        assert!(around[range.clone()].iter().all(|&b| b == 0xee));
+        around[range].copy_from_slice(data);
+        r.payload = data;
+        let mut whole = [0u8; 64];
+        assert_eq!(r.emit(&mut whole).unwrap(), n);
+        assert_eq!(around[..n], whole[..n]);
+        // A payload the opcode does not carry is refused, as by emit.
+        let mut ack = PacketRepr::new(bth(Opcode::RC_ACKNOWLEDGE));
+        ack.aeth = Some(AethRepr {
+            syndrome: AethSyndrome::Ack { credits: 0 },
+            msn: 1,
+        });
+        assert!(ack.emit_around(&mut around, 0).is_ok());
+        assert!(matches!(
+            ack.emit_around(&mut around, 1),
+            Err(Error::UnexpectedPayload { len: 1, .. })
+        ));
     }
 
     #[test]
