@@ -1243,3 +1243,42 @@ fn two_threads_wait_on_two_cqs_of_one_device() {
     drop(qps);
     drop(peer_qp2);
 }
+
+// 127.0.1.72-73
+/// Waits that poll the socket before they sleep (`set_poll_spin`) get
+/// every completion of a ping-pong of SENDs, byte-exact, in order, and a
+/// wait for what never comes still ends at its timeout. The spin is capped
+/// at 10 ms, and the context reports what was set.
+#[test]
+fn a_spinning_wait_gets_its_completions() {
+    let (a, b) = pair(72, QpType::Rc, 4096);
+    assert_eq!(a.ctx.poll_spin(), Duration::ZERO, "off unless asked for");
+    a.ctx.set_poll_spin(Duration::from_secs(1));
+    assert_eq!(a.ctx.poll_spin(), Duration::from_millis(10), "capped");
+    for n in [&a, &b] {
+        n.ctx.set_poll_spin(Duration::from_millis(2));
+    }
+    for i in 0..20u64 {
+        let (from, to) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+        let data = pattern(64, i);
+        from.mr.write(0, &data).unwrap();
+        to.qp
+            .post_recv(&[recv(100 + i, to.mr.sge(1024..1088))])
+            .unwrap();
+        from.qp
+            .post_send(&[SendWr::send(i, &[from.mr.sge(0..64)])])
+            .unwrap();
+        let r = to.cq.wait(1, Duration::from_secs(10)).expect("the SEND");
+        assert_eq!(
+            (r[0].wr_id, r[0].status, r[0].byte_len),
+            (100 + i, WcStatus::Success, 64)
+        );
+        assert_eq!(bytes(&to.mr, 1024..1088), data);
+        let s = from.cq.wait(1, Duration::from_secs(10)).expect("its ACK");
+        assert_eq!((s[0].wr_id, s[0].status), (i, WcStatus::Success));
+    }
+    assert!(matches!(
+        a.cq.wait(1, Duration::from_millis(5)),
+        Err(rxe_verbs::Error::Timeout(_))
+    ));
+}

@@ -82,6 +82,9 @@ pub(crate) struct Shared {
     /// Packets sent, whose buffers go back to the engine at the next
     /// collect (`Engine::recycle`). Innermost lock, like `outq`.
     pub spent: Mutex<Vec<Transmit>>,
+    /// How long, in nanoseconds, a thread waiting for completions keeps
+    /// looking at the socket before it sleeps ([`Context::set_poll_spin`]).
+    pub spin_ns: AtomicU64,
 }
 
 impl Shared {
@@ -303,6 +306,17 @@ fn in_flight_budget(link: &UdpTransport, mtu: usize) -> u32 {
     ((granted / 2 / per_packet) as u32).clamp(16, 4096)
 }
 
+/// The longest [`Context::set_poll_spin`] takes.
+const MAX_SPIN: Duration = Duration::from_millis(10);
+
+/// `RXE_SPIN_US=N`: the initial [`Context::set_poll_spin`], in microseconds.
+fn spin_from_env() -> Duration {
+    std::env::var("RXE_SPIN_US")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or(Duration::ZERO, |us| Duration::from_micros(us).min(MAX_SPIN))
+}
+
 /// `RXE_RECV_MODE=plain|raw|auto` (default auto: a raw socket, which sees
 /// every IPv4 header and so verifies every ICRC, when the process may open
 /// one). Plain mode costs less CPU: the raw socket copies each packet once
@@ -355,6 +369,7 @@ impl Context {
             capture,
             outq: Mutex::new(Vec::new()),
             spent: Mutex::new(Vec::new()),
+            spin_ns: AtomicU64::new(spin_from_env().as_nanos() as u64),
             device,
         });
         let s = shared.clone();
@@ -408,6 +423,34 @@ impl Context {
         match &self.imp {
             CtxImp::Soft(i) => gid_of(i.shared.device.addr()),
             CtxImp::Native(n) => n.gid,
+        }
+    }
+
+    /// How long a thread in [`crate::CompletionQueue::wait`] keeps polling
+    /// the socket (yielding the core between looks) before it sleeps, on a
+    /// soft device; at most 10 ms. 0, the default unless `RXE_SPIN_US` says
+    /// otherwise, sleeps at once.
+    ///
+    /// A spin saves the wake-up when the answer comes within it: on
+    /// loopback, `rxe perf send_lat` took 9–13 µs with 50 µs of spin against
+    /// 24–27 µs without when the two processes ran on cores of their own,
+    /// and no worse when they shared one (the yield lets the peer run). It
+    /// costs CPU the rest of the machine may want: on a 2-vCPU machine the
+    /// bandwidth tests lost up to a third with it, which is why it is off
+    /// unless asked for (docs/performance.md). A native device ignores it:
+    /// its waits poll the CQ.
+    pub fn set_poll_spin(&self, spin: Duration) {
+        if let CtxImp::Soft(i) = &self.imp {
+            let ns = spin.min(MAX_SPIN).as_nanos() as u64;
+            i.shared.spin_ns.store(ns, Ordering::Relaxed);
+        }
+    }
+
+    /// The spin [`Context::set_poll_spin`] set (zero on a native device).
+    pub fn poll_spin(&self) -> Duration {
+        match &self.imp {
+            CtxImp::Soft(i) => Duration::from_nanos(i.shared.spin_ns.load(Ordering::Relaxed)),
+            CtxImp::Native(_) => Duration::ZERO,
         }
     }
 

@@ -7,6 +7,7 @@ use parking_lot::{Condvar, Mutex};
 use rxe_core::engine::CqId;
 use rxe_core::types::Completion;
 use std::collections::VecDeque;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -261,6 +262,26 @@ impl CompletionQueue {
                     };
                     // Nothing goes unsent while this thread sleeps.
                     s.flush();
+                    // A bounded spin first, if asked for
+                    // (`Context::set_poll_spin`): look at the socket without
+                    // sleeping for a while, yielding the core between looks
+                    // (a peer on the same core then runs at once).
+                    let spin = Duration::from_nanos(s.spin_ns.load(Ordering::Relaxed));
+                    if !spin.is_zero() {
+                        let until = Instant::now() + left.map_or(spin, |l| l.min(spin));
+                        loop {
+                            s.round(true, true, false);
+                            s.lock().poll_cq(c.id, n - out.len(), &mut out)?;
+                            if out.len() >= n {
+                                return Ok(std::mem::take(&mut out));
+                            }
+                            if Instant::now() >= until {
+                                break;
+                            }
+                            std::thread::yield_now();
+                        }
+                        s.flush();
+                    }
                     let readable = s.waiter.wait(left).unwrap_or(false);
                     // What this round produces waits for the application's
                     // answer if the wait ends here ("Deferred sending").

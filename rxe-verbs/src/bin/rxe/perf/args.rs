@@ -222,6 +222,12 @@ pub struct Args {
     /// retransmitted, timeouts, sequence errors, drops).
     #[arg(long)]
     counters: bool,
+    /// Poll for completions (and, with --baseline, the UDP socket) for up
+    /// to this many microseconds before sleeping, as perftest busy-polls
+    /// its CQ (default: 50 for latency tests, 0 for bandwidth tests; an
+    /// `RXE_SPIN_US` in the environment counts for bandwidth tests too).
+    #[arg(long = "spin_us")]
+    spin_us: Option<u64>,
     /// Give up after this many seconds without progress.
     #[arg(long, default_value_t = 60)]
     timeout: u64,
@@ -232,6 +238,9 @@ pub struct Args {
     #[arg(long = "dump-buffer", value_name = "PATH")]
     dump_buffer: Option<PathBuf>,
 }
+
+/// How long latency tests poll before they sleep, unless `--spin_us` says.
+pub const DEFAULT_LAT_SPIN: Duration = Duration::from_micros(50);
 
 /// Everything resolved.
 #[derive(Debug, Clone)]
@@ -263,6 +272,9 @@ pub struct Config {
     pub udp_window: Option<u64>,
     pub timeout: Duration,
     pub dump_buffer: Option<PathBuf>,
+    /// Completion and baseline socket polling before sleeping (`None`:
+    /// leave the device's, from `RXE_SPIN_US`).
+    pub spin: Option<Duration>,
 }
 
 impl Config {
@@ -379,6 +391,11 @@ impl Config {
             udp_window: a.udp_window,
             timeout: Duration::from_secs(a.timeout.max(1)),
             dump_buffer: a.dump_buffer.clone(),
+            spin: match (a.spin_us, lat && !a.events) {
+                (Some(us), _) => Some(Duration::from_micros(us)),
+                (None, true) => Some(DEFAULT_LAT_SPIN),
+                (None, false) => None,
+            },
         })
     }
 

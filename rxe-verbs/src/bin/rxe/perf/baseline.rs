@@ -13,7 +13,10 @@
 //!   spent making and dropping datagrams (70-80 % lost here), which says
 //!   little about what UDP can carry. `--udp-window 0` blasts unpaced.
 //! * Latency: a ping-pong. The server echoes every datagram; the figure is
-//!   half the round trip, with perftest's statistics.
+//!   half the round trip, with perftest's statistics. Both sides poll the
+//!   socket for the same `--spin_us` as the RoCE run polls for completions
+//!   (yielding the core between looks) before they sleep in `recv`, so
+//!   that the ratio compares like with like.
 //!
 //! Both use a plain `std::net::UdpSocket`, one system call per datagram, no
 //! batching (the RoCE stack batches with `sendmmsg`/`recvmmsg`), one thread
@@ -32,10 +35,51 @@ use super::oob::{BwReport, Oob};
 use super::report::{print_bw_header, print_bw_line, print_lat_line, RESULT_FMT_LAT, RESULT_LINE};
 use super::{Measured, Res};
 use serde_json::{json, Value};
+use std::io;
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs, UdpSocket};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// `recv_from` that first polls for up to `spin` (non-blocking looks,
+/// yielding the core between them), as the RoCE side polls for completions
+/// (`--spin_us`), then sleeps until a datagram comes or `timeout` passes
+/// (an error then). With a zero spin, a plain `recv_from` on a blocking
+/// socket; otherwise the socket must be non-blocking.
+fn recv_spinning(
+    sock: &UdpSocket,
+    buf: &mut [u8],
+    spin: Duration,
+    timeout: Duration,
+) -> io::Result<(usize, SocketAddr)> {
+    if spin.is_zero() {
+        return sock.recv_from(buf);
+    }
+    let start = Instant::now();
+    loop {
+        match sock.recv_from(buf) {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            r => return r,
+        }
+        let waited = start.elapsed();
+        if waited >= timeout {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        if waited < spin {
+            std::thread::yield_now();
+            continue;
+        }
+        let ms = (timeout - waited).as_millis().clamp(1, 60_000) as i32;
+        let mut p = libc::pollfd {
+            fd: sock.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, for the duration of the call.
+        unsafe { libc::poll(&mut p, 1, ms) };
+    }
+}
 
 /// BTH (12) and ICRC (4): what every RoCE packet adds to its payload.
 const ROCE_OVERHEAD: usize = 16;
@@ -252,6 +296,9 @@ fn client(
             );
             sock.set_read_timeout(Some(Duration::from_secs(1)))
                 .map_err(io("timeout"))?;
+            let spin = cfg.spin.unwrap_or_default();
+            sock.set_nonblocking(!spin.is_zero())
+                .map_err(io("non-blocking"))?;
             let mut back = vec![0u8; datagram + 1];
             let mut tposted = Vec::with_capacity(count as usize + 1);
             let t0 = Instant::now();
@@ -262,7 +309,8 @@ fn client(
                 buf[..8].copy_from_slice(&n.to_be_bytes());
                 sock.send(&buf).map_err(io("send"))?;
                 loop {
-                    let k = sock.recv(&mut back).map_err(io("no echo within 1 s"))?;
+                    let (k, _) = recv_spinning(&sock, &mut back, spin, Duration::from_secs(1))
+                        .map_err(io("no echo within 1 s"))?;
                     if k >= 8 && back[..8] == buf[..8] {
                         break;
                     }
@@ -332,6 +380,14 @@ fn server(cfg: &Config, kind: Kind, payload: usize, datagram: usize) -> Res<Base
     let sock = UdpSocket::bind(SocketAddr::new(cfg.device.addr(), cfg.port)).map_err(io("bind"))?;
     sock.set_read_timeout(Some(Duration::from_millis(20)))
         .map_err(io("timeout"))?;
+    // The echo polls as the client does (`--spin_us`); the blast blocks.
+    let spin = if bw {
+        Duration::ZERO
+    } else {
+        cfg.spin.unwrap_or_default()
+    };
+    sock.set_nonblocking(!spin.is_zero())
+        .map_err(io("non-blocking"))?;
     let stop = Arc::new(AtomicBool::new(false));
     let worker = {
         let stop = stop.clone();
@@ -340,7 +396,7 @@ fn server(cfg: &Config, kind: Kind, payload: usize, datagram: usize) -> Res<Base
             let (mut n, mut bytes) = (0u64, 0u64);
             let (mut first, mut last) = (None::<Instant>, Instant::now());
             loop {
-                match sock.recv_from(&mut buf) {
+                match recv_spinning(&sock, &mut buf, spin, Duration::from_millis(20)) {
                     Ok((k, from)) => {
                         let now = Instant::now();
                         first.get_or_insert(now);

@@ -61,6 +61,9 @@ impl Resources {
         let ctx = dev
             .open()
             .map_err(|e| format!("Couldn't get context for {}: {e}", dev.name()))?;
+        if let Some(spin) = cfg.spin {
+            ctx.set_poll_spin(spin);
+        }
         let pd = ctx
             .alloc_pd()
             .map_err(|e| format!("Couldn't allocate PD: {e}"))?;
