@@ -31,6 +31,14 @@
 //! ([`Shared::poll_socket`]), so a program polling its memory for a peer's
 //! WRITE sees it at once.
 //!
+//! # Spinning
+//!
+//! With [`crate::Context::set_poll_spin`] the receiving application thread
+//! first polls the socket for that long (non-blocking receives, yielding
+//! the core between them) and only then blocks on it. Off by default: the
+//! spin saves a wake-up when the answer is quick, but burns CPU the peer or
+//! the progress thread may need.
+//!
 //! # Deferred sending
 //!
 //! When the round that satisfies an application receiver's wait produced
