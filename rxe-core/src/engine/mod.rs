@@ -701,7 +701,7 @@ impl Engine {
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), EngineError> {
         let q = self.qps.remove(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
         if q.budget_woken {
-            self.woken -= 1;
+            self.woken_turn_ended();
         }
         self.set_in_flight(self.in_flight - q.counted_in_flight);
         self.budget_waiters.retain(|&w| w != qpn);
@@ -922,6 +922,12 @@ impl Engine {
         self.set_in_flight(self.in_flight - before + now);
     }
 
+    /// A QP woken from the budget waiters ended its turn (or went away).
+    fn woken_turn_ended(&mut self) {
+        debug_assert!(self.woken > 0, "more woken turns ended than began");
+        self.woken = self.woken.saturating_sub(1);
+    }
+
     fn set_in_flight(&mut self, n: u32) {
         self.in_flight = n;
         // Waiting QPs are woken in turn, one for every BUDGET_BURST packets
@@ -987,7 +993,7 @@ impl Engine {
                     q.counters.sent_pkts += 1;
                     ctx.counters.sent_pkts += 1;
                     if turn_ends && std::mem::take(&mut q.budget_woken) {
-                        self.woken -= 1;
+                        self.woken_turn_ended();
                     }
                     self.settle(qpn);
                     // A QP keeps the turn for a burst of packets (which the
@@ -1009,7 +1015,7 @@ impl Engine {
                     // since the last packet of a turn asks for an ACK.)
                     let stranded = q.req.since_ackreq > 0 && q.in_flight() > 0;
                     if std::mem::take(&mut q.budget_woken) {
-                        self.woken -= 1;
+                        self.woken_turn_ended();
                     }
                     self.burst_sent = 0;
                     self.active_set.remove(&qpn);
