@@ -420,6 +420,31 @@ fn udp_alone() {
     assert!(r[1] > 0.0 && r[3] > 0.0, "{}", run.report);
     let run = perf(24, &["udp_lat", "-n", "200", "-s", "64"]);
     check_lat(&run.client, 64.0, 200.0, &run.report);
+    // RoCE's datagram pattern: an ACK-sized datagram before every ping and
+    // echo, which the other side must not take for the answer; sleeping
+    // at once and polling first.
+    for spin in ["0", "50"] {
+        let run = perf(
+            24,
+            &[
+                "udp_lat",
+                "-n",
+                "200",
+                "-s",
+                "64",
+                "--udp-acks",
+                "--spin_us",
+                spin,
+            ],
+        );
+        assert!(
+            run.client
+                .contains("each with a 20-byte datagram before it in one sendmmsg"),
+            "{}",
+            run.report
+        );
+        check_lat(&run.client, 64.0, 200.0, &run.report);
+    }
 }
 
 /// The `RXE_PERF_BUFFER` line's fields.

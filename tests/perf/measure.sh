@@ -19,7 +19,9 @@
 #
 # PERF_GROUPS: lat (send_lat, write_lat 64 B, with rxe perf's default 50 us
 # of polling before sleeping on both the RoCE and the UDP side; send_lat
-# again with none, this build only), bw (write_bw, read_bw, send_bw
+# again with none, and against a UDP ping-pong that sends an ACK-sized
+# datagram with each ping and echo (--udp-acks), this build only), bw
+# (write_bw, read_bw, send_bw
 # 64 KiB), scale (write_bw 64 KiB with 1, 16, 256, 1024 QPs, the same
 # number of bytes in all). Env: RXE_RECV_MODE=plain|raw as for any device.
 # Sends only to 127.0.2.2 and 127.0.2.3.
@@ -61,7 +63,10 @@ for _ in $(seq "$ROUNDS"); do
             runs send_lat_64 send_lat -s 64 -n 5000 -m 4096
             runs write_lat_64 write_lat -s 64 -n 5000 -m 4096
             # Both sides sleep at once (no --spin_us before this build).
-            one new "$NEW" send_lat_64_nospin send_lat -s 64 -n 5000 -m 4096 --spin_us 0 ;;
+            one new "$NEW" send_lat_64_nospin send_lat -s 64 -n 5000 -m 4096 --spin_us 0
+            # Against UDP sending RoCE's datagram pattern (an ACK-sized
+            # datagram with each ping and echo): the kernel's floor.
+            one new "$NEW" send_lat_64_vs_acks send_lat -s 64 -n 5000 -m 4096 --udp-acks ;;
         bw)
             runs write_bw_64K write_bw -s 65536 -n 3000 -m 4096
             runs read_bw_64K read_bw -s 65536 -n 3000 -m 4096

@@ -218,6 +218,13 @@ pub struct Args {
     /// worth; 0: unpaced).
     #[arg(long = "udp-window")]
     udp_window: Option<u64>,
+    /// UDP baseline ping-pong: each side sends a 20-byte datagram (an RC
+    /// ACK's size) together with each ping or echo, in one `sendmmsg`, as
+    /// an RC SEND ping-pong sends its ACK with its answer: the kernel's
+    /// cost of RoCE's datagram pattern, without the RoCE stack. Give it to
+    /// both sides.
+    #[arg(long = "udp-acks")]
+    udp_acks: bool,
     /// Print the device's packet counters after the test (sent, received,
     /// retransmitted, timeouts, sequence errors, drops).
     #[arg(long)]
@@ -270,6 +277,7 @@ pub struct Config {
     pub baseline: bool,
     pub counters: bool,
     pub udp_window: Option<u64>,
+    pub udp_acks: bool,
     pub timeout: Duration,
     pub dump_buffer: Option<PathBuf>,
     /// Completion and baseline socket polling before sleeping (`None`:
@@ -389,6 +397,7 @@ impl Config {
             baseline: a.baseline,
             counters: a.counters,
             udp_window: a.udp_window,
+            udp_acks: a.udp_acks,
             timeout: Duration::from_secs(a.timeout.max(1)),
             dump_buffer: a.dump_buffer.clone(),
             spin: match (a.spin_us, lat && !a.events) {

@@ -81,6 +81,53 @@ fn recv_spinning(
     }
 }
 
+/// The `--udp-acks` datagram: 20 bytes (BTH, AETH and ICRC: an RC ACK),
+/// all 0xff, which no ping's sequence number starts with.
+const ACK: [u8; 20] = [0xff; 20];
+
+/// Sends `data` on a connected socket, after an [`ACK`]-sized datagram in
+/// the same `sendmmsg` if `acks` (as rxe-rs sends an RC ACK together with
+/// the answer that follows it).
+fn send_pair(sock: &UdpSocket, data: &[u8], acks: bool) -> io::Result<()> {
+    if !acks {
+        return sock.send(data).map(|_| ());
+    }
+    let mut iov = [
+        libc::iovec {
+            iov_base: ACK.as_ptr() as *mut libc::c_void,
+            iov_len: ACK.len(),
+        },
+        libc::iovec {
+            iov_base: data.as_ptr() as *mut libc::c_void,
+            iov_len: data.len(),
+        },
+    ];
+    // SAFETY: an all-zero mmsghdr is valid (no name, no control data).
+    let mut msgs: [libc::mmsghdr; 2] = unsafe { std::mem::zeroed() };
+    for (m, v) in msgs.iter_mut().zip(iov.iter_mut()) {
+        m.msg_hdr.msg_iov = v;
+        m.msg_hdr.msg_iovlen = 1;
+    }
+    let mut sent = 0;
+    while sent < 2 {
+        // SAFETY: the headers point at `iov`, which points at `ACK` and
+        // `data`; all outlive the call, and the kernel only reads them.
+        let n = unsafe {
+            libc::sendmmsg(
+                sock.as_raw_fd(),
+                msgs[sent..].as_mut_ptr(),
+                (2 - sent) as libc::c_uint,
+                0,
+            )
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        sent += n as usize;
+    }
+    Ok(())
+}
+
 /// BTH (12) and ICRC (4): what every RoCE packet adds to its payload.
 const ROCE_OVERHEAD: usize = 16;
 /// The blast's default window: this many bytes of datagrams in flight (a
@@ -291,7 +338,12 @@ fn client(
         }
         Kind::Lat => {
             println!(
-                " UDP baseline: ping-pong of {datagram}-byte datagrams ({payload} bytes of payload + {ROCE_OVERHEAD}), {} <-> {dst}",
+                " UDP baseline: ping-pong of {datagram}-byte datagrams ({payload} bytes of payload + {ROCE_OVERHEAD}){}, {} <-> {dst}",
+                if cfg.udp_acks {
+                    ", each with a 20-byte datagram before it in one sendmmsg"
+                } else {
+                    ""
+                },
                 cfg.device.addr()
             );
             sock.set_read_timeout(Some(Duration::from_secs(1)))
@@ -307,7 +359,7 @@ fn client(
             while end.map_or(n < count, |e| Instant::now() < e) {
                 tposted.push(t0.elapsed().as_nanos() as u64);
                 buf[..8].copy_from_slice(&n.to_be_bytes());
-                sock.send(&buf).map_err(io("send"))?;
+                send_pair(&sock, &buf, cfg.udp_acks).map_err(io("send"))?;
                 loop {
                     let (k, _) = recv_spinning(&sock, &mut back, spin, Duration::from_secs(1))
                         .map_err(io("no echo within 1 s"))?;
@@ -389,9 +441,11 @@ fn server(cfg: &Config, kind: Kind, payload: usize, datagram: usize) -> Res<Base
     sock.set_nonblocking(!spin.is_zero())
         .map_err(io("non-blocking"))?;
     let stop = Arc::new(AtomicBool::new(false));
+    let acks = cfg.udp_acks;
     let worker = {
         let stop = stop.clone();
         std::thread::spawn(move || {
+            let mut connected = false;
             let mut buf = vec![0u8; MAX_UDP + 1];
             let (mut n, mut bytes) = (0u64, 0u64);
             let (mut first, mut last) = (None::<Instant>, Instant::now());
@@ -403,7 +457,16 @@ fn server(cfg: &Config, kind: Kind, payload: usize, datagram: usize) -> Res<Base
                         last = now;
                         n += 1;
                         bytes += k as u64;
-                        if !bw {
+                        if !bw && acks {
+                            // The echo goes back with an ACK before it; the
+                            // client's ACKs are not echoed.
+                            if buf[..k] != ACK {
+                                if !connected {
+                                    connected = sock.connect(from).is_ok();
+                                }
+                                let _ = send_pair(&sock, &buf[..k], true);
+                            }
+                        } else if !bw {
                             let _ = sock.send_to(&buf[..k], from);
                         } else if n % credit_every == 0 && k >= 8 {
                             // A credit: everything up to this sequence number is in.
