@@ -197,7 +197,39 @@ pub struct UdpTransport {
     stats: UdpStats,
     /// `BATCH` buffers of `MAX_DATAGRAM` bytes.
     bufs: Vec<u8>,
+    /// The system calls' message headers, kept from call to call.
+    slots: Box<Slots>,
 }
+
+/// Room for two `int` control messages, aligned for `cmsghdr`.
+type Cbuf = [u64; 8];
+
+/// `recvmmsg`'s and `sendmmsg`'s headers and what they point at, kept in
+/// the transport so that a call does not clear 13 KiB of them first (a
+/// memset that was the costliest user-space work of a spinning wait, which
+/// polls the socket over and over). Every call sets the fields it relies on
+/// in the entries it passes.
+struct Slots {
+    names: [libc::sockaddr_storage; BATCH],
+    iovs: [libc::iovec; BATCH],
+    hdrs: [libc::mmsghdr; BATCH],
+    cbufs: [Cbuf; BATCH],
+}
+
+impl Slots {
+    fn new() -> Box<Slots> {
+        // SAFETY: all-zero is a valid value for these plain C structs
+        // (null pointers, zero lengths).
+        Box::new(unsafe { std::mem::zeroed() })
+    }
+}
+
+// SAFETY: the raw pointers in `iovs` and `hdrs` are written before every
+// system call that uses them, pointing at the transport's own buffers and
+// `Slots` fields (or at the packets being sent, for the one call), and are
+// never dereferenced by Rust code: moving the transport to another thread
+// moves nothing they could dangle into.
+unsafe impl Send for Slots {}
 
 impl fmt::Debug for UdpTransport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -260,6 +292,7 @@ impl UdpTransport {
             raw,
             stats: UdpStats::default(),
             bufs: vec![0; BATCH * MAX_DATAGRAM],
+            slots: Slots::new(),
         })
     }
 
@@ -460,23 +493,31 @@ impl UdpTransport {
     fn recv_once(&mut self, f: &mut dyn FnMut(Datagram<'_>)) -> io::Result<(usize, usize)> {
         let fd = self.recv_fd().as_raw_fd();
         let raw_mode = self.raw.is_some();
-        // SAFETY: all-zero is a valid value for these plain C structs
-        // (null pointers, zero lengths).
-        let mut names: [libc::sockaddr_storage; BATCH] = unsafe { std::mem::zeroed() };
-        let mut iovs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
-        let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
         let base = self.bufs.as_mut_ptr();
+        let Slots {
+            names, iovs, hdrs, ..
+        } = &mut *self.slots;
         for i in 0..BATCH {
             iovs[i] = libc::iovec {
                 // SAFETY: i * MAX_DATAGRAM + MAX_DATAGRAM <= bufs.len().
                 iov_base: unsafe { base.add(i * MAX_DATAGRAM) }.cast(),
                 iov_len: MAX_DATAGRAM,
             };
+            hdrs[i].msg_len = 0;
             let h = &mut hdrs[i].msg_hdr;
-            h.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
-            h.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            // A raw socket's packets carry their addresses in the IP header.
+            if raw_mode {
+                h.msg_name = std::ptr::null_mut();
+                h.msg_namelen = 0;
+            } else {
+                h.msg_name = (&mut names[i] as *mut libc::sockaddr_storage).cast();
+                h.msg_namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            }
             h.msg_iov = &mut iovs[i];
             h.msg_iovlen = 1;
+            h.msg_control = std::ptr::null_mut();
+            h.msg_controllen = 0;
+            h.msg_flags = 0;
         }
         let n = loop {
             // SAFETY: every header points at live buffers of the lengths
@@ -575,18 +616,18 @@ impl UdpTransport {
     }
 
     /// One `sendmmsg(2)` of at most [`BATCH`] checked packets.
-    fn sendmmsg(&self, pkts: &[Transmit]) -> io::Result<usize> {
+    fn sendmmsg(&mut self, pkts: &[Transmit]) -> io::Result<usize> {
         debug_assert!(pkts.len() <= BATCH);
-        // Room for two `int` control messages, aligned for `cmsghdr`.
-        type Cbuf = [u64; 8];
         // SAFETY: CMSG_SPACE is pure arithmetic.
         let space = unsafe { libc::CMSG_SPACE(size_of::<libc::c_int>() as u32) } as usize;
         debug_assert!(2 * space <= size_of::<Cbuf>());
-        // SAFETY: all-zero is a valid value for these plain C structs.
-        let mut names: [libc::sockaddr_storage; BATCH] = unsafe { std::mem::zeroed() };
-        let mut iovs: [libc::iovec; BATCH] = unsafe { std::mem::zeroed() };
-        let mut hdrs: [libc::mmsghdr; BATCH] = unsafe { std::mem::zeroed() };
-        let mut cbufs: [Cbuf; BATCH] = [[0; 8]; BATCH];
+        let fd = self.udp.as_raw_fd();
+        let Slots {
+            names,
+            iovs,
+            hdrs,
+            cbufs,
+        } = &mut *self.slots;
         let v6 = self.addr.is_ipv6();
         let (level, tos, ttl) = if v6 {
             (libc::IPPROTO_IPV6, libc::IPV6_TCLASS, libc::IPV6_HOPLIMIT)
@@ -606,6 +647,7 @@ impl UdpTransport {
             ];
             // A hop limit of 0 leaves the socket's default (IPv4 refuses a TTL of 0).
             let ncmsgs = if t.hop_limit == 0 { 1 } else { 2 };
+            cbufs[i] = [0; 8];
             let cbuf = cbufs[i].as_mut_ptr().cast::<u8>();
             for (k, &(ty, val)) in cmsgs[..ncmsgs].iter().enumerate() {
                 // SAFETY: cmsg k lies at k * space within the 64-byte,
@@ -626,13 +668,15 @@ impl UdpTransport {
             h.msg_iovlen = 1;
             h.msg_control = cbuf.cast();
             h.msg_controllen = (ncmsgs * space) as _;
+            h.msg_flags = 0;
+            hdrs[i].msg_len = 0;
         }
         loop {
             // SAFETY: every header points at live buffers of the lengths
             // given (names, iovs, cbufs and the payloads outlive the call).
             let r = unsafe {
                 libc::sendmmsg(
-                    self.udp.as_raw_fd(),
+                    fd,
                     hdrs.as_mut_ptr(),
                     pkts.len() as libc::c_uint,
                     libc::MSG_DONTWAIT as _,
