@@ -1485,17 +1485,18 @@ fn rc_pair_with_read(
     (net, nodes, qa)
 }
 
-/// An ACK for a PSN inside a READ that still misses responses does not
-/// acknowledge them: a retry asks again from the first missing one. (Found
-/// by the `requester` fuzz target: the retry resumed after the bogus ACK,
-/// and the READ completed successfully with part of its buffer never
-/// written.)
-#[test]
-fn an_ack_inside_a_read_does_not_skip_its_responses() {
+/// A 16-packet READ (`rc_pair_with_read`, seeded with `seed`) whose first
+/// response has come in, then an ACK or NAK with `syndrome` from B for the
+/// READ's eleventh PSN. Returns the READ's first PSN and the PSN, VA and
+/// length of the READ request A sends again once the timers have run
+/// `after` later.
+fn retry_after_answer_inside_read(
+    seed: u64,
+    syndrome: AethSyndrome,
+    after: Duration,
+) -> (rxe_core::psn::Psn, (rxe_core::psn::Psn, u64, u32)) {
     use rxe_core::wire::Packet;
-    use rxe_tests::sim::*;
-    let _g = serial();
-    let (mut net, nodes, qa) = rc_pair_with_read(0xacc, 16 * 1024, None);
+    let (mut net, nodes, qa) = rc_pair_with_read(seed, 16 * 1024, None);
     let (a, b) = (&nodes[0], &nodes[1]);
     let now = net.now();
     let req = net.engines[a.idx]
@@ -1508,7 +1509,7 @@ fn an_ack_inside_a_read_does_not_skip_its_responses() {
         src_port: 0xc000,
         icrc: IcrcStatus::Ok,
     };
-    // The first of 16 responses, then an ACK for PSN first + 10.
+    // The first of 16 responses, then the answer for PSN first + 10.
     let data = [7u8; 1024];
     let mut resp = PacketRepr::new(bth(Opcode::RC_RDMA_READ_RESPONSE_FIRST, qa, first));
     resp.aeth = Some(AethRepr {
@@ -1516,21 +1517,38 @@ fn an_ack_inside_a_read_does_not_skip_its_responses() {
         msn: 0,
     });
     resp.payload = &data;
-    let ack = nak(qa, first.add(10), AethSyndrome::Ack { credits: 0x1f });
-    for p in [resp, ack] {
+    for p in [resp, nak(qa, first.add(10), syndrome)] {
         let bytes = forge(&p, b.addr, a.addr, 0xc000);
         net.engines[a.idx].handle_datagram(now, meta, &bytes);
     }
-    // The transport timer fires: the READ is asked again from its second
-    // response on, not from after the bogus ACK.
-    let later = now + Duration::from_secs(1);
+    let later = now + after;
     net.engines[a.idx].handle_timeout(later);
-    let retry = net.engines[a.idx].poll_transmit(later).expect("a retry");
+    let retry = net.engines[a.idx]
+        .poll_transmit(later)
+        .unwrap_or_else(|| panic!("{syndrome:?}: a retry"));
     let p = Packet::new_checked(&retry.payload[..]).unwrap();
     let reth = p.reth().expect("a READ request");
+    (first, (p.bth().psn(), reth.va(), reth.dma_len()))
+}
+
+/// An ACK for a PSN inside a READ that still misses responses does not
+/// acknowledge them: a retry asks again from the first missing one. (Found
+/// by the `requester` fuzz target: the retry resumed after the bogus ACK,
+/// and the READ completed successfully with part of its buffer never
+/// written.)
+#[test]
+fn an_ack_inside_a_read_does_not_skip_its_responses() {
+    let _g = serial();
+    // The transport timer fires: the READ is asked again from its second
+    // response on, not from after the bogus ACK.
+    let (first, retry) = retry_after_answer_inside_read(
+        0xacc,
+        AethSyndrome::Ack { credits: 0x1f },
+        Duration::from_secs(1),
+    );
     assert_eq!(
-        (p.bth().psn(), reth.va(), reth.dma_len()),
-        (first.add(1), IOVA + 1024, 15 * 1024)
+        retry,
+        (first.add(1), rxe_tests::sim::IOVA + 1024, 15 * 1024)
     );
 }
 
@@ -1542,51 +1560,19 @@ fn an_ack_inside_a_read_does_not_skip_its_responses() {
 /// buffer never written.)
 #[test]
 fn a_nak_inside_a_read_does_not_skip_its_responses() {
-    use rxe_core::wire::Packet;
-    use rxe_tests::sim::*;
     let _g = serial();
     for syndrome in [
         // Timer code 1: 0.01 ms (code 0 is the longest, 655 ms).
         AethSyndrome::RnrNak { timer: 1 },
         AethSyndrome::Nak(NakCode::PsnSequenceError),
     ] {
-        let (mut net, nodes, qa) = rc_pair_with_read(0x4ac, 16 * 1024, None);
-        let (a, b) = (&nodes[0], &nodes[1]);
-        let now = net.now();
-        let req = net.engines[a.idx]
-            .poll_transmit(now)
-            .expect("the READ request");
-        let first = Packet::new_checked(&req.payload[..]).unwrap().bth().psn();
-        let meta = RecvMeta {
-            src: b.addr,
-            dst: a.addr,
-            src_port: 0xc000,
-            icrc: IcrcStatus::Ok,
-        };
-        // The first of 16 responses, then a NAK for PSN first + 10.
-        let data = [7u8; 1024];
-        let mut resp = PacketRepr::new(bth(Opcode::RC_RDMA_READ_RESPONSE_FIRST, qa, first));
-        resp.aeth = Some(AethRepr {
-            syndrome: AethSyndrome::Ack { credits: 0x1f },
-            msn: 0,
-        });
-        resp.payload = &data;
-        for p in [resp, nak(qa, first.add(10), syndrome)] {
-            let bytes = forge(&p, b.addr, a.addr, 0xc000);
-            net.engines[a.idx].handle_datagram(now, meta, &bytes);
-        }
         // Once any RNR wait is over, the READ is asked again from its
         // second response on.
-        let later = now + Duration::from_millis(100);
-        net.engines[a.idx].handle_timeout(later);
-        let retry = net.engines[a.idx]
-            .poll_transmit(later)
-            .unwrap_or_else(|| panic!("{syndrome:?}: a retry"));
-        let p = Packet::new_checked(&retry.payload[..]).unwrap();
-        let reth = p.reth().expect("a READ request");
+        let (first, retry) =
+            retry_after_answer_inside_read(0x4ac, syndrome, Duration::from_millis(100));
         assert_eq!(
-            (p.bth().psn(), reth.va(), reth.dma_len()),
-            (first.add(1), IOVA + 1024, 15 * 1024),
+            retry,
+            (first.add(1), rxe_tests::sim::IOVA + 1024, 15 * 1024),
             "{syndrome:?}"
         );
     }

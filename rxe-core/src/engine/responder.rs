@@ -727,7 +727,7 @@ impl Qp {
             ack_req: false,
             psn,
         };
-        let front = self.resp.out.front_mut()?;
+        let front = self.resp.out.front()?;
         let av = self.attr.av;
         match front {
             RespOut::Ack { psn, syndrome, msn } => {
@@ -770,16 +770,17 @@ impl Qp {
                         msn: job.msn & 0xff_ffff,
                     });
                 }
-                job.sent += 1;
-                let finished = job.sent >= job.npkts;
+                let finished = i + 1 >= job.npkts;
                 // Straight from the region into the packet buffer.
-                let (slice, at) = (job.slice.clone(), (job.start + off) as usize);
-                let fill = |b: &mut [u8]| slice.read(at, b).is_ok();
+                let at = (job.start + off) as usize;
+                let fill = |b: &mut [u8]| job.slice.read(at, b).is_ok();
                 let t = self.build_filled(ctx.pool, &r, src, dst, av.as_ref(), (n, fill));
                 // A region deregistered under a READ ends the response: the
                 // requester times out and retries, and gets a NAK then.
                 if finished || t == Err(BuildError::Fill) {
                     self.resp.out.pop_front();
+                } else if let Some(RespOut::Read(job)) = self.resp.out.front_mut() {
+                    job.sent += 1;
                 }
                 t.ok()
             }
