@@ -212,6 +212,28 @@ impl Shared {
         }
     }
 
+    /// A round of timers only, for the progress thread while an application
+    /// thread receives: runs due timers and collects, without waiting for
+    /// the socket. What is queued is sent only if the socket is free: a
+    /// thread that holds it sends the whole queue before it lets go or
+    /// sleeps (an application receiver flushes before it sleeps), so a
+    /// timer round never stalls behind a long `sendmmsg` nor makes the
+    /// application's next send wait behind its own.
+    pub fn timers_round(&self) {
+        let now = Instant::now();
+        let mut e = self.engine.lock();
+        if e.next_timeout().is_some_and(|t| t <= now) {
+            e.handle_timeout(now);
+        }
+        let queued = self.collect(&mut e, false);
+        drop(e);
+        if queued || !self.outq.lock().is_empty() {
+            if let Some(mut link) = self.link.try_lock() {
+                self.flush_locked(&mut link);
+            }
+        }
+    }
+
     /// Takes in what the socket holds, without waiting, if no other thread
     /// is receiving or busy with the socket (see `MemoryRegion::read`).
     pub fn poll_socket(&self) {

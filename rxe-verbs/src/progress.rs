@@ -147,7 +147,7 @@ pub(crate) fn run(shared: Arc<Shared>) {
             if !nap.is_zero() {
                 std::thread::sleep(nap);
             }
-            shared.round(false, false, true);
+            shared.timers_round();
         } else {
             let wait = until_timer.map_or(IDLE_WAIT, |d| d.min(IDLE_WAIT));
             // Wait without holding any lock, so application threads can send.
