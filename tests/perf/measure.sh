@@ -23,14 +23,16 @@
 # datagram with each ping and echo (--udp-acks), this build only), bw
 # (write_bw, read_bw, send_bw
 # 64 KiB), scale (write_bw 64 KiB with 1, 16, 256, 1024 QPs, the same
-# number of bytes in all). Env: RXE_RECV_MODE=plain|raw as for any device.
+# number of bytes in all), fair (write_bw 64 KiB, 12,800 messages over 1
+# QP then over 1024 QPs, head to head: the ratio of the two).
+# Env: RXE_RECV_MODE=plain|raw as for any device.
 # Sends only to 127.0.2.2 and 127.0.2.3.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
 NEW=${RXE_BIN:-$HERE/../../target/release/rxe}
 BASE=${RXE_BASE:-}
 ROUNDS=${ROUNDS:-3}
-PERF_GROUPS=${PERF_GROUPS:-lat bw scale}
+PERF_GROUPS=${PERF_GROUPS:-lat bw scale fair}
 [ -x "$NEW" ] || { echo "build first: cargo build --release -p rxe-verbs --bin rxe" >&2; exit 2; }
 
 # one TAG BIN LABEL TEST ARGS...: one client/server run with its baseline
@@ -48,6 +50,16 @@ one() {
     figs=$(awk -v c="$col" '/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+/ { printf "%s ", $c }' <<<"$out")
     ratio=$(grep -oE 'ratio: [0-9.]+' <<<"$out" | awk '{ print $2 }')
     printf '%-22s %-5s %s%s\n' "$label" "$tag" "$figs" "${ratio:-FAILED}"
+}
+
+# fair_one BIN QPS ITERS: write_bw 64 KiB MB/s, no baseline
+fair_one() {
+    "$1" perf write_bw -s 65536 -m 4096 -q "$2" -n "$3" -d 127.0.2.3 >/dev/null 2>&1 &
+    local srv=$!
+    sleep 0.4
+    timeout 300 "$1" perf write_bw -s 65536 -m 4096 -q "$2" -n "$3" -d 127.0.2.2 127.0.2.3 2>&1 |
+        awk '/^ *65536 +[0-9]+ +[0-9.]+ +[0-9.]+/ { print $4 }'
+    wait "$srv"
 }
 
 runs() {  # LABEL TEST ARGS...
@@ -76,11 +88,21 @@ for _ in $(seq "$ROUNDS"); do
                 n=$((6400 / q)); [ "$n" -lt 6 ] && n=6
                 runs "write_bw_64K_q$q" write_bw -s 65536 -n "$n" -m 4096 -q "$q"
             done ;;
+        fair)
+            # Head to head: the same 64 KiB messages (12,800; 13 per QP with
+            # 1024) over 1 QP, then over 1024 QPs, no UDP baseline; the
+            # last figure is 1024 QPs / 1 QP.
+            for bin in ${BASE:+base} new; do
+                b=$NEW; [ "$bin" = base ] && b=$BASE
+                a1=$(fair_one "$b" 1 12800); a2=$(fair_one "$b" 1024 13)
+                printf '%-22s %-5s %s %s %s\n' write_bw_64K_1024_vs_1 "$bin" "$a1" "$a2" \
+                    "$(awk -v x="$a1" -v y="$a2" 'BEGIN { if (x > 0) printf "%.2f", y / x; else print "FAILED" }')"
+            done ;;
         esac
     done
 done
 } | tee /tmp/rxe-measure.$$
-echo "-- median RoCE/UDP ratio per test and binary"
+echo "-- median ratio per test and binary (RoCE/UDP; fair: 1024 QPs / 1 QP)"
 awk '{ k = $1 " " $2; v[k] = v[k] " " $NF } END { for (k in v) print k, v[k] }' /tmp/rxe-measure.$$ |
     while read -r label bin vals; do
         med=$(tr ' ' '\n' <<<"$vals" | grep -E '^[0-9.]+$' | sort -n | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)] }')
