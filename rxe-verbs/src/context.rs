@@ -202,9 +202,7 @@ impl Shared {
         if receive {
             self.receive(&mut link, &mut e, now);
         }
-        if e.next_timeout().is_some_and(|t| t <= now) {
-            e.handle_timeout(now);
-        }
+        run_due_timers(&mut e, now);
         self.collect(&mut e, by_receiver);
         drop(e);
         if send_now {
@@ -222,12 +220,10 @@ impl Shared {
     pub fn timers_round(&self) {
         let now = Instant::now();
         let mut e = self.engine.lock();
-        if e.next_timeout().is_some_and(|t| t <= now) {
-            e.handle_timeout(now);
-        }
-        let queued = self.collect(&mut e, false);
+        run_due_timers(&mut e, now);
+        self.collect(&mut e, false);
         drop(e);
-        if queued || !self.outq.lock().is_empty() {
+        if !self.outq.lock().is_empty() {
             if let Some(mut link) = self.link.try_lock() {
                 self.flush_locked(&mut link);
             }
@@ -326,6 +322,13 @@ fn in_flight_budget(link: &UdpTransport, mtu: usize) -> u32 {
     let granted = link.buffer_sizes().map_or(0, |(rcv, _)| rcv / 2);
     let per_packet = mtu + 128;
     ((granted / 2 / per_packet) as u32).clamp(16, 4096)
+}
+
+/// Runs the engine's timers that are due at `now`.
+fn run_due_timers(e: &mut Engine, now: Instant) {
+    if e.next_timeout().is_some_and(|t| t <= now) {
+        e.handle_timeout(now);
+    }
 }
 
 /// The longest [`Context::set_poll_spin`] takes.

@@ -275,12 +275,25 @@ pub(crate) struct Ctx<'a> {
 impl Ctx<'_> {
     /// Delivers a completion to a CQ; an overrun raises `CqError`.
     pub fn complete(&mut self, cq: CqId, c: Completion, solicited: bool) {
-        if let Some(q) = self.cqs.get_mut(&cq) {
-            if q.push(c, solicited) {
-                *self.delivered += 1;
-            } else {
-                self.events.push_back(AsyncEvent::CqError(cq));
-            }
+        deliver(self.cqs, self.events, self.delivered, cq, c, solicited);
+    }
+}
+
+/// Puts a completion on CQ `cq` and counts it in `delivered`; an overrun
+/// raises `CqError` instead.
+fn deliver(
+    cqs: &mut BTreeMap<CqId, Cq>,
+    events: &mut VecDeque<AsyncEvent>,
+    delivered: &mut u64,
+    cq: CqId,
+    c: Completion,
+    solicited: bool,
+) {
+    if let Some(q) = cqs.get_mut(&cq) {
+        if q.push(c, solicited) {
+            *delivered += 1;
+        } else {
+            events.push_back(AsyncEvent::CqError(cq));
         }
     }
 }
@@ -863,13 +876,14 @@ impl Engine {
         if q.state == QpState::Err {
             let c = q.flush_completion_recv(&wr);
             let cq = q.recv_cq;
-            if let Some(qcq) = self.cqs.get_mut(&cq) {
-                if qcq.push(c, false) {
-                    self.delivered += 1;
-                } else {
-                    self.events.push_back(AsyncEvent::CqError(cq));
-                }
-            }
+            deliver(
+                &mut self.cqs,
+                &mut self.events,
+                &mut self.delivered,
+                cq,
+                c,
+                false,
+            );
             return Ok(());
         }
         q.rq.push_back(wr);
