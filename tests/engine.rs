@@ -514,6 +514,72 @@ fn long_message_respects_the_packet_window() {
     assert_eq!(net.engines[a.idx].counters().retransmitted_pkts, 0);
 }
 
+/// Many QPs sharing a full budget of packets in flight do not ask for an
+/// ACK on every packet: one in each QP's turn (a burst of 16) and one at
+/// each message's end is enough, since ACKs are cumulative. (Asking on every
+/// packet once the budget was half full made the responder send 2.5 times
+/// the ACKs of one QP moving the same bytes.) Every WRITE still completes
+/// without a retransmission or a timeout.
+#[test]
+fn a_full_budget_does_not_make_every_packet_ask_for_an_ack() {
+    let faults = Faults {
+        delay: Duration::from_millis(1),
+        ..Faults::none()
+    };
+    const QPS: usize = 32;
+    const LEN: u32 = 64 << 10; // 64 packets of 1 KiB each
+    let (mut net, nodes) = network(14, faults, 2, 2 * QPS * LEN as usize);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    net.engines[a.idx].set_max_in_flight(128);
+    let p = ConnParams {
+        timeout: 12,
+        ..rc(7, 7)
+    };
+    let qps: Vec<(u32, u32)> = (0..QPS).map(|_| connect(&mut net, a, b, &p)).collect();
+    let (sent, asked) = (
+        std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)),
+        std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)),
+    );
+    let (s, k, addr) = (sent.clone(), asked.clone(), a.addr);
+    net.set_tap(move |_, t| {
+        if t.src == addr {
+            let p = rxe_core::wire::packet::Packet::new_checked(&t.payload[..]).unwrap();
+            s.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            if p.bth().ack_req() {
+                k.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    });
+    for (i, &(qa, _)) in qps.iter().enumerate() {
+        let off = i as u64 * u64::from(LEN);
+        let mut wr = SendWr::new(i as u64, SendOpcode::RdmaWrite);
+        wr.sg_list = vec![sge(a, off, LEN)];
+        wr.remote_addr = IOVA + (QPS as u64 * u64::from(LEN)) + off;
+        wr.rkey = b.mr.rkey;
+        net.engines[a.idx].post_send(qa, wr).unwrap();
+    }
+    net.run(Duration::from_secs(5));
+    let c = completions(&mut net, a);
+    assert_eq!(c.len(), QPS, "{c:?}");
+    assert!(c.iter().all(|w| w.status == WcStatus::Success), "{c:?}");
+    assert_eq!(net.engines[a.idx].counters().retransmitted_pkts, 0);
+    assert_eq!(net.engines[a.idx].counters().retry_timeouts, 0);
+    let (sent, asked) = (
+        sent.load(std::sync::atomic::Ordering::Relaxed),
+        asked.load(std::sync::atomic::Ordering::Relaxed),
+    );
+    assert_eq!(sent, QPS as u64 * 64);
+    // 64 packets a QP: 4 turns of 16, the last ending the message too.
+    assert!(
+        asked <= QPS as u64 * 5,
+        "{asked} of {sent} packets asked for an ACK"
+    );
+    assert!(
+        asked >= QPS as u64 * 4,
+        "{asked} of {sent} packets asked for an ACK"
+    );
+}
+
 /// The device's budget of packets in flight holds over all its QPs: eight
 /// QPs, each free to have 128 packets unacknowledged, together put no more
 /// than `max_in_flight` (64) on the wire before the first ACK can be back,

@@ -947,9 +947,10 @@ impl Engine {
         // Waiting QPs are woken in turn, one for every BUDGET_BURST packets
         // of room, so that each sends a burst of consecutive packets (which
         // the responder acknowledges with one ACK) rather than a thousand
-        // QPs a packet each. Below half the budget, one more for a last
-        // partial burst: the packets past half all ask for an ACK, so room
-        // always comes back to there. A woken QP holds its burst's share of
+        // QPs a packet each. Below half the budget, or when a QP has
+        // packets stranded (on the wire with no ACK asked for), one more
+        // for a last partial burst: the woken QP's last packet asks for an
+        // ACK (it ends the turn or fills the budget). A woken QP holds its burst's share of
         // the room until its turn ends (`woken`): before, every packet sent
         // recomputed the room as if nobody had been woken yet, and with
         // 1024 QPs three QPs were polled for every packet sent, two of them
@@ -957,7 +958,7 @@ impl Engine {
         let max = self.config.max_in_flight;
         let room = max.saturating_sub(self.in_flight);
         let burst = BUDGET_BURST.min(max / 4).max(1);
-        let bursts = if self.in_flight.saturating_mul(2) <= max {
+        let bursts = if self.in_flight.saturating_mul(2) <= max || !self.stranded.is_empty() {
             room.div_ceil(burst)
         } else {
             room / burst

@@ -479,14 +479,17 @@ impl Qp {
                 .config
                 .ack_every
                 .min((ctx.config.max_unacked_psns / 2).max(1));
-            // Past half the device's budget of packets in flight, ask on
-            // every packet: a QP that the budget then holds back must not
-            // leave packets behind that nobody will acknowledge.
-            let crowded = ctx.in_flight.saturating_mul(2) >= ctx.config.max_in_flight;
+            // The last packet of the QP's turn asks too (the engine sets
+            // `last_of_turn` when its burst ends with others waiting, or
+            // when the packet fills the device's budget), so that no packet
+            // waits unacknowledged while the QP waits for its next turn.
+            // So does the last packet of a resend: the budget may hold the
+            // QP's next new packet back.
+            let ends_resend = psn.add(1) == self.req.sent_high;
             ack_req = is_last
                 || w.is_rd_atomic()
-                || crowded
                 || ctx.last_of_turn
+                || ends_resend
                 || self.req.since_ackreq >= every;
             if ack_req {
                 self.req.since_ackreq = 0;
