@@ -194,20 +194,25 @@ impl Shared {
     /// what that produced. `by_receiver`: the caller holds the [`Receiver`]
     /// token. `send_now`: send the packets the round produced before
     /// returning; otherwise they stay on the send queue for the next flush
-    /// (see "Deferred sending" in [`crate::progress`]).
-    pub fn round(&self, receive: bool, by_receiver: bool, send_now: bool) {
+    /// (see "Deferred sending" in [`crate::progress`]). Returns how many
+    /// datagrams it took in: a caller that took some looks again before it
+    /// sleeps (see "Waiting" in [`crate::progress`]).
+    pub fn round(&self, receive: bool, by_receiver: bool, send_now: bool) -> usize {
         let mut link = self.link.lock();
         let now = Instant::now();
         let mut e = self.engine.lock();
-        if receive {
-            self.receive(&mut link, &mut e, now);
-        }
+        let got = if receive {
+            self.receive(&mut link, &mut e, now)
+        } else {
+            0
+        };
         run_due_timers(&mut e, now);
         self.collect(&mut e, by_receiver);
         drop(e);
         if send_now {
             self.flush_locked(&mut link);
         }
+        got
     }
 
     /// A round of timers only, for the progress thread while an application
@@ -247,8 +252,9 @@ impl Shared {
         self.flush_locked(&mut link);
     }
 
-    /// Feeds every datagram the socket holds to the engine.
-    fn receive(&self, link: &mut UdpTransport, e: &mut Engine, now: Instant) {
+    /// Feeds every datagram the socket holds to the engine; returns how many.
+    fn receive(&self, link: &mut UdpTransport, e: &mut Engine, now: Instant) -> usize {
+        let mut got = 0;
         loop {
             let n = link
                 .recv_with(Some(Duration::ZERO), |d| {
@@ -258,8 +264,9 @@ impl Shared {
                     e.handle_datagram(now, d.meta, d.payload)
                 })
                 .unwrap_or(0);
+            got += n;
             if n < BATCH {
-                return;
+                return got;
             }
         }
     }

@@ -252,6 +252,9 @@ impl CompletionQueue {
             if let Some(token) = s.receiver.try_take() {
                 // This thread is the receiver: take packets in until the
                 // completions are there.
+                // Datagrams the last round took in (see "Waiting" in
+                // `crate::progress`).
+                let mut got = 0;
                 let r = (|| loop {
                     let left = match deadline {
                         Some(d) => match d.checked_duration_since(Instant::now()) {
@@ -270,7 +273,7 @@ impl CompletionQueue {
                     if !spin.is_zero() {
                         let until = Instant::now() + left.map_or(spin, |l| l.min(spin));
                         loop {
-                            s.round(true, true, false);
+                            got = s.round(true, true, false);
                             s.lock().poll_cq(c.id, n - out.len(), &mut out)?;
                             if out.len() >= n {
                                 return Ok(std::mem::take(&mut out));
@@ -282,10 +285,10 @@ impl CompletionQueue {
                         }
                         s.flush();
                     }
-                    let readable = s.waiter.wait(left).unwrap_or(false);
+                    let readable = got > 0 || s.waiter.wait(left).unwrap_or(false);
                     // What this round produces waits for the application's
                     // answer if the wait ends here ("Deferred sending").
-                    s.round(readable, true, false);
+                    got = s.round(readable, true, false);
                     s.lock().poll_cq(c.id, n - out.len(), &mut out)?;
                     if out.len() >= n {
                         return Ok(std::mem::take(&mut out));
