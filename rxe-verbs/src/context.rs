@@ -206,6 +206,12 @@ impl Shared {
         } else {
             0
         };
+        if receive && got == 0 && by_receiver {
+            // An application receiver's look at an empty socket (a spin
+            // iteration) changed nothing; the progress thread keeps its
+            // timers meanwhile.
+            return 0;
+        }
         run_due_timers(&mut e, now);
         self.collect(&mut e, by_receiver);
         drop(e);
