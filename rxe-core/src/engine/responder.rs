@@ -776,7 +776,8 @@ impl Qp {
                 let fill = |b: &mut [u8]| job.slice.read(at, b).is_ok();
                 let t = self.build_filled(ctx.pool, &r, src, dst, av.as_ref(), (n, fill));
                 // A region deregistered under a READ ends the response: the
-                // requester times out and retries, and gets a NAK then.
+                // requester times out and retries (see docs/engine.md,
+                // "Known gaps": the retry ends the same way).
                 if finished || t == Err(BuildError::Fill) {
                     self.resp.out.pop_front();
                 } else if let Some(RespOut::Read(job)) = self.resp.out.front_mut() {
