@@ -411,6 +411,34 @@ fn atomics_are_executed_once_and_return_the_original_value() {
     );
 }
 
+/// A region deregistered after the responder accepted a READ but before it
+/// sent the answer: the answer cannot be read, and the requester's retry
+/// (a duplicate READ) is refused with a remote access NAK, so the READ
+/// fails with `RemAccessErr` after one timeout instead of retrying from
+/// revoked memory until `retry_cnt` runs out (`RetryExcErr`).
+#[test]
+fn read_from_a_region_deregistered_mid_read_fails_with_remote_access_error() {
+    let (mut net, nodes) = network(15, Faults::none(), 2, 1 << 16);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let (qa, _) = connect(&mut net, a, b, &rc(7, 7));
+    let before = net.engines[b.idx].counters().rcvd_pkts;
+    let mut wr = SendWr::new(1, SendOpcode::RdmaRead);
+    wr.sg_list = vec![sge(a, 0, 8192)];
+    wr.remote_addr = IOVA;
+    wr.rkey = b.mr.rkey;
+    net.engines[a.idx].post_send(qa, wr).unwrap();
+    // Stop right after B took the READ request in, before it answers.
+    assert!(net.run_until(Duration::from_secs(1), |n| {
+        n.engines[b.idx].counters().rcvd_pkts > before
+    }));
+    net.engines[b.idx].dereg_mr(b.mr.lkey).unwrap();
+    net.run(Duration::from_secs(5));
+    let c = completions(&mut net, a);
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_eq!(c[0].status, WcStatus::RemAccessErr, "{c:?}");
+    assert_eq!(net.engines[a.idx].counters().retry_timeouts, 1);
+}
+
 #[test]
 fn duplicate_read_flood_is_bounded() {
     let (mut net, nodes) = network(11, Faults::none(), 2, 1 << 16);

@@ -627,6 +627,17 @@ impl Qp {
                     _ => None,
                 });
                 match found {
+                    // The region went away after the READ was accepted: the
+                    // replay cannot be read either. Refuse it as a new READ
+                    // through a dead key would be, rather than answering
+                    // nothing until the requester's retries run out.
+                    Some((slice, ..)) if !slice.is_live() => {
+                        self.counters.send_err += 1;
+                        ctx.counters.send_err += 1;
+                        self.resp
+                            .push_nak(psn, AethSyndrome::Nak(NakCode::RemoteAccessError));
+                        self.enter_error(ctx, true);
+                    }
                     Some((slice, start, len)) => {
                         let npkts = len.div_ceil(mtu).max(1) as u32;
                         let msn = self.resp.msn;
@@ -712,6 +723,20 @@ impl Qp {
 
     /// The next response packet, if any.
     pub fn responder_poll(&mut self, ctx: &mut Ctx<'_>) -> Option<Transmit> {
+        loop {
+            let mut ended = false;
+            let t = self.next_response(ctx, &mut ended);
+            // A READ response whose region went away ended without a
+            // packet: go on with the responses queued behind it.
+            if t.is_some() || !ended {
+                return t;
+            }
+        }
+    }
+
+    /// The next response packet; sets `ended` when the READ response at the
+    /// front could not read its memory and was dropped instead.
+    fn next_response(&mut self, ctx: &mut Ctx<'_>, ended: &mut bool) -> Option<Transmit> {
         let (src, dst) = self.path(ctx.config)?;
         let mtu = self.mtu() as u64;
         let dest_qp = self.attr.dest_qpn;
@@ -776,9 +801,10 @@ impl Qp {
                 let fill = |b: &mut [u8]| job.slice.read(at, b).is_ok();
                 let t = self.build_filled(ctx.pool, &r, src, dst, av.as_ref(), (n, fill));
                 // A region deregistered under a READ ends the response: the
-                // requester times out and retries (see docs/engine.md,
-                // "Known gaps": the retry ends the same way).
-                if finished || t == Err(BuildError::Fill) {
+                // requester times out and retries, and its duplicate READ
+                // gets a remote access NAK (see `duplicate`).
+                *ended = t == Err(BuildError::Fill);
+                if finished || *ended {
                     self.resp.out.pop_front();
                 } else if let Some(RespOut::Read(job)) = self.resp.out.front_mut() {
                     job.sent += 1;
