@@ -542,6 +542,46 @@ fn long_message_respects_the_packet_window() {
     assert_eq!(net.engines[a.idx].counters().retransmitted_pkts, 0);
 }
 
+/// Bytes each QP of a budget test writes: 64 packets of 1 KiB.
+const BUDGET_LEN: u32 = 64 << 10;
+
+/// Two nodes 1 ms apart with `qps` RC QPs between them, A's device limited
+/// to `max_in_flight` packets in flight; A's region holds every QP's source
+/// bytes, then room for as many at B.
+fn budget_network(
+    seed: u64,
+    qps: usize,
+    max_in_flight: u32,
+) -> (rxe_net::sim::SimNet, Vec<Node>, Vec<(u32, u32)>) {
+    let faults = Faults {
+        delay: Duration::from_millis(1),
+        ..Faults::none()
+    };
+    let (mut net, nodes) = network(seed, faults, 2, 2 * qps * BUDGET_LEN as usize);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    net.engines[a.idx].set_max_in_flight(max_in_flight);
+    let p = ConnParams {
+        timeout: 12,
+        ..rc(7, 7)
+    };
+    let pairs = (0..qps).map(|_| connect(&mut net, a, b, &p)).collect();
+    (net, nodes, pairs)
+}
+
+/// Posts one WRITE of `BUDGET_LEN` bytes on each QP: QP `i` writes A's
+/// `i`-th slice to B's `i`-th slice past all the sources.
+fn post_budget_writes(net: &mut rxe_net::sim::SimNet, a: &Node, b: &Node, qps: &[(u32, u32)]) {
+    let len = u64::from(BUDGET_LEN);
+    for (i, &(qa, _)) in qps.iter().enumerate() {
+        let off = i as u64 * len;
+        let mut wr = SendWr::new(i as u64, SendOpcode::RdmaWrite);
+        wr.sg_list = vec![sge(a, off, BUDGET_LEN)];
+        wr.remote_addr = IOVA + qps.len() as u64 * len + off;
+        wr.rkey = b.mr.rkey;
+        net.engines[a.idx].post_send(qa, wr).unwrap();
+    }
+}
+
 /// Many QPs sharing a full budget of packets in flight do not ask for an
 /// ACK on every packet: one in each QP's turn (a burst of 16) and one at
 /// each message's end is enough, since ACKs are cumulative. (Asking on every
@@ -550,20 +590,9 @@ fn long_message_respects_the_packet_window() {
 /// without a retransmission or a timeout.
 #[test]
 fn a_full_budget_does_not_make_every_packet_ask_for_an_ack() {
-    let faults = Faults {
-        delay: Duration::from_millis(1),
-        ..Faults::none()
-    };
     const QPS: usize = 32;
-    const LEN: u32 = 64 << 10; // 64 packets of 1 KiB each
-    let (mut net, nodes) = network(14, faults, 2, 2 * QPS * LEN as usize);
+    let (mut net, nodes, qps) = budget_network(14, QPS, 128);
     let (a, b) = (&nodes[0], &nodes[1]);
-    net.engines[a.idx].set_max_in_flight(128);
-    let p = ConnParams {
-        timeout: 12,
-        ..rc(7, 7)
-    };
-    let qps: Vec<(u32, u32)> = (0..QPS).map(|_| connect(&mut net, a, b, &p)).collect();
     let (sent, asked) = (
         std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)),
         std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0)),
@@ -578,14 +607,7 @@ fn a_full_budget_does_not_make_every_packet_ask_for_an_ack() {
             }
         }
     });
-    for (i, &(qa, _)) in qps.iter().enumerate() {
-        let off = i as u64 * u64::from(LEN);
-        let mut wr = SendWr::new(i as u64, SendOpcode::RdmaWrite);
-        wr.sg_list = vec![sge(a, off, LEN)];
-        wr.remote_addr = IOVA + (QPS as u64 * u64::from(LEN)) + off;
-        wr.rkey = b.mr.rkey;
-        net.engines[a.idx].post_send(qa, wr).unwrap();
-    }
+    post_budget_writes(&mut net, a, b, &qps);
     net.run(Duration::from_secs(5));
     let c = completions(&mut net, a);
     assert_eq!(c.len(), QPS, "{c:?}");
@@ -615,34 +637,16 @@ fn a_full_budget_does_not_make_every_packet_ask_for_an_ack() {
 /// (no QP is left with packets nobody acknowledges).
 #[test]
 fn many_qps_share_the_devices_budget_of_packets_in_flight() {
-    let faults = Faults {
-        delay: Duration::from_millis(1),
-        ..Faults::none()
-    };
     const QPS: usize = 8;
-    const LEN: u32 = 64 << 10; // 64 packets of 1 KiB each
-    let (mut net, nodes) = network(13, faults, 2, 2 * QPS * LEN as usize);
+    let (mut net, nodes, qps) = budget_network(13, QPS, 64);
     let (a, b) = (&nodes[0], &nodes[1]);
-    net.engines[a.idx].set_max_in_flight(64);
-    let p = ConnParams {
-        timeout: 12,
-        ..rc(7, 7)
-    };
-    let qps: Vec<(u32, u32)> = (0..QPS).map(|_| connect(&mut net, a, b, &p)).collect();
-    let data: Vec<u8> = (0..QPS * LEN as usize)
+    let data: Vec<u8> = (0..QPS * BUDGET_LEN as usize)
         .map(|i| (i * 31 / 7) as u8)
         .collect();
     a.mem.write(0, &data);
     // Round trip is 2 ms: anything A sends before then is unacknowledged.
     let early = count_sent_before(&mut net, a, Duration::from_micros(1990));
-    for (i, &(qa, _)) in qps.iter().enumerate() {
-        let off = i as u64 * u64::from(LEN);
-        let mut wr = SendWr::new(i as u64, SendOpcode::RdmaWrite);
-        wr.sg_list = vec![sge(a, off, LEN)];
-        wr.remote_addr = IOVA + (QPS as u64 * u64::from(LEN)) + off;
-        wr.rkey = b.mr.rkey;
-        net.engines[a.idx].post_send(qa, wr).unwrap();
-    }
+    post_budget_writes(&mut net, a, b, &qps);
     net.run(Duration::from_secs(5));
     let c = completions(&mut net, a);
     assert_eq!(c.len(), QPS, "{c:?}");
@@ -650,6 +654,6 @@ fn many_qps_share_the_devices_budget_of_packets_in_flight() {
     assert_eq!(early.load(std::sync::atomic::Ordering::Relaxed), 64);
     assert_eq!(net.engines[a.idx].counters().retransmitted_pkts, 0);
     assert_eq!(net.engines[a.idx].counters().retry_timeouts, 0);
-    let total = QPS * LEN as usize;
+    let total = QPS * BUDGET_LEN as usize;
     assert_eq!(&b.mem.snapshot()[total..2 * total], &data[..]);
 }

@@ -243,26 +243,36 @@ impl Qp {
                 let timer = self.attr.min_rnr_timer;
                 self.resp.push_nak(psn, AethSyndrome::RnrNak { timer });
             }
-            Err(Refusal::Nak(code, recv_status)) => {
-                self.counters.send_err += 1;
-                ctx.counters.send_err += 1;
-                // Take the message's receive WQE only to complete it with the
-                // refusal's status; otherwise `enter_error` flushes it. (Found
-                // by the `responder` fuzz target: the `take()` used to sit in
-                // the tuple matched here, so a refusal without a receive
-                // status, such as a SEND FIRST in the middle of a SEND, took
-                // the WQE and dropped it: it never completed, not even
-                // flushed.)
-                if let Some(status) = recv_status {
-                    if let Some(InMsg::Send { wr, .. }) = self.resp.cur.take() {
-                        let c = self.recv_completion(wr.wr_id, status, WcOpcode::Recv, 0, None);
-                        ctx.complete(self.recv_cq, c, false);
-                    }
-                }
-                self.resp.push_nak(psn, AethSyndrome::Nak(code));
-                self.enter_error(ctx, true);
+            Err(Refusal::Nak(code, recv_status)) => self.refuse(ctx, psn, code, recv_status),
+        }
+    }
+
+    /// Answers the request at `psn` with NAK `code` and moves the QP to ERR;
+    /// the message's receive WQE, if `recv_status` says so, completes with
+    /// that status first.
+    fn refuse(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        psn: Psn,
+        code: NakCode,
+        recv_status: Option<WcStatus>,
+    ) {
+        self.counters.send_err += 1;
+        ctx.counters.send_err += 1;
+        // Take the message's receive WQE only to complete it with the
+        // refusal's status; otherwise `enter_error` flushes it. (Found by the
+        // `responder` fuzz target: the `take()` used to sit in the tuple the
+        // caller matched, so a refusal without a receive status, such as a
+        // SEND FIRST in the middle of a SEND, took the WQE and dropped it:
+        // it never completed, not even flushed.)
+        if let Some(status) = recv_status {
+            if let Some(InMsg::Send { wr, .. }) = self.resp.cur.take() {
+                let c = self.recv_completion(wr.wr_id, status, WcOpcode::Recv, 0, None);
+                ctx.complete(self.recv_cq, c, false);
             }
         }
+        self.resp.push_nak(psn, AethSyndrome::Nak(code));
+        self.enter_error(ctx, true);
     }
 
     fn handle_uc(&mut self, ctx: &mut Ctx<'_>, pkt: &Packet<&[u8]>) {
@@ -632,11 +642,7 @@ impl Qp {
                     // through a dead key would be, rather than answering
                     // nothing until the requester's retries run out.
                     Some((slice, ..)) if !slice.is_live() => {
-                        self.counters.send_err += 1;
-                        ctx.counters.send_err += 1;
-                        self.resp
-                            .push_nak(psn, AethSyndrome::Nak(NakCode::RemoteAccessError));
-                        self.enter_error(ctx, true);
+                        self.refuse(ctx, psn, NakCode::RemoteAccessError, None)
                     }
                     Some((slice, start, len)) => {
                         let npkts = len.div_ceil(mtu).max(1) as u32;
