@@ -649,7 +649,9 @@ impl UdpTransport {
                 iov_len: t.payload.len(),
             };
             let (cmsgs, ncmsgs) = self.defaults.ancillary(t, tos, ttl);
-            cbufs[i] = [0; 8];
+            if ncmsgs > 0 {
+                cbufs[i] = [0; 8];
+            }
             let cbuf = cbufs[i].as_mut_ptr().cast::<u8>();
             for (k, &(ty, val)) in cmsgs[..ncmsgs].iter().enumerate() {
                 // SAFETY: cmsg k lies at k * space within the 64-byte,

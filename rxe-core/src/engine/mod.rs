@@ -950,11 +950,12 @@ impl Engine {
         // QPs a packet each. Below half the budget, or when a QP has
         // packets stranded (on the wire with no ACK asked for), one more
         // for a last partial burst: the woken QP's last packet asks for an
-        // ACK (it ends the turn or fills the budget). A woken QP holds its burst's share of
-        // the room until its turn ends (`woken`): before, every packet sent
-        // recomputed the room as if nobody had been woken yet, and with
-        // 1024 QPs three QPs were polled for every packet sent, two of them
-        // only to find the budget full and go back to waiting.
+        // ACK (it ends the turn or fills the budget). A woken QP holds its
+        // burst's share of the room until its turn ends (`woken`): before,
+        // every packet sent recomputed the room as if nobody had been woken
+        // yet, and with 1024 QPs three QPs were polled for every packet
+        // sent, two of them only to find the budget full and go back to
+        // waiting.
         let max = self.config.max_in_flight;
         let room = max.saturating_sub(self.in_flight);
         let burst = BUDGET_BURST.min(max / 4).max(1);

@@ -336,9 +336,10 @@ impl Qp {
 
     /// Serializes a packet whose payload of `len` bytes (`payload` is
     /// `(len, fill)`) `fill` writes straight into the packet buffer (from
-    /// registered memory, without a copy in between), and computes its ICRC. `fill` must write all of
-    /// its slice and return true, or return false to give up (the buffer,
-    /// which may hold an earlier packet's bytes, is then never sent).
+    /// registered memory, without a copy in between), and computes its
+    /// ICRC. `fill` must write all of its slice and return true, or return
+    /// false to give up (the buffer, which may hold an earlier packet's
+    /// bytes, is then never sent).
     pub fn build_filled(
         &self,
         pool: &mut super::txpool::TxPool,
