@@ -11,10 +11,11 @@
 //!   `icrc_ok` from scapy, and copies with a flipped covered bit or a changed
 //!   masked field get the same verdict from both.
 //!
-//! Needs Python 3 with scapy (`pip install scapy`). `RXE_PYTHON` names the
-//! interpreter (default `python3` from `PATH`). Without scapy the tests fail
-//! with instructions, unless `RXE_SKIP_SCAPY=1` is set: then they print a
-//! note and pass.
+//! Needs Python 3 with scapy, which `bash tests/setup.sh` installs (the
+//! README's test command, `bash tests/run.sh`, runs it first). `RXE_PYTHON`
+//! names the interpreter (default `python3` from `PATH`). Without scapy the
+//! tests fail with instructions, unless `RXE_SKIP_SCAPY=1` is set: then they
+//! print a note and pass.
 
 use rxe_core::psn::Psn;
 use rxe_core::wire::{
@@ -79,7 +80,8 @@ fn python() -> Option<&'static str> {
         Err(problem) => panic!(
             "{problem}\n\n\
              The scapy cross-check needs Python 3 with scapy installed:\n\
-             \x20   pip install scapy        (or: python3 -m pip install --user scapy)\n\
+             \x20   bash tests/setup.sh      (or: python3 -m pip install scapy)\n\
+             `bash tests/run.sh`, the README's test command, runs it before the tests.\n\
              Set RXE_PYTHON=/path/to/python3 to use another interpreter, or\n\
              RXE_SKIP_SCAPY=1 to skip these tests."
         ),

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# tests/run.sh - the README's test command: installs what the tests need
+# (tests/setup.sh: Debian packages and scapy, only what is missing), then
+# runs every test in the workspace. Arguments go to `cargo test`, e.g.
+#   bash tests/run.sh -p rxe-tests --test scapy_crosscheck
+# .ci/run calls this same command.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash tests/setup.sh
+exec cargo test --workspace "$@"
