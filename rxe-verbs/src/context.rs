@@ -21,9 +21,12 @@ use rxe_net::udp::{RecvMode, UdpTransport, Waiter, BATCH};
 use std::collections::{HashMap, VecDeque};
 use std::net::Ipv6Addr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
+
+/// A hook that takes asynchronous events ([`Context::set_async_notify`]).
+pub type AsyncNotify = Box<dyn Fn(AsyncEventKind) + Send + Sync>;
 
 /// Asynchronous events, as `ibv_get_async_event` reports them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -71,6 +74,8 @@ pub(crate) struct Shared {
     pub delivered: AtomicU64,
     pub events: Mutex<VecDeque<AsyncEventKind>>,
     pub events_cond: Condvar,
+    /// Takes async events instead of the queue ([`Context::set_async_notify`]).
+    pub events_notify: OnceLock<AsyncNotify>,
     pub channels: Mutex<HashMap<CqId, Arc<ChannelInner>>>,
     pub stop: AtomicBool,
     pub device: Device,
@@ -120,8 +125,19 @@ impl Shared {
             new_events.push(AsyncEventKind::from(e));
         }
         if !new_events.is_empty() {
-            self.events.lock().extend(new_events);
-            self.events_cond.notify_all();
+            // Under the queue's lock, so that a hook being set (which
+            // drains the queue under the same lock) misses nothing.
+            let mut q = self.events.lock();
+            match self.events_notify.get() {
+                Some(f) => {
+                    drop(q);
+                    new_events.into_iter().for_each(f);
+                }
+                None => {
+                    q.extend(new_events);
+                    self.events_cond.notify_all();
+                }
+            }
         }
         let channels = self.channels.lock();
         for (cq, ch) in channels.iter() {
@@ -402,6 +418,7 @@ impl Context {
             delivered: AtomicU64::new(0),
             events: Mutex::new(VecDeque::from([AsyncEventKind::PortActive])),
             events_cond: Condvar::new(),
+            events_notify: OnceLock::new(),
             channels: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
             capture,
@@ -560,6 +577,30 @@ impl Context {
                 return q.pop_front();
             }
         }
+    }
+
+    /// Hands every asynchronous event from now on to `f` instead of the
+    /// queue [`Context::get_async_event`] reads; events already queued go
+    /// to `f` at once. `f` runs on whichever thread raised the event, with
+    /// the engine locked: it must be quick and must not call the device.
+    /// This is how the C library routes events to the `async_fd` of the
+    /// context that owns the object. Set once; soft devices only.
+    pub fn set_async_notify(&self, f: AsyncNotify) -> Result<(), Error> {
+        let s = match &self.imp {
+            CtxImp::Soft(i) => &i.shared,
+            CtxImp::Native(_) => {
+                return Err(crate::error::unsupported(
+                    "async notify hooks on a native device",
+                ))
+            }
+        };
+        let mut q = s.events.lock();
+        let f = match s.events_notify.set(f) {
+            Ok(()) => s.events_notify.get().expect("just set"),
+            Err(_) => return Err(crate::error::unsupported("a second async notify hook")),
+        };
+        q.drain(..).for_each(f);
+        Ok(())
     }
 
     /// Engine counters (like `rdma statistic show`). A native device's

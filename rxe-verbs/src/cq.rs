@@ -8,18 +8,28 @@ use rxe_core::engine::CqId;
 use rxe_core::types::Completion;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 pub(crate) struct ChannelInner {
     events: Mutex<VecDeque<CqId>>,
     cond: Condvar,
+    /// Called after each event is queued ([`CompletionChannel::set_notify`]).
+    notify: OnceLock<Notify>,
 }
+
+/// A hook called after an event is queued, with the engine locked: it must
+/// be quick and must not call back into the device (writing a byte to a
+/// pipe or an eventfd is what it is for).
+pub type Notify = Box<dyn Fn() + Send + Sync>;
 
 impl ChannelInner {
     pub fn push(&self, cq: CqId) {
         self.events.lock().push_back(cq);
         self.cond.notify_all();
+        if let Some(f) = self.notify.get() {
+            f();
+        }
     }
 }
 
@@ -63,6 +73,24 @@ impl std::fmt::Debug for CompletionChannel {
 }
 
 impl CompletionChannel {
+    /// Sets a hook called once for every event queued on the channel, after
+    /// it is queued, from whichever thread queued it (with the device's
+    /// engine locked: the hook must be quick and must not call the device).
+    /// This is how a file descriptor is made readable when events are
+    /// pending (the C library's `channel->fd`). Set once; on a native
+    /// device, or when already set, it returns [`Error::Unsupported`].
+    pub fn set_notify(&self, f: Notify) -> Result<(), Error> {
+        match &self.imp {
+            ChanImp::Soft { inner, .. } => inner
+                .notify
+                .set(f)
+                .map_err(|_| crate::error::unsupported("a second notify hook on a channel")),
+            _ => Err(crate::error::unsupported(
+                "notify hooks on a native completion channel",
+            )),
+        }
+    }
+
     /// Waits for the next CQ event; returns the number of the CQ that fired,
     /// or `None` after `timeout`.
     pub fn get_event(&self, timeout: Duration) -> Option<u32> {
@@ -132,6 +160,7 @@ impl Context {
                     inner: Arc::new(ChannelInner {
                         events: Mutex::new(VecDeque::new()),
                         cond: Condvar::new(),
+                        notify: OnceLock::new(),
                     }),
                     ctx: inner.clone(),
                 },

@@ -68,14 +68,16 @@ mod progress;
 pub mod provider;
 mod qp;
 
-pub use context::{AsyncEventKind, Context};
+pub use context::{AsyncEventKind, AsyncNotify, Context};
+pub use cq::Notify;
 pub use cq::{CompletionChannel, CompletionQueue};
 pub use device::{addr_of, gid_of, Device, DeviceAttr, PortAttr, PortState};
 pub use error::Error;
-pub use mr::{MemoryRegion, MemoryWindow, ProtectionDomain, RemoteRegion};
+pub use mr::{ForeignRegion, MemoryRegion, MemoryWindow, ProtectionDomain, RemoteRegion};
 pub use provider::{DeviceKind, GidType, NativeDeviceInfo, NativeGid, Provider};
 pub use qp::{AddressHandle, ConnectOptions, Endpoint, QpInitAttr, QueuePair, SharedReceiveQueue};
 pub use rxe_core::engine::mem::MwType;
+pub use rxe_core::engine::{AtomicOp, RegionMemory};
 pub use rxe_core::psn::Psn;
 pub use rxe_core::types::{
     Access, AddressVector, Completion, DeviceCaps, Mtu, MwBind, QpAttr, QpAttrMask, QpCap, QpState,

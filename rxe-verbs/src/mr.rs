@@ -191,6 +191,35 @@ impl ProtectionDomain {
         })
     }
 
+    /// Registers memory the library does not own (`ibv_reg_mr` on the
+    /// application's own buffer, as the C library does): the engine reaches
+    /// it only through `mem`, at I/O virtual address `iova` (ignored with
+    /// [`Access::ZERO_BASED`]). The region's length is `mem.len()`. Soft
+    /// devices only.
+    pub fn register_foreign(
+        &self,
+        mem: Arc<dyn RegionMemory>,
+        iova: u64,
+        access: Access,
+    ) -> Result<ForeignRegion, Error> {
+        let (ctx, pd) = match &self.imp {
+            PdImp::Soft { ctx, pd } => (ctx, *pd),
+            PdImp::Native(_) => {
+                return Err(unsupported("registering foreign memory on a native device"))
+            }
+        };
+        let len = mem.len();
+        let keys = ctx
+            .shared
+            .with_engine(|e| e.reg_mr(pd, mem, iova, access))?;
+        Ok(ForeignRegion {
+            ctx: ctx.clone(),
+            keys,
+            len,
+            registered: true,
+        })
+    }
+
     /// Allocates a memory window (`ibv_alloc_mw`). Soft devices only.
     pub fn alloc_mw(&self, mw_type: MwType) -> Result<MemoryWindow, Error> {
         let (ctx, pd) = match &self.imp {
@@ -444,6 +473,66 @@ impl MemoryRegion {
 }
 
 impl Drop for SoftMr {
+    fn drop(&mut self) {
+        if self.registered {
+            let lkey = self.keys.lkey;
+            let _ = self.ctx.shared.with_engine(|e| e.dereg_mr(lkey));
+        }
+    }
+}
+
+/// A registration of memory the library does not own
+/// ([`ProtectionDomain::register_foreign`]). Dropping it deregisters.
+pub struct ForeignRegion {
+    ctx: Arc<Inner>,
+    keys: MrKeys,
+    len: usize,
+    registered: bool,
+}
+
+impl std::fmt::Debug for ForeignRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ForeignRegion")
+            .field("lkey", &format_args!("{:#010x}", self.keys.lkey))
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl ForeignRegion {
+    /// Local key.
+    pub fn lkey(&self) -> u32 {
+        self.keys.lkey
+    }
+    /// Remote key.
+    pub fn rkey(&self) -> u32 {
+        self.keys.rkey
+    }
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    /// True for a zero-length region.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    /// Deregisters: refused (and the region given back) while memory
+    /// windows are bound to it. Work in flight that still refers to the
+    /// region fails with an error completion; once this returns, the engine
+    /// never touches the memory again.
+    pub fn deregister(mut self) -> Result<(), (ForeignRegion, Error)> {
+        let lkey = self.keys.lkey;
+        match self.ctx.shared.with_engine(|e| e.dereg_mr(lkey)) {
+            Ok(()) => {
+                self.registered = false;
+                Ok(())
+            }
+            Err(e) => Err((self, e.into())),
+        }
+    }
+}
+
+impl Drop for ForeignRegion {
     fn drop(&mut self) {
         if self.registered {
             let lkey = self.keys.lkey;

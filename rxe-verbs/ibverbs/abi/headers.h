@@ -1,0 +1,5 @@
+/* What src/sys.rs is generated from (abi/bindgen.sh). */
+#include <infiniband/verbs.h>
+#include <infiniband/sa.h>
+#include <rdma/ib_user_verbs.h>
+#include <rdma/ib_user_sa.h>

@@ -1,0 +1,636 @@
+//! Open devices (`ibv_context`), what they answer (`ibv_query_device`,
+//! `ibv_query_port`, `ibv_query_gid`, ...) and their asynchronous events.
+//!
+//! All contexts of one device in a process share one engine ([`DevOpen`]):
+//! the device's address is bound once. Each context has its own
+//! `async_fd`, and an event goes to the context that created the object it
+//! is about.
+
+use crate::device::{check_port, dev_of, device_attr, port_attr, Dev};
+use crate::events::EventPipe;
+use crate::ffi::{arg, arg_mut, guard, int_result, minus_one_result, ptr_result, Fail};
+use crate::live::{self, Kind};
+use crate::sys::*;
+use parking_lot::{Condvar, Mutex};
+use rxe_verbs::AsyncEventKind;
+use std::collections::{HashMap, VecDeque};
+use std::ffi::{c_int, c_void};
+use std::mem::{offset_of, size_of};
+use std::sync::{Arc, Weak};
+
+/// How many async events were reported about an object and how many the
+/// program acknowledged: destroying the object waits until they are equal,
+/// as libibverbs does.
+#[derive(Debug, Default)]
+pub struct EventCount {
+    counts: Mutex<(u64, u64)>,
+    cond: Condvar,
+}
+
+impl EventCount {
+    pub fn reported(&self, n: u64) {
+        self.counts.lock().0 += n;
+    }
+    pub fn acked(&self, n: u64) {
+        self.counts.lock().1 += n;
+        self.cond.notify_all();
+    }
+    /// Waits until every reported event is acknowledged.
+    pub fn wait_all_acked(&self) {
+        let mut c = self.counts.lock();
+        while c.1 < c.0 {
+            self.cond.wait(&mut c);
+        }
+    }
+}
+
+/// An async event on its way to the program (`ibv_async_event` with its
+/// pointer as an address, so it may cross threads).
+#[derive(Debug, Clone, Copy)]
+struct Pending {
+    event_type: ibv_event_type,
+    element: usize,
+}
+
+/// A context's async events: the queue and the descriptor that shows it.
+#[derive(Debug)]
+pub struct CtxEvents {
+    pipe: EventPipe,
+    queue: Mutex<VecDeque<Pending>>,
+}
+
+impl CtxEvents {
+    fn push(&self, p: Pending) {
+        self.queue.lock().push_back(p);
+        self.pipe.signal();
+    }
+}
+
+/// Where the events about one object go.
+#[derive(Debug)]
+pub struct Route {
+    pub to: Weak<CtxEvents>,
+    /// The object's address, as the program knows it.
+    pub ptr: usize,
+    pub count: Arc<EventCount>,
+}
+
+/// The routes of a device's events: QPs, CQs and SRQs by number.
+#[derive(Debug, Default)]
+pub struct Routes {
+    pub qps: HashMap<u32, Route>,
+    pub cqs: HashMap<u32, Route>,
+    pub srqs: HashMap<u32, Route>,
+}
+
+impl Routes {
+    fn deliver(&self, e: AsyncEventKind) {
+        let (table, n, event_type) = match e {
+            AsyncEventKind::QpFatal(q) => (&self.qps, q, IBV_EVENT_QP_FATAL),
+            AsyncEventKind::CommEstablished(q) => (&self.qps, q, IBV_EVENT_COMM_EST),
+            AsyncEventKind::SqDrained(q) => (&self.qps, q, IBV_EVENT_SQ_DRAINED),
+            AsyncEventKind::CqError(c) => (&self.cqs, c, IBV_EVENT_CQ_ERR),
+            AsyncEventKind::SrqLimitReached(s) => (&self.srqs, s, IBV_EVENT_SRQ_LIMIT_REACHED),
+            // The kernel raises no PORT_ACTIVE when a device is opened; the
+            // engine's opening event is not passed on.
+            AsyncEventKind::PortActive => return,
+        };
+        let Some(r) = table.get(&n) else { return };
+        let Some(to) = r.to.upgrade() else { return };
+        r.count.reported(1);
+        to.push(Pending {
+            event_type,
+            element: r.ptr,
+        });
+    }
+}
+
+/// A device opened in this process: the engine and its event routes.
+pub struct DevOpen {
+    pub rx: rxe_verbs::Context,
+    pub routes: Arc<Mutex<Routes>>,
+}
+
+impl std::fmt::Debug for DevOpen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DevOpen").field("rx", &self.rx).finish()
+    }
+}
+
+impl DevOpen {
+    fn open(d: &Dev) -> Result<Arc<DevOpen>, Fail> {
+        let rx = d.rx.open().map_err(|e| {
+            let f = Fail::from(e);
+            if f.errno == libc::EADDRINUSE {
+                eprintln!(
+                    "rxe-ibverbs: cannot open {}: UDP {}:4791 is taken by another process \
+                     (two processes cannot share a soft device's address yet); give this \
+                     process its own address, for example `rxe exec -d 127.0.0.3 -- ...`",
+                    d.rx.name(),
+                    d.addr
+                );
+            }
+            f
+        })?;
+        let routes = Arc::new(Mutex::new(Routes::default()));
+        let r = routes.clone();
+        rx.set_async_notify(Box::new(move |e| r.lock().deliver(e)))?;
+        Ok(Arc::new(DevOpen { rx, routes }))
+    }
+}
+
+/// An open context: rdma-core's `verbs_context` (with the `ibv_context`
+/// the program holds at its end), then ours.
+#[repr(C)]
+pub struct Ctx {
+    pub v: verbs_context,
+    pub dev: &'static Dev,
+    pub open: Arc<DevOpen>,
+    pub events: Arc<CtxEvents>,
+}
+
+/// Our context behind a program's `ibv_context` pointer, checked to be a
+/// live one.
+pub fn ctx_of<'a>(p: *mut ibv_context) -> Result<&'a Ctx, Fail> {
+    if p.is_null() {
+        return Err(Fail::inval("context", "NULL"));
+    }
+    let c = (p as usize) - offset_of!(verbs_context, context);
+    if !live::is(Kind::Context, c) {
+        return Err(Fail::inval("context", "not an open context"));
+    }
+    // SAFETY: a live context is a Box<Ctx> at this address.
+    Ok(unsafe { &*(c as *const Ctx) })
+}
+
+/// The `ibv_context` pointer of a context.
+pub fn ibv_ctx(c: &Ctx) -> *mut ibv_context {
+    std::ptr::from_ref(&c.v.context).cast_mut()
+}
+
+pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
+    guard("ibv_open_device", std::ptr::null_mut(), || {
+        ptr_result("ibv_open_device", open_device(device))
+    })
+}
+
+fn open_device(device: *mut ibv_device) -> Result<*mut ibv_context, Fail> {
+    let d = dev_of(device)?;
+    let open = {
+        let mut w = d.open.lock();
+        match w.upgrade() {
+            Some(o) => o,
+            None => {
+                let o = DevOpen::open(d)?;
+                *w = Arc::downgrade(&o);
+                o
+            }
+        }
+    };
+    let pipe = EventPipe::new()
+        .map_err(|e| Fail::new(e.raw_os_error().unwrap_or(libc::EMFILE), e.to_string()))?;
+    let events = Arc::new(CtxEvents {
+        pipe,
+        queue: Mutex::new(VecDeque::new()),
+    });
+    // SAFETY: verbs_context is plain data (pointers, integers, optional
+    // function pointers, a pthread mutex whose initializer is all zeroes).
+    let mut v: verbs_context = unsafe { std::mem::zeroed() };
+    v.sz = size_of::<verbs_context>();
+    v.query_port = Some(query_port_ex);
+    v.query_device_ex = Some(query_device_ex);
+    crate::cq::fill_ops(&mut v);
+    crate::qp::fill_ops(&mut v);
+    let c = &mut v.context;
+    c.device = std::ptr::from_ref(&d.dev).cast_mut();
+    c.cmd_fd = -1;
+    c.async_fd = events.pipe.fd();
+    c.num_comp_vectors = 1;
+    c.abi_compat = usize::MAX as *mut c_void; // __VERBS_ABI_IS_EXTENDED
+    let ctx = Box::new(Ctx {
+        v,
+        dev: d,
+        open,
+        events,
+    });
+    let p = Box::into_raw(ctx);
+    live::add(Kind::Context, p as usize);
+    // SAFETY: just allocated.
+    Ok(ibv_ctx(unsafe { &*p }))
+}
+
+pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
+    guard("ibv_close_device", libc::EIO, || {
+        let r = ctx_of(context).map(|c| {
+            let addr = std::ptr::from_ref(c) as usize;
+            live::remove(Kind::Context, addr);
+            // SAFETY: the context was a Box<Ctx> at addr, now no longer live.
+            drop(unsafe { Box::from_raw(addr as *mut Ctx) });
+        });
+        minus_one_result("ibv_close_device", r)
+    })
+}
+
+pub unsafe extern "C" fn ibv_query_device(
+    context: *mut ibv_context,
+    device_attr_out: *mut ibv_device_attr,
+) -> c_int {
+    guard("ibv_query_device", libc::EIO, || {
+        let r = ctx_of(context).and_then(|c| {
+            // SAFETY: the program's output struct.
+            let out = unsafe { arg_mut(device_attr_out, "device_attr") }?;
+            *out = device_attr(&c.open.rx.query_device());
+            Ok(())
+        });
+        int_result("ibv_query_device", r)
+    })
+}
+
+unsafe extern "C" fn query_device_ex(
+    context: *mut ibv_context,
+    input: *const ibv_query_device_ex_input,
+    attr: *mut ibv_device_attr_ex,
+    attr_size: usize,
+) -> c_int {
+    guard("ibv_query_device_ex", libc::EIO, || {
+        let r = ctx_of(context).and_then(|c| {
+            // SAFETY: the program's input, if any.
+            if let Some(i) = unsafe { input.as_ref() } {
+                if i.comp_mask != 0 {
+                    return Err(Fail::inval(
+                        "input->comp_mask",
+                        format!("{:#x}: no such input", i.comp_mask),
+                    ));
+                }
+            }
+            if attr.is_null() {
+                return Err(Fail::inval("attr", "NULL"));
+            }
+            if attr_size < size_of::<ibv_device_attr>() {
+                return Err(Fail::inval(
+                    "attr_size",
+                    format!("{attr_size} is smaller than struct ibv_device_attr"),
+                ));
+            }
+            // SAFETY: plain data.
+            let mut ex: ibv_device_attr_ex = unsafe { std::mem::zeroed() };
+            ex.orig_attr = device_attr(&c.open.rx.query_device());
+            ex.phys_port_cnt_ex = 1;
+            let n = attr_size.min(size_of::<ibv_device_attr_ex>());
+            // SAFETY: the program gave attr_size bytes at attr; we write n <= that.
+            unsafe {
+                std::ptr::copy_nonoverlapping((&raw const ex).cast::<u8>(), attr.cast::<u8>(), n)
+            };
+            Ok(())
+        });
+        int_result("ibv_query_device_ex", r)
+    })
+}
+
+unsafe extern "C" fn query_port_ex(
+    context: *mut ibv_context,
+    port_num: u8,
+    port_attr_out: *mut ibv_port_attr,
+    port_attr_len: usize,
+) -> c_int {
+    guard("ibv_query_port", libc::EIO, || {
+        let r = ctx_of(context).and_then(|c| {
+            check_port(port_num)?;
+            if port_attr_out.is_null() {
+                return Err(Fail::inval("port_attr", "NULL"));
+            }
+            let a = port_attr(&c.open.rx.query_port());
+            let n = port_attr_len.min(size_of::<ibv_port_attr>());
+            // SAFETY: the program gave port_attr_len bytes; we write n <= that.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    (&raw const a).cast::<u8>(),
+                    port_attr_out.cast::<u8>(),
+                    n,
+                )
+            };
+            Ok(())
+        });
+        int_result("ibv_query_port", r)
+    })
+}
+
+/// The exported `ibv_query_port` (the header's inline version calls
+/// `verbs_context.query_port`; old binaries call this).
+pub unsafe extern "C" fn ibv_query_port(
+    context: *mut ibv_context,
+    port_num: u8,
+    port_attr_out: *mut ibv_port_attr,
+) -> c_int {
+    // SAFETY: forwards the program's arguments; the compat layout is a
+    // prefix of today's.
+    unsafe {
+        query_port_ex(
+            context,
+            port_num,
+            port_attr_out,
+            size_of::<_compat_ibv_port_attr>(),
+        )
+    }
+}
+
+fn gid_table(c: &Ctx) -> Vec<std::net::Ipv6Addr> {
+    c.open.rx.query_port().gids
+}
+
+pub unsafe extern "C" fn ibv_query_gid(
+    context: *mut ibv_context,
+    port_num: u8,
+    index: c_int,
+    gid: *mut ibv_gid,
+) -> c_int {
+    guard("ibv_query_gid", -1, || {
+        let r = ctx_of(context).and_then(|c| {
+            check_port(port_num)?;
+            // SAFETY: the program's output.
+            let out = unsafe { arg_mut(gid, "gid") }?;
+            let t = gid_table(c);
+            let g = usize::try_from(index)
+                .ok()
+                .and_then(|i| t.get(i))
+                .ok_or_else(|| {
+                    Fail::inval(
+                        "index",
+                        format!("{index}: the GID table has {} entries", t.len()),
+                    )
+                })?;
+            out.raw = g.octets();
+            Ok(())
+        });
+        minus_one_result("ibv_query_gid", r)
+    })
+}
+
+pub unsafe extern "C" fn ibv_query_pkey(
+    context: *mut ibv_context,
+    port_num: u8,
+    index: c_int,
+    pkey: *mut u16,
+) -> c_int {
+    guard("ibv_query_pkey", -1, || {
+        let r = ctx_of(context).and_then(|_| {
+            check_port(port_num)?;
+            // SAFETY: the program's output.
+            let out = unsafe { arg_mut(pkey, "pkey") }?;
+            if index != 0 {
+                return Err(Fail::inval(
+                    "index",
+                    format!("{index}: the P_Key table has 1 entry"),
+                ));
+            }
+            *out = 0xffffu16.to_be();
+            Ok(())
+        });
+        minus_one_result("ibv_query_pkey", r)
+    })
+}
+
+/// The index of the interface that has `addr`, as the kernel's GID table
+/// reports it (0 if none does).
+fn ifindex_of(addr: std::net::IpAddr) -> u32 {
+    let mut ifs: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills ifs with a list freed below.
+    if unsafe { libc::getifaddrs(&mut ifs) } != 0 {
+        return 0;
+    }
+    let mut found = 0;
+    let mut p = ifs;
+    while !p.is_null() {
+        // SAFETY: p walks the list getifaddrs made.
+        let i = unsafe { &*p };
+        // SAFETY: ifa_addr, when set, points to a sockaddr of its family.
+        let a = unsafe { i.ifa_addr.as_ref() }.and_then(|sa| match (sa.sa_family as i32, addr) {
+            (libc::AF_INET, std::net::IpAddr::V4(v4)) => {
+                // SAFETY: an AF_INET sockaddr is a sockaddr_in.
+                let sin = unsafe { &*(i.ifa_addr as *const libc::sockaddr_in) };
+                (u32::from_be(sin.sin_addr.s_addr) == u32::from(v4)).then_some(())
+            }
+            (libc::AF_INET6, std::net::IpAddr::V6(v6)) => {
+                // SAFETY: an AF_INET6 sockaddr is a sockaddr_in6.
+                let sin6 = unsafe { &*(i.ifa_addr as *const libc::sockaddr_in6) };
+                (sin6.sin6_addr.s6_addr == v6.octets()).then_some(())
+            }
+            _ => None,
+        });
+        if a.is_some() {
+            // SAFETY: ifa_name is the interface's NUL-terminated name.
+            found = unsafe { libc::if_nametoindex(i.ifa_name) };
+            break;
+        }
+        p = i.ifa_next;
+    }
+    // A loopback address other than 127.0.0.1 belongs to lo too.
+    if found == 0 && addr.is_loopback() {
+        // SAFETY: a NUL-terminated name.
+        found = unsafe { libc::if_nametoindex(c"lo".as_ptr()) };
+    }
+    // SAFETY: the list getifaddrs made.
+    unsafe { libc::freeifaddrs(ifs) };
+    found
+}
+
+fn gid_entry(c: &Ctx, index: u32, t: &[std::net::Ipv6Addr]) -> Option<ibv_gid_entry> {
+    let g = t.get(index as usize)?;
+    Some(ibv_gid_entry {
+        gid: ibv_gid { raw: g.octets() },
+        gid_index: index,
+        port_num: 1,
+        gid_type: IBV_GID_TYPE_ROCE_V2,
+        ndev_ifindex: ifindex_of(c.dev.addr),
+    })
+}
+
+pub unsafe extern "C" fn _ibv_query_gid_ex(
+    context: *mut ibv_context,
+    port_num: u32,
+    gid_index: u32,
+    entry: *mut ibv_gid_entry,
+    flags: u32,
+    entry_size: usize,
+) -> c_int {
+    guard("ibv_query_gid_ex", libc::EIO, || {
+        let r = ctx_of(context).and_then(|c| {
+            check_port(u8::try_from(port_num).unwrap_or(0))?;
+            if flags != 0 {
+                return Err(Fail::inval(
+                    "flags",
+                    format!("{flags:#x}: no flags are defined"),
+                ));
+            }
+            if entry.is_null() {
+                return Err(Fail::inval("entry", "NULL"));
+            }
+            if entry_size < size_of::<ibv_gid_entry>() {
+                return Err(Fail::inval(
+                    "entry_size",
+                    format!("{entry_size} is smaller than struct ibv_gid_entry"),
+                ));
+            }
+            let t = gid_table(c);
+            let e = gid_entry(c, gid_index, &t).ok_or_else(|| {
+                Fail::new(
+                    libc::ENODATA,
+                    format!(
+                        "gid_index {gid_index}: the GID table has {} entries",
+                        t.len()
+                    ),
+                )
+            })?;
+            // SAFETY: entry_size >= size_of::<ibv_gid_entry>() bytes at entry.
+            unsafe { entry.write_unaligned(e) };
+            Ok(())
+        });
+        int_result("ibv_query_gid_ex", r)
+    })
+}
+
+pub unsafe extern "C" fn _ibv_query_gid_table(
+    context: *mut ibv_context,
+    entries: *mut ibv_gid_entry,
+    max_entries: usize,
+    flags: u32,
+    entry_size: usize,
+) -> isize {
+    guard("ibv_query_gid_table", -(libc::EIO as isize), || {
+        let r = ctx_of(context).and_then(|c| {
+            if flags != 0 {
+                return Err(Fail::inval(
+                    "flags",
+                    format!("{flags:#x}: no flags are defined"),
+                ));
+            }
+            if entries.is_null() && max_entries > 0 {
+                return Err(Fail::inval("entries", "NULL"));
+            }
+            if entry_size < size_of::<ibv_gid_entry>() {
+                return Err(Fail::inval(
+                    "entry_size",
+                    format!("{entry_size} is smaller than struct ibv_gid_entry"),
+                ));
+            }
+            let t = gid_table(c);
+            if max_entries < t.len() {
+                return Err(Fail::inval(
+                    "max_entries",
+                    format!("{max_entries}: the table has {} entries", t.len()),
+                ));
+            }
+            for i in 0..t.len() {
+                let e = gid_entry(c, i as u32, &t).expect("in range");
+                // SAFETY: i < max_entries entries of entry_size bytes.
+                unsafe {
+                    entries
+                        .cast::<u8>()
+                        .add(i * entry_size)
+                        .cast::<ibv_gid_entry>()
+                        .write_unaligned(e)
+                };
+            }
+            Ok(t.len() as isize)
+        });
+        match r {
+            Ok(n) => n,
+            Err(f) => -(int_result("ibv_query_gid_table", Err(f)) as isize),
+        }
+    })
+}
+
+/// Private in rdma-core (`enum ibv_gid_type_sysfs`): every entry is RoCE v2.
+pub unsafe extern "C" fn ibv_query_gid_type(
+    context: *mut ibv_context,
+    port_num: u8,
+    index: u32,
+    gid_type: *mut c_int,
+) -> c_int {
+    guard("ibv_query_gid_type", -1, || {
+        let r = ctx_of(context).and_then(|c| {
+            check_port(port_num)?;
+            // SAFETY: the program's output.
+            let out = unsafe { arg_mut(gid_type, "type") }?;
+            if index as usize >= gid_table(c).len() {
+                return Err(Fail::inval("index", "outside the GID table"));
+            }
+            *out = 1; // IBV_GID_TYPE_SYSFS_ROCE_V2
+            Ok(())
+        });
+        minus_one_result("ibv_query_gid_type", r)
+    })
+}
+
+pub unsafe extern "C" fn ibv_get_async_event(
+    context: *mut ibv_context,
+    event: *mut ibv_async_event,
+) -> c_int {
+    guard("ibv_get_async_event", -1, || {
+        let r = ctx_of(context).and_then(|c| {
+            if event.is_null() {
+                return Err(Fail::inval("event", "NULL"));
+            }
+            c.events
+                .pipe
+                .take()
+                .map_err(|e| Fail::new(e, "reading async_fd"))?;
+            let p = c
+                .events
+                .queue
+                .lock()
+                .pop_front()
+                .ok_or_else(|| Fail::new(libc::EIO, "async_fd had a byte but no event"))?;
+            let element = match p.event_type {
+                IBV_EVENT_CQ_ERR => ibv_async_event__bindgen_ty_1 {
+                    cq: p.element as *mut ibv_cq,
+                },
+                IBV_EVENT_SRQ_LIMIT_REACHED | IBV_EVENT_SRQ_ERR => ibv_async_event__bindgen_ty_1 {
+                    srq: p.element as *mut ibv_srq,
+                },
+                IBV_EVENT_PORT_ACTIVE | IBV_EVENT_PORT_ERR => {
+                    ibv_async_event__bindgen_ty_1 { port_num: 1 }
+                }
+                _ => ibv_async_event__bindgen_ty_1 {
+                    qp: p.element as *mut ibv_qp,
+                },
+            };
+            // SAFETY: checked non-NULL; the program's output.
+            unsafe {
+                event.write(ibv_async_event {
+                    element,
+                    event_type: p.event_type,
+                })
+            };
+            Ok(())
+        });
+        minus_one_result("ibv_get_async_event", r)
+    })
+}
+
+pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
+    guard("ibv_ack_async_event", (), || {
+        // SAFETY: the program's event, as ibv_get_async_event filled it.
+        let Ok(e) = (unsafe { arg(event, "event") }) else {
+            return;
+        };
+        // SAFETY: the union member the event type says is set.
+        unsafe {
+            match e.event_type {
+                IBV_EVENT_CQ_ERR => crate::cq::ack_async(e.element.cq),
+                IBV_EVENT_SRQ_LIMIT_REACHED | IBV_EVENT_SRQ_ERR => {
+                    crate::qp::ack_srq_async(e.element.srq)
+                }
+                IBV_EVENT_PORT_ACTIVE
+                | IBV_EVENT_PORT_ERR
+                | IBV_EVENT_LID_CHANGE
+                | IBV_EVENT_PKEY_CHANGE
+                | IBV_EVENT_SM_CHANGE
+                | IBV_EVENT_CLIENT_REREGISTER
+                | IBV_EVENT_GID_CHANGE
+                | IBV_EVENT_DEVICE_FATAL => {}
+                _ => crate::qp::ack_qp_async(e.element.qp),
+            }
+        }
+    })
+}

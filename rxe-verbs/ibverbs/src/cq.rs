@@ -1,0 +1,544 @@
+//! Completion channels and completion queues, both the classic
+//! `ibv_poll_cq` and the extended `ibv_cq_ex` polling
+//! (`ibv_start_poll`/`ibv_next_poll`/`ibv_end_poll` with `ibv_wc_read_*`).
+
+use crate::context::{ctx_of, ibv_ctx, CtxEvents, DevOpen, EventCount, Route};
+use crate::events::EventPipe;
+use crate::ffi::{guard, int_result, minus_one_result, note, ptr_result, set_errno, Fail};
+use crate::live::{self, Kind};
+use crate::sys::*;
+use crate::wr::{fill_wc, wc_flags, wc_opcode, wc_status};
+use parking_lot::Mutex;
+use rxe_core::types::Completion;
+use rxe_verbs::{CompletionChannel, CompletionQueue};
+use std::cell::UnsafeCell;
+use std::collections::{HashMap, VecDeque};
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+/// A completion channel: the program's `ibv_comp_channel`, then ours.
+#[repr(C)]
+pub struct Channel {
+    pub ch: ibv_comp_channel,
+    pub rx: CompletionChannel,
+    pub pipe: Arc<EventPipe>,
+    /// The CQs on this channel, by number, at their addresses.
+    pub cqs: Mutex<HashMap<u32, usize>>,
+    pub open: Arc<DevOpen>,
+}
+
+pub unsafe extern "C" fn ibv_create_comp_channel(
+    context: *mut ibv_context,
+) -> *mut ibv_comp_channel {
+    guard("ibv_create_comp_channel", std::ptr::null_mut(), || {
+        let r = ctx_of(context).and_then(|c| {
+            let rx = c.open.rx.try_create_comp_channel()?;
+            let pipe =
+                Arc::new(EventPipe::new().map_err(|e| {
+                    Fail::new(e.raw_os_error().unwrap_or(libc::EMFILE), e.to_string())
+                })?);
+            let p = pipe.clone();
+            rx.set_notify(Box::new(move || p.signal()))?;
+            let ch = Box::into_raw(Box::new(Channel {
+                ch: ibv_comp_channel {
+                    context: ibv_ctx(c),
+                    fd: pipe.fd(),
+                    refcnt: 0,
+                },
+                rx,
+                pipe,
+                cqs: Mutex::new(HashMap::new()),
+                open: c.open.clone(),
+            }));
+            live::add(Kind::Channel, ch as usize);
+            Ok(ch.cast::<ibv_comp_channel>())
+        });
+        ptr_result("ibv_create_comp_channel", r)
+    })
+}
+
+fn channel_of<'a>(p: *mut ibv_comp_channel) -> Result<&'a Channel, Fail> {
+    if p.is_null() || !live::is(Kind::Channel, p as usize) {
+        return Err(Fail::inval("channel", "not a completion channel"));
+    }
+    // SAFETY: a live Channel is a Box<Channel> at this address.
+    Ok(unsafe { &*(p as *const Channel) })
+}
+
+pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
+    guard("ibv_destroy_comp_channel", -1, || {
+        let r = channel_of(channel).and_then(|c| {
+            if !c.cqs.lock().is_empty() {
+                return Err(Fail::new(
+                    libc::EBUSY,
+                    "completion queues still use the channel",
+                ));
+            }
+            live::remove(Kind::Channel, channel as usize);
+            // SAFETY: was a live Box<Channel>.
+            drop(unsafe { Box::from_raw(channel.cast::<Channel>()) });
+            Ok(())
+        });
+        minus_one_result("ibv_destroy_comp_channel", r)
+    })
+}
+
+/// A completion queue: the program's `ibv_cq_ex` (whose start is the
+/// `ibv_cq`), then ours.
+#[repr(C)]
+pub struct Cq {
+    /// What the program sees (and `ibv_start_poll` writes: `status`, `wr_id`).
+    pub cq: UnsafeCell<ibv_cq_ex>,
+    pub rx: CompletionQueue,
+    pub open: Arc<DevOpen>,
+    pub channel: *const Channel,
+    /// Completion events handed out by `ibv_get_cq_event` and acknowledged.
+    pub comp_events: EventCount,
+    pub async_events: Arc<EventCount>,
+    /// Completions taken from the engine and not yet given to the program
+    /// (the extended polling takes several at a time).
+    pub taken: Mutex<VecDeque<Completion>>,
+    /// The completion `ibv_wc_read_*` reads (extended polling).
+    pub current: Mutex<Option<Completion>>,
+    /// QPs that use the CQ: destroying it before them is EBUSY.
+    pub users: AtomicUsize,
+}
+
+/// Our CQ behind a program's pointer, checked to be live.
+pub fn cq_of<'a>(p: *mut ibv_cq) -> Result<&'a Cq, Fail> {
+    if p.is_null() || !live::is(Kind::Cq, p as usize) {
+        return Err(Fail::inval("cq", "not a completion queue"));
+    }
+    // SAFETY: a live Cq is a Box<Cq> at this address.
+    Ok(unsafe { &*(p as *const Cq) })
+}
+
+/// Our CQ, unchecked: the hot path (the program's own inline calls).
+///
+/// # Safety
+/// `p` must be a CQ this library created and the program has not destroyed.
+unsafe fn cq_fast<'a>(p: *mut ibv_cq) -> &'a Cq {
+    // SAFETY: the caller's contract.
+    unsafe { &*(p as *const Cq) }
+}
+
+struct CqArgs {
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+}
+
+fn create_cq(context: *mut ibv_context, a: CqArgs) -> Result<*mut Cq, Fail> {
+    let c = ctx_of(context)?;
+    let max = c.open.rx.query_device().caps.max_cqe;
+    if a.cqe < 1 || a.cqe as u32 > max {
+        return Err(Fail::inval("cqe", format!("{}: must be 1 to {max}", a.cqe)));
+    }
+    if a.comp_vector != 0 {
+        return Err(Fail::inval(
+            "comp_vector",
+            format!("{}: the device has 1 completion vector", a.comp_vector),
+        ));
+    }
+    let ch = if a.channel.is_null() {
+        None
+    } else {
+        Some(channel_of(a.channel)?)
+    };
+    let rx = c.open.rx.create_cq(a.cqe as u32, ch.map(|c| &c.rx))?;
+    let async_events = Arc::new(EventCount::default());
+    // SAFETY: ibv_cq_ex is plain data; all zeroes is valid.
+    let mut ex: ibv_cq_ex = unsafe { std::mem::zeroed() };
+    ex.context = ibv_ctx(c);
+    ex.channel = a.channel;
+    ex.cq_context = a.cq_context;
+    ex.cqe = rx.capacity() as c_int;
+    ex.handle = rx.id();
+    set_ex_ops(&mut ex);
+    let id = rx.id();
+    let cq = Box::into_raw(Box::new(Cq {
+        cq: UnsafeCell::new(ex),
+        rx,
+        open: c.open.clone(),
+        channel: ch.map_or(std::ptr::null(), std::ptr::from_ref),
+        comp_events: EventCount::default(),
+        async_events: async_events.clone(),
+        taken: Mutex::new(VecDeque::new()),
+        current: Mutex::new(None),
+        users: AtomicUsize::new(0),
+    }));
+    if let Some(ch) = ch {
+        ch.cqs.lock().insert(id, cq as usize);
+    }
+    c.open.routes.lock().cqs.insert(
+        id,
+        Route {
+            to: Arc::downgrade(&c.events) as Weak<CtxEvents>,
+            ptr: cq as usize,
+            count: async_events,
+        },
+    );
+    live::add(Kind::Cq, cq as usize);
+    Ok(cq)
+}
+
+pub unsafe extern "C" fn ibv_create_cq(
+    context: *mut ibv_context,
+    cqe: c_int,
+    cq_context: *mut c_void,
+    channel: *mut ibv_comp_channel,
+    comp_vector: c_int,
+) -> *mut ibv_cq {
+    guard("ibv_create_cq", std::ptr::null_mut(), || {
+        let r = create_cq(
+            context,
+            CqArgs {
+                cqe,
+                cq_context,
+                channel,
+                comp_vector,
+            },
+        );
+        ptr_result("ibv_create_cq", r.map(|p| p.cast::<ibv_cq>()))
+    })
+}
+
+unsafe extern "C" fn create_cq_ex(
+    context: *mut ibv_context,
+    attr: *mut ibv_cq_init_attr_ex,
+) -> *mut ibv_cq_ex {
+    guard("ibv_create_cq_ex", std::ptr::null_mut(), || {
+        let r = (|| {
+            // SAFETY: the program's attributes.
+            let a = unsafe { attr.as_ref() }.ok_or_else(|| Fail::inval("cq_attr", "NULL"))?;
+            let known = IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD;
+            if a.comp_mask & !known != 0 {
+                return Err(Fail::inval(
+                    "cq_attr->comp_mask",
+                    format!("{:#x} has unknown bits", a.comp_mask),
+                ));
+            }
+            if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 && !a.parent_domain.is_null() {
+                return Err(Fail::unsupported("parent domains"));
+            }
+            let supported = u64::from(IBV_WC_STANDARD_FLAGS);
+            if a.wc_flags & !supported != 0 {
+                return Err(Fail::unsupported(format!(
+                    "cq_attr->wc_flags {:#x} (timestamps, CVLAN, flow tags and tag matching)",
+                    a.wc_flags & !supported
+                )));
+            }
+            if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS != 0
+                && a.flags
+                    & !(IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN)
+                    != 0
+            {
+                return Err(Fail::inval(
+                    "cq_attr->flags",
+                    format!("{:#x} has unknown bits", a.flags),
+                ));
+            }
+            let cqe =
+                c_int::try_from(a.cqe).map_err(|_| Fail::inval("cq_attr->cqe", "too large"))?;
+            let comp_vector = c_int::try_from(a.comp_vector).unwrap_or(c_int::MAX);
+            create_cq(
+                context,
+                CqArgs {
+                    cqe,
+                    cq_context: a.cq_context,
+                    channel: a.channel,
+                    comp_vector,
+                },
+            )
+        })();
+        ptr_result("ibv_create_cq_ex", r.map(|p| p.cast::<ibv_cq_ex>()))
+    })
+}
+
+pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
+    guard("ibv_resize_cq", libc::EIO, || {
+        let r = cq_of(cq).and_then(|c| {
+            if cqe < 1 {
+                return Err(Fail::inval("cqe", format!("{cqe}: must be at least 1")));
+            }
+            // SAFETY: the CQ's own field.
+            if cqe <= unsafe { (*c.cq.get()).cqe } {
+                return Ok(());
+            }
+            Err(Fail::unsupported(
+                "growing a completion queue (create it with the size it needs)",
+            ))
+        });
+        int_result("ibv_resize_cq", r)
+    })
+}
+
+pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+    guard("ibv_destroy_cq", libc::EIO, || {
+        let r = cq_of(cq).and_then(|c| {
+            let n = c.users.load(Ordering::Acquire);
+            if n > 0 {
+                return Err(Fail::new(
+                    libc::EBUSY,
+                    format!("{n} queue pairs still use the completion queue"),
+                ));
+            }
+            let id = c.rx.id();
+            c.open.routes.lock().cqs.remove(&id);
+            // SAFETY: the channel outlives its CQs (destroying it is EBUSY while they exist).
+            if let Some(ch) = unsafe { c.channel.as_ref() } {
+                ch.cqs.lock().remove(&id);
+            }
+            // As libibverbs: wait until every event handed out is acknowledged.
+            c.comp_events.wait_all_acked();
+            c.async_events.wait_all_acked();
+            live::remove(Kind::Cq, cq as usize);
+            // SAFETY: was a live Box<Cq>.
+            drop(unsafe { Box::from_raw(cq.cast::<Cq>()) });
+            Ok(())
+        });
+        int_result("ibv_destroy_cq", r)
+    })
+}
+
+pub unsafe extern "C" fn ibv_get_cq_event(
+    channel: *mut ibv_comp_channel,
+    cq: *mut *mut ibv_cq,
+    cq_context: *mut *mut c_void,
+) -> c_int {
+    guard("ibv_get_cq_event", -1, || {
+        let r = channel_of(channel).and_then(|ch| {
+            if cq.is_null() || cq_context.is_null() {
+                return Err(Fail::inval(
+                    if cq.is_null() { "cq" } else { "cq_context" },
+                    "NULL",
+                ));
+            }
+            loop {
+                ch.pipe
+                    .take()
+                    .map_err(|e| Fail::new(e, "reading the channel's fd"))?;
+                let Some(id) = ch.rx.get_event(Duration::ZERO) else {
+                    return Err(Fail::new(
+                        libc::EIO,
+                        "the channel's fd had a byte but no event",
+                    ));
+                };
+                // An event of a CQ destroyed meanwhile is dropped, as the
+                // kernel drops it.
+                let Some(&addr) = ch.cqs.lock().get(&id) else {
+                    continue;
+                };
+                // SAFETY: a CQ on the channel is live.
+                let c = unsafe { &*(addr as *const Cq) };
+                c.comp_events.reported(1);
+                // SAFETY: checked non-NULL; the program's outputs.
+                unsafe {
+                    *cq = addr as *mut ibv_cq;
+                    *cq_context = (*c.cq.get()).cq_context;
+                }
+                return Ok(());
+            }
+        });
+        minus_one_result("ibv_get_cq_event", r)
+    })
+}
+
+pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: std::ffi::c_uint) {
+    guard("ibv_ack_cq_events", (), || match cq_of(cq) {
+        Ok(c) => c.comp_events.acked(u64::from(nevents)),
+        Err(f) => note("ibv_ack_cq_events", f.why),
+    })
+}
+
+/// `ibv_ack_async_event` for a CQ error event.
+///
+/// # Safety
+/// `cq` is what `ibv_get_async_event` handed out.
+pub unsafe fn ack_async(cq: *mut ibv_cq) {
+    if let Ok(c) = cq_of(cq) {
+        c.async_events.acked(1);
+    }
+}
+
+/// Moves up to `max` completions into `out`: those taken earlier first.
+fn take(c: &Cq, max: usize, out: &mut Vec<Completion>) {
+    {
+        let mut t = c.taken.lock();
+        while out.len() < max {
+            match t.pop_front() {
+                Some(x) => out.push(x),
+                None => break,
+            }
+        }
+    }
+    if out.len() < max {
+        let want = max - out.len();
+        c.rx.poll_into(out, want);
+    }
+}
+
+thread_local! {
+    static SCRATCH: std::cell::RefCell<Vec<Completion>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
+    guard("ibv_poll_cq", -1, || {
+        if cq.is_null() || (wc.is_null() && num_entries > 0) {
+            set_errno(libc::EINVAL);
+            return -1;
+        }
+        let n = usize::try_from(num_entries).unwrap_or(0);
+        if n == 0 {
+            return 0;
+        }
+        // SAFETY: the program's CQ, from its own inline ibv_poll_cq.
+        let c = unsafe { cq_fast(cq) };
+        SCRATCH.with_borrow_mut(|v| {
+            v.clear();
+            take(c, n, v);
+            for (i, x) in v.iter().enumerate() {
+                // SAFETY: i < n entries the program gave.
+                unsafe { wc.add(i).write(fill_wc(x)) };
+            }
+            v.len() as c_int
+        })
+    })
+}
+
+unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
+    guard("ibv_req_notify_cq", libc::EIO, || {
+        let r = cq_of(cq).and_then(|c| {
+            if c.channel.is_null() {
+                return Err(Fail::inval("cq", "has no completion channel to notify"));
+            }
+            Ok(c.rx.req_notify(solicited_only != 0)?)
+        });
+        int_result("ibv_req_notify_cq", r)
+    })
+}
+
+/// The hot verbs of a context's `ops` table that are about CQs.
+pub fn fill_ops(v: &mut verbs_context) {
+    v.context.ops.poll_cq = Some(poll_cq);
+    v.context.ops.req_notify_cq = Some(req_notify_cq);
+    v.create_cq_ex = Some(create_cq_ex);
+}
+
+// ---- extended polling -----------------------------------------------------
+
+/// Makes the next completion current; ENOENT when there is none.
+fn advance(c: &Cq) -> c_int {
+    let next = {
+        let mut t = c.taken.lock();
+        if t.is_empty() {
+            let mut v = Vec::new();
+            c.rx.poll_into(&mut v, 32);
+            t.extend(v);
+        }
+        t.pop_front()
+    };
+    let mut cur = c.current.lock();
+    *cur = next;
+    match next {
+        Some(x) => {
+            // SAFETY: the CQ's own fields, which the program reads after
+            // this call on the same thread (the API is not thread-safe per CQ).
+            unsafe {
+                (*c.cq.get()).status = wc_status(x.status);
+                (*c.cq.get()).wr_id = x.wr_id;
+            }
+            0
+        }
+        None => libc::ENOENT,
+    }
+}
+
+unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr) -> c_int {
+    guard("ibv_start_poll", libc::EIO, || {
+        // SAFETY: the program's attributes, if any.
+        if unsafe { attr.as_ref() }.is_some_and(|a| a.comp_mask != 0) {
+            return libc::EINVAL;
+        }
+        // SAFETY: the program's CQ.
+        advance(unsafe { cq_fast(cq.cast()) })
+    })
+}
+
+unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
+    // SAFETY: the program's CQ.
+    guard("ibv_next_poll", libc::EIO, || {
+        advance(unsafe { cq_fast(cq.cast()) })
+    })
+}
+
+unsafe extern "C" fn end_poll(cq: *mut ibv_cq_ex) {
+    guard("ibv_end_poll", (), || {
+        // SAFETY: the program's CQ.
+        *unsafe { cq_fast(cq.cast()) }.current.lock() = None;
+    })
+}
+
+/// Reads a field of the current completion.
+fn current<R: Default>(cq: *mut ibv_cq_ex, f: impl FnOnce(&Completion) -> R) -> R {
+    guard("ibv_wc_read", R::default(), || {
+        // SAFETY: the program's CQ.
+        let c = unsafe { cq_fast(cq.cast()) };
+        c.current.lock().as_ref().map(f).unwrap_or_default()
+    })
+}
+
+unsafe extern "C" fn read_opcode(cq: *mut ibv_cq_ex) -> ibv_wc_opcode {
+    current(cq, |x| wc_opcode(x.opcode))
+}
+unsafe extern "C" fn read_vendor_err(_cq: *mut ibv_cq_ex) -> u32 {
+    0
+}
+unsafe extern "C" fn read_byte_len(cq: *mut ibv_cq_ex) -> u32 {
+    current(cq, |x| x.byte_len)
+}
+unsafe extern "C" fn read_imm_data(cq: *mut ibv_cq_ex) -> __be32 {
+    current(cq, |x| {
+        x.imm_data
+            .or(x.invalidated_rkey.map(u32::from_be))
+            .unwrap_or(0)
+            .to_be()
+    })
+}
+unsafe extern "C" fn read_qp_num(cq: *mut ibv_cq_ex) -> u32 {
+    current(cq, |x| x.qp_num)
+}
+unsafe extern "C" fn read_src_qp(cq: *mut ibv_cq_ex) -> u32 {
+    current(cq, |x| x.src_qp)
+}
+unsafe extern "C" fn read_wc_flags(cq: *mut ibv_cq_ex) -> std::ffi::c_uint {
+    current(cq, wc_flags)
+}
+unsafe extern "C" fn read_slid(_cq: *mut ibv_cq_ex) -> u32 {
+    0
+}
+unsafe extern "C" fn read_sl(_cq: *mut ibv_cq_ex) -> u8 {
+    0
+}
+unsafe extern "C" fn read_dlid_path_bits(_cq: *mut ibv_cq_ex) -> u8 {
+    0
+}
+
+fn set_ex_ops(ex: &mut ibv_cq_ex) {
+    ex.start_poll = Some(start_poll);
+    ex.next_poll = Some(next_poll);
+    ex.end_poll = Some(end_poll);
+    ex.read_opcode = Some(read_opcode);
+    ex.read_vendor_err = Some(read_vendor_err);
+    ex.read_byte_len = Some(read_byte_len);
+    ex.read_imm_data = Some(read_imm_data);
+    ex.read_qp_num = Some(read_qp_num);
+    ex.read_src_qp = Some(read_src_qp);
+    ex.read_wc_flags = Some(read_wc_flags);
+    ex.read_slid = Some(read_slid);
+    ex.read_sl = Some(read_sl);
+    ex.read_dlid_path_bits = Some(read_dlid_path_bits);
+}

@@ -1,0 +1,324 @@
+//! The device list: soft devices named in `RXE_DEVICES`
+//! (`rxe0=127.0.0.2,rxe1=::1`, which `rxe exec -d ADDR` sets), as
+//! `ibv_get_device_list` returns them, and what they answer about
+//! themselves.
+
+use crate::ffi::{arg, guard, int_result, note, ptr_result, set_errno, Fail};
+use crate::sys::*;
+use std::ffi::{c_char, c_int, CStr};
+use std::net::IpAddr;
+use std::sync::OnceLock;
+
+/// A soft device: the `ibv_device` a program sees, first, then ours.
+#[repr(C)]
+pub struct Dev {
+    pub dev: ibv_device,
+    pub rx: rxe_verbs::Device,
+    pub addr: IpAddr,
+    /// The node GUID, as the program reads it (big-endian).
+    pub guid_be: u64,
+    /// The one engine every context of this device in the process shares
+    /// (a second bind of the address would fail).
+    pub open: parking_lot::Mutex<std::sync::Weak<crate::context::DevOpen>>,
+}
+
+// SAFETY: the raw pointers in `dev` are never set (the obsolete ops
+// table); everything else is Send + Sync.
+unsafe impl Send for Dev {}
+// SAFETY: as above; `dev` is never written after creation.
+unsafe impl Sync for Dev {}
+
+fn copy_name(dst: &mut [c_char], s: &str) {
+    let room = dst.len() - 1;
+    for (d, b) in dst.iter_mut().zip(s.bytes().take(room)) {
+        *d = b as c_char;
+    }
+}
+
+/// `(name, address)` pairs of `RXE_DEVICES`; a bare address gets the next
+/// `rxeN` name.
+pub fn parse_devices(spec: &str) -> Vec<(String, IpAddr)> {
+    let mut out: Vec<(String, IpAddr)> = Vec::new();
+    for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, addr) = match item.split_once('=') {
+            Some((n, a)) => (n.trim().to_string(), a.trim()),
+            None => (format!("rxe{}", out.len()), item),
+        };
+        match addr.parse::<IpAddr>() {
+            Ok(a) if !name.is_empty() && name.len() < 64 => out.push((name, a)),
+            _ => eprintln!("rxe-ibverbs: RXE_DEVICES: ignoring {item:?} (want NAME=ADDRESS)"),
+        }
+    }
+    out
+}
+
+/// The devices of this process, made once and never freed: programs keep
+/// `ibv_device` pointers after `ibv_free_device_list`.
+pub fn devices() -> &'static [Dev] {
+    static DEVS: OnceLock<Vec<Dev>> = OnceLock::new();
+    DEVS.get_or_init(|| {
+        let spec = std::env::var("RXE_DEVICES").unwrap_or_default();
+        parse_devices(&spec)
+            .into_iter()
+            .enumerate()
+            .map(|(i, (name, addr))| {
+                // SAFETY: ibv_device is plain data; all zeroes is valid.
+                let mut dev: ibv_device = unsafe { std::mem::zeroed() };
+                dev.node_type = IBV_NODE_CA;
+                dev.transport_type = IBV_TRANSPORT_IB;
+                copy_name(&mut dev.name, &name);
+                copy_name(&mut dev.dev_name, &format!("uverbs{i}"));
+                copy_name(
+                    &mut dev.dev_path,
+                    &format!("/sys/class/infiniband_verbs/uverbs{i}"),
+                );
+                copy_name(
+                    &mut dev.ibdev_path,
+                    &format!("/sys/class/infiniband/{name}"),
+                );
+                let rx = rxe_verbs::Device::soft(addr);
+                let guid_be = rx.node_guid().to_be();
+                Dev {
+                    dev,
+                    rx: named(rx, &name),
+                    addr,
+                    guid_be,
+                    open: parking_lot::Mutex::new(std::sync::Weak::new()),
+                }
+            })
+            .collect()
+    })
+}
+
+/// The soft device `rx` under `name` (as `RXE_DEVICES` names it).
+fn named(rx: rxe_verbs::Device, name: &str) -> rxe_verbs::Device {
+    rxe_verbs::Device::find_with(name, rxe_verbs::Provider::Soft).unwrap_or(rx)
+}
+
+/// Our device behind a program's `ibv_device` pointer, if it is one.
+pub fn dev_of(p: *const ibv_device) -> Result<&'static Dev, Fail> {
+    devices()
+        .iter()
+        .find(|d| std::ptr::eq(&d.dev, p))
+        .ok_or_else(|| Fail::inval("device", "not a device of ibv_get_device_list"))
+}
+
+pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut ibv_device {
+    guard("ibv_get_device_list", std::ptr::null_mut(), || {
+        let devs = devices();
+        let n = devs.len();
+        // SAFETY: an array of n + 1 pointers, freed by ibv_free_device_list.
+        let list = unsafe { libc::calloc(n + 1, std::mem::size_of::<*mut ibv_device>()) }
+            as *mut *mut ibv_device;
+        if list.is_null() {
+            set_errno(libc::ENOMEM);
+            return list;
+        }
+        for (i, d) in devs.iter().enumerate() {
+            // SAFETY: i < n + 1 slots allocated above.
+            unsafe { *list.add(i) = std::ptr::from_ref(&d.dev).cast_mut() };
+        }
+        if !num_devices.is_null() {
+            // SAFETY: the program passed a place for the count.
+            unsafe { *num_devices = n as c_int };
+        }
+        list
+    })
+}
+
+pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
+    guard("ibv_free_device_list", (), || {
+        // SAFETY: list came from ibv_get_device_list's calloc (or is NULL).
+        unsafe { libc::free(list.cast()) }
+    })
+}
+
+pub unsafe extern "C" fn ibv_get_device_name(device: *mut ibv_device) -> *const c_char {
+    guard("ibv_get_device_name", std::ptr::null(), || {
+        let r = dev_of(device).map(|d| d.dev.name.as_ptr().cast_mut());
+        ptr_result("ibv_get_device_name", r)
+    })
+}
+
+pub unsafe extern "C" fn ibv_get_device_guid(device: *mut ibv_device) -> u64 {
+    guard("ibv_get_device_guid", 0, || match dev_of(device) {
+        Ok(d) => d.guid_be,
+        Err(f) => {
+            note("ibv_get_device_guid", &f.why);
+            set_errno(f.errno);
+            0
+        }
+    })
+}
+
+pub unsafe extern "C" fn ibv_get_device_index(device: *mut ibv_device) -> c_int {
+    guard("ibv_get_device_index", -1, || match dev_of(device) {
+        Ok(d) => devices()
+            .iter()
+            .position(|x| std::ptr::eq(x, d))
+            .unwrap_or(0) as c_int,
+        Err(_) => -1,
+    })
+}
+
+pub unsafe extern "C" fn ibv_node_type_str(node_type: c_int) -> *const c_char {
+    let s: &CStr = match node_type {
+        IBV_NODE_CA => c"InfiniBand channel adapter",
+        IBV_NODE_SWITCH => c"InfiniBand switch",
+        IBV_NODE_ROUTER => c"InfiniBand router",
+        IBV_NODE_RNIC => c"iWARP NIC",
+        IBV_NODE_USNIC => c"usNIC",
+        IBV_NODE_USNIC_UDP => c"usNIC UDP",
+        IBV_NODE_UNSPECIFIED => c"unspecified",
+        _ => c"unknown",
+    };
+    s.as_ptr()
+}
+
+pub unsafe extern "C" fn ibv_port_state_str(state: c_int) -> *const c_char {
+    let s: &CStr = match state as u32 {
+        IBV_PORT_NOP => c"PORT_NOP",
+        IBV_PORT_DOWN => c"PORT_DOWN",
+        IBV_PORT_INIT => c"PORT_INIT",
+        IBV_PORT_ARMED => c"PORT_ARMED",
+        IBV_PORT_ACTIVE => c"PORT_ACTIVE",
+        IBV_PORT_ACTIVE_DEFER => c"PORT_ACTIVE_DEFER",
+        _ => c"invalid state",
+    };
+    s.as_ptr()
+}
+
+/// The sysfs of a soft device does not exist: these say so the way
+/// libibverbs does when a file is missing.
+pub unsafe extern "C" fn ibv_get_sysfs_path() -> *const c_char {
+    c"/sys".as_ptr()
+}
+
+pub unsafe extern "C" fn ibv_read_sysfs_file(
+    _dir: *const c_char,
+    _file: *const c_char,
+    _buf: *mut c_char,
+    _size: usize,
+) -> c_int {
+    set_errno(libc::ENOENT);
+    -1
+}
+
+pub unsafe extern "C" fn ibv_read_ibdev_sysfs_file(
+    _buf: *mut c_char,
+    _size: usize,
+    _sysfs_dev: *mut std::ffi::c_void,
+    _fnfmt: *const c_char,
+) -> c_int {
+    set_errno(libc::ENOENT);
+    -1
+}
+
+/// `ibv_fork_init`: nothing to do. The soft stack reads and writes
+/// registered memory with the CPU in this process, never by DMA into
+/// pinned pages, so a fork cannot make the parent's regions stale (what
+/// `ibv_fork_init` guards against). The child inherits no working RDMA
+/// resources, as the man page says.
+pub unsafe extern "C" fn ibv_fork_init() -> c_int {
+    0
+}
+
+pub unsafe extern "C" fn ibv_is_fork_initialized() -> ibv_fork_status {
+    IBV_FORK_UNNEEDED
+}
+
+pub unsafe extern "C" fn ibv_dontfork_range(_base: *mut std::ffi::c_void, _size: usize) -> c_int {
+    0
+}
+
+pub unsafe extern "C" fn ibv_dofork_range(_base: *mut std::ffi::c_void, _size: usize) -> c_int {
+    0
+}
+
+/// `rdma_rxe`-like identity of a device for `ibv_query_device`.
+pub fn device_attr(d: &rxe_verbs::DeviceAttr) -> ibv_device_attr {
+    // SAFETY: plain data; all zeroes is valid.
+    let mut a: ibv_device_attr = unsafe { std::mem::zeroed() };
+    let c = &d.caps;
+    copy_name(&mut a.fw_ver, &d.fw_ver);
+    a.node_guid = d.node_guid.to_be();
+    a.sys_image_guid = d.sys_image_guid.to_be();
+    a.max_mr_size = c.max_mr_size;
+    a.page_size_cap = 0xffff_f000;
+    a.vendor_id = d.vendor_id;
+    a.vendor_part_id = d.vendor_part_id;
+    a.hw_ver = d.hw_ver;
+    a.max_qp = c.max_qp as c_int;
+    a.max_qp_wr = c.max_qp_wr as c_int;
+    a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID;
+    a.max_sge = c.max_sge as c_int;
+    a.max_sge_rd = c.max_sge as c_int;
+    a.max_cq = 1 << 16;
+    a.max_cqe = c.max_cqe as c_int;
+    a.max_mr = 1 << 20;
+    a.max_pd = 1 << 16;
+    a.max_qp_rd_atom = c.max_qp_rd_atom as c_int;
+    a.max_res_rd_atom = c.max_qp_rd_atom as c_int * 1024;
+    a.max_qp_init_rd_atom = c.max_qp_init_rd_atom as c_int;
+    a.atomic_cap = IBV_ATOMIC_HCA;
+    a.max_mw = 0;
+    a.max_ah = 1 << 16;
+    a.max_srq = c.max_srq as c_int;
+    a.max_srq_wr = c.max_qp_wr as c_int;
+    a.max_srq_sge = c.max_sge as c_int;
+    a.max_pkeys = c.max_pkeys;
+    a.local_ca_ack_delay = 15;
+    a.phys_port_cnt = d.phys_port_cnt;
+    a
+}
+
+pub fn mtu_value(m: rxe_core::types::Mtu) -> ibv_mtu {
+    m as ibv_mtu
+}
+
+/// The port's attributes, as `ibv_query_port` fills them.
+pub fn port_attr(p: &rxe_verbs::PortAttr) -> ibv_port_attr {
+    // SAFETY: plain data; all zeroes is valid.
+    let mut a: ibv_port_attr = unsafe { std::mem::zeroed() };
+    a.state = p.state.ibv_value();
+    a.max_mtu = mtu_value(p.max_mtu);
+    a.active_mtu = mtu_value(p.active_mtu);
+    a.gid_tbl_len = p.gid_tbl_len as c_int;
+    a.port_cap_flags = IBV_PORT_CM_SUP;
+    a.max_msg_sz = p.max_msg_sz;
+    a.pkey_tbl_len = p.pkey_tbl_len;
+    a.max_vl_num = 1;
+    a.active_width = 1; // 1X
+    a.active_speed = 1; // SDR, 2.5 Gb/s: what a soft device claims
+    a.phys_state = 5; // LinkUp
+    a.link_layer = IBV_LINK_LAYER_ETHERNET as u8;
+    a
+}
+
+/// `ibv_query_device` on a device pointer's own data, for the tools that
+/// only look (kept here to share the checks).
+pub fn check_port(port_num: u8) -> Result<(), Fail> {
+    if port_num != 1 {
+        return Err(Fail::inval(
+            "port_num",
+            format!("{port_num}: the device has port 1 only"),
+        ));
+    }
+    Ok(())
+}
+
+pub unsafe extern "C" fn ibv_get_pkey_index(
+    context: *mut ibv_context,
+    port_num: u8,
+    pkey: u16,
+) -> c_int {
+    guard("ibv_get_pkey_index", -1, || {
+        // SAFETY: the program's context pointer.
+        let r = unsafe { arg(context, "context") }.and_then(|_| check_port(port_num));
+        match r {
+            Ok(()) if u16::from_be(pkey) & 0x7fff == 0x7fff => 0,
+            Ok(()) => -1,
+            Err(f) => int_result("ibv_get_pkey_index", Err(f)).min(-1),
+        }
+    })
+}

@@ -1,0 +1,62 @@
+//! Event file descriptors: a pipe whose read end holds one byte for every
+//! pending event. The program polls, epolls or selects the read end and
+//! reads a byte for each event it takes (`ibv_get_cq_event`,
+//! `ibv_get_async_event`), blocking or not as it set the descriptor with
+//! `fcntl`. The library's side writes without blocking.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// The pipe behind a completion channel or a context's async events.
+#[derive(Debug)]
+pub struct EventPipe {
+    read: OwnedFd,
+    write: OwnedFd,
+}
+
+impl EventPipe {
+    pub fn new() -> std::io::Result<EventPipe> {
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: fds has room for the two descriptors pipe2 writes.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: pipe2 succeeded, so both are open descriptors we own.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // SAFETY: fcntl on a descriptor we own.
+        unsafe {
+            let fl = libc::fcntl(write.as_raw_fd(), libc::F_GETFL);
+            libc::fcntl(write.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK);
+        }
+        Ok(EventPipe { read, write })
+    }
+
+    /// The descriptor the program sees.
+    pub fn fd(&self) -> RawFd {
+        self.read.as_raw_fd()
+    }
+
+    /// One more pending event. Never blocks: a pipe holds 64 KiB of events
+    /// not yet taken, far more than a program arms.
+    pub fn signal(&self) {
+        let b = [1u8];
+        // SAFETY: writes one byte from a live buffer to a descriptor we own.
+        unsafe { libc::write(self.write.as_raw_fd(), b.as_ptr().cast(), 1) };
+    }
+
+    /// Takes one pending event's byte, blocking unless the program set
+    /// O_NONBLOCK. Err is the errno (EAGAIN, EINTR, ...).
+    pub fn take(&self) -> Result<(), i32> {
+        let mut b = [0u8];
+        // SAFETY: reads one byte into a live buffer from a descriptor we own.
+        let n = unsafe { libc::read(self.read.as_raw_fd(), b.as_mut_ptr().cast(), 1) };
+        match n {
+            1 => Ok(()),
+            0 => Err(libc::EIO),
+            // EINTR too goes back to the program, as a read on the kernel's
+            // descriptor would.
+            _ => Err(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EIO)),
+        }
+    }
+}

@@ -1,0 +1,50 @@
+//! # rxe-ibverbs: a drop-in `libibverbs.so.1` over rxe-rs
+//!
+//! Unmodified programs written against rdma-core's libibverbs (`ibv_devinfo`,
+//! `ibv_rc_pingpong`, perftest, pyverbs, your own) load this library instead
+//! of the system's and run on the rxe-rs soft RoCE v2 stack: no RDMA NIC, no
+//! kernel module, no root. `rxe exec -d ADDR -- PROGRAM` sets it up; see
+//! `docs/drop-in.md`.
+//!
+//! ## How it is shaped
+//! * **Symbols.** Every symbol of Debian bookworm's libibverbs1 44.0 exists
+//!   here with its version ([`exports`]); the list is
+//!   `abi/libibverbs1-44.0.symbols`, and a test compares it with `objdump -T`
+//!   of the built library.
+//! * **Layouts.** The structs a program reads and writes are rdma-core 44's,
+//!   generated from the header ([`sys`]); a test compares every size and
+//!   offset with Debian's `<infiniband/verbs.h>`.
+//! * **Objects.** Each object a program holds (`ibv_context`, `ibv_pd`,
+//!   `ibv_mr`, `ibv_cq`, `ibv_qp`, ...) is the first field of a Rust struct
+//!   that also holds the rxe-verbs object behind it, so the program's
+//!   pointer is the Rust object's address. The library allocates them and
+//!   frees them when the program destroys them.
+//! * **The hot path.** `ibv_post_send`, `ibv_post_recv`, `ibv_poll_cq` and
+//!   `ibv_req_notify_cq` are inline in the header and jump through
+//!   `context->ops`; the extended verbs find `struct verbs_context` in front
+//!   of the `ibv_context`. Both tables are filled at open.
+//! * **Errors.** A call that fails returns what libibverbs documents for it
+//!   (NULL with `errno`, or the errno value) and never panics across the C
+//!   boundary: every entry point runs inside [`ffi::guard`]. `RXE_DEBUG=1`
+//!   prints why a call failed to standard error.
+//! * **File descriptors.** Completion channels and `context->async_fd` are
+//!   pipes whose read end holds one byte per pending event, so `poll`,
+//!   `epoll`, `select` and `O_NONBLOCK` behave as on the kernel's.
+
+pub mod sys;
+
+mod compat;
+mod context;
+mod cq;
+mod device;
+mod events;
+#[cfg(not(test))]
+mod exports;
+mod ffi;
+mod kern;
+mod live;
+mod mem;
+mod qp;
+mod strings;
+mod unsupported;
+mod wr;

@@ -1,0 +1,401 @@
+//! Protection domains and memory regions over the program's own memory.
+//!
+//! `ibv_reg_mr` registers memory the program owns. The engine reaches it
+//! only through [`ProgramMemory`], which copies in and out at the
+//! registered address after the engine has checked every range against the
+//! region: no byte outside a registered region is read or written. As with
+//! a NIC's DMA, the program promises the memory stays mapped until it
+//! deregisters, and what it sees while an operation is in flight is
+//! unspecified.
+
+use crate::context::{ctx_of, ibv_ctx, Ctx, DevOpen};
+use crate::ffi::{guard, int_result, ptr_result, Fail};
+use crate::live::{self, Kind};
+use crate::sys::*;
+use rxe_verbs::{AtomicOp, ForeignRegion, ProtectionDomain, RegionMemory};
+use std::ffi::{c_int, c_uint, c_void};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+
+/// A protection domain: the program's `ibv_pd`, then ours.
+#[repr(C)]
+pub struct Pd {
+    pub pd: ibv_pd,
+    pub rx: ProtectionDomain,
+    pub open: Arc<DevOpen>,
+    /// Objects created in the PD and not yet destroyed: deallocating it
+    /// before them is EBUSY, as the kernel answers.
+    pub users: AtomicUsize,
+}
+
+/// Our PD behind a program's pointer, checked to be live.
+pub fn pd_of<'a>(p: *mut ibv_pd) -> Result<&'a Pd, Fail> {
+    if p.is_null() {
+        return Err(Fail::inval("pd", "NULL"));
+    }
+    if !live::is(Kind::Pd, p as usize) {
+        return Err(Fail::inval("pd", "not an allocated protection domain"));
+    }
+    // SAFETY: a live Pd is a Box<Pd> at this address.
+    Ok(unsafe { &*(p as *const Pd) })
+}
+
+pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
+    guard("ibv_alloc_pd", std::ptr::null_mut(), || {
+        let r = ctx_of(context).and_then(|c: &Ctx| {
+            let rx = c.open.rx.alloc_pd()?;
+            let pd = Box::into_raw(Box::new(Pd {
+                pd: ibv_pd {
+                    context: ibv_ctx(c),
+                    handle: 0,
+                },
+                rx,
+                open: c.open.clone(),
+                users: AtomicUsize::new(0),
+            }));
+            // SAFETY: just allocated.
+            unsafe { (*pd).pd.handle = pd as usize as u32 };
+            live::add(Kind::Pd, pd as usize);
+            Ok(pd.cast::<ibv_pd>())
+        });
+        ptr_result("ibv_alloc_pd", r)
+    })
+}
+
+pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
+    guard("ibv_dealloc_pd", libc::EIO, || {
+        let r = pd_of(pd).and_then(|p| {
+            let n = p.users.load(Ordering::Acquire);
+            if n > 0 {
+                return Err(Fail::new(
+                    libc::EBUSY,
+                    format!("{n} objects still use the protection domain"),
+                ));
+            }
+            live::remove(Kind::Pd, pd as usize);
+            // SAFETY: was a live Box<Pd>.
+            drop(unsafe { Box::from_raw(pd.cast::<Pd>()) });
+            Ok(())
+        });
+        int_result("ibv_dealloc_pd", r)
+    })
+}
+
+/// The program's bytes at `[base, base + len)`, reached by copies.
+#[derive(Debug)]
+pub struct ProgramMemory {
+    base: usize,
+    len: usize,
+}
+
+impl ProgramMemory {
+    /// The address of `[offset, offset + n)`, if inside.
+    fn at(&self, offset: usize, n: usize) -> Option<usize> {
+        let end = offset.checked_add(n)?;
+        (end <= self.len).then(|| self.base + offset)
+    }
+}
+
+// The program registered [base, base + len) and promised to keep it mapped
+// until it deregisters; every access below is inside it.
+impl RegionMemory for ProgramMemory {
+    fn len(&self) -> usize {
+        self.len
+    }
+    fn read(&self, offset: usize, dst: &mut [u8]) -> bool {
+        let Some(a) = self.at(offset, dst.len()) else {
+            return false;
+        };
+        // SAFETY: inside the registered range (see above).
+        unsafe { std::ptr::copy_nonoverlapping(a as *const u8, dst.as_mut_ptr(), dst.len()) };
+        true
+    }
+    fn write(&self, offset: usize, src: &[u8]) -> bool {
+        let Some(a) = self.at(offset, src.len()) else {
+            return false;
+        };
+        // SAFETY: inside the registered range (see above).
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), a as *mut u8, src.len()) };
+        true
+    }
+    fn atomic(&self, offset: usize, op: AtomicOp) -> Option<u64> {
+        let a = self.at(offset, 8)?;
+        if a % 8 != 0 {
+            return None;
+        }
+        // SAFETY: 8 aligned bytes inside the registered range; atomics
+        // from this process's other threads on the same word stay atomic.
+        let cell = unsafe { AtomicU64::from_ptr(a as *mut u64) };
+        Some(match op {
+            AtomicOp::FetchAdd(add) => cell.fetch_add(add, Ordering::SeqCst),
+            AtomicOp::CompareSwap { compare, swap } => {
+                match cell.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
+                    Ok(v) | Err(v) => v,
+                }
+            }
+        })
+    }
+}
+
+/// A memory region: the program's `ibv_mr`, then ours.
+#[repr(C)]
+pub struct Mr {
+    pub mr: ibv_mr,
+    pub reg: Option<ForeignRegion>,
+    pub pd: *const Pd,
+    /// The access flags as the program gave them.
+    pub access: c_uint,
+}
+
+/// The access flags a region may have; the optional ones (relaxed
+/// ordering and beyond) may be ignored, as libibverbs allows.
+const KNOWN_ACCESS: u32 = IBV_ACCESS_LOCAL_WRITE
+    | IBV_ACCESS_REMOTE_WRITE
+    | IBV_ACCESS_REMOTE_READ
+    | IBV_ACCESS_REMOTE_ATOMIC
+    | IBV_ACCESS_MW_BIND
+    | IBV_ACCESS_ZERO_BASED;
+
+/// The engine's access flags for `access`, or EINVAL naming what is wrong.
+pub fn access_of(access: u32, arg: &str) -> Result<rxe_verbs::Access, Fail> {
+    let optional = IBV_ACCESS_OPTIONAL_FIRST.wrapping_sub(1) ^ 0xffff_ffff;
+    let a = access & !optional;
+    if a & !KNOWN_ACCESS != 0 {
+        if a & (IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB) != 0 {
+            return Err(Fail::unsupported(format!(
+                "{arg} {access:#x} (on-demand paging, hugetlb and flush rights)"
+            )));
+        }
+        return Err(Fail::inval(arg, format!("{access:#x} has unknown bits")));
+    }
+    Ok(rxe_verbs::Access::from_bits_truncate(a))
+}
+
+/// Fails with EFAULT unless every page of `[addr, addr + len)` is mapped,
+/// as the kernel's pinning would.
+fn check_mapped(addr: usize, len: usize) -> Result<(), Fail> {
+    if len == 0 {
+        return Ok(());
+    }
+    let page = 4096usize;
+    let start = addr & !(page - 1);
+    let end = addr
+        .checked_add(len)
+        .ok_or_else(|| Fail::inval("length", "the range wraps around the address space"))?;
+    let pages = (end - start).div_ceil(page);
+    let mut vec = vec![0u8; pages.min(1 << 20)];
+    let mut at = start;
+    let mut left = pages;
+    while left > 0 {
+        let n = left.min(vec.len());
+        // SAFETY: mincore only reports on the range; vec has n bytes.
+        let r = unsafe { libc::mincore(at as *mut c_void, n * page, vec.as_mut_ptr()) };
+        if r != 0 {
+            return Err(Fail::new(
+                libc::EFAULT,
+                format!("[{addr:#x}, {end:#x}) is not all mapped"),
+            ));
+        }
+        at += n * page;
+        left -= n;
+    }
+    Ok(())
+}
+
+fn reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_uint,
+) -> Result<*mut ibv_mr, Fail> {
+    let p = pd_of(pd)?;
+    let acc = access_of(access, "access")?;
+    if addr.is_null() && length > 0 {
+        return Err(Fail::inval("addr", "NULL"));
+    }
+    check_mapped(addr as usize, length)?;
+    let mem = Arc::new(ProgramMemory {
+        base: addr as usize,
+        len: length,
+    });
+    let reg = p.rx.register_foreign(mem, iova, acc)?;
+    let (lkey, rkey) = (reg.lkey(), reg.rkey());
+    let mr = Box::into_raw(Box::new(Mr {
+        mr: ibv_mr {
+            context: p.pd.context,
+            pd,
+            addr,
+            length,
+            handle: lkey,
+            lkey,
+            rkey,
+        },
+        reg: Some(reg),
+        pd: std::ptr::from_ref(p),
+        access,
+    }));
+    p.users.fetch_add(1, Ordering::AcqRel);
+    live::add(Kind::Mr, mr as usize);
+    Ok(mr.cast())
+}
+
+pub unsafe extern "C" fn ibv_reg_mr(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> *mut ibv_mr {
+    guard("ibv_reg_mr", std::ptr::null_mut(), || {
+        ptr_result(
+            "ibv_reg_mr",
+            reg_mr(pd, addr, length, addr as u64, access as c_uint),
+        )
+    })
+}
+
+pub unsafe extern "C" fn ibv_reg_mr_iova(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_int,
+) -> *mut ibv_mr {
+    guard("ibv_reg_mr_iova", std::ptr::null_mut(), || {
+        ptr_result(
+            "ibv_reg_mr_iova",
+            reg_mr(pd, addr, length, iova, access as c_uint),
+        )
+    })
+}
+
+pub unsafe extern "C" fn ibv_reg_mr_iova2(
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    iova: u64,
+    access: c_uint,
+) -> *mut ibv_mr {
+    guard("ibv_reg_mr_iova2", std::ptr::null_mut(), || {
+        ptr_result("ibv_reg_mr_iova2", reg_mr(pd, addr, length, iova, access))
+    })
+}
+
+pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
+    guard("ibv_dereg_mr", libc::EIO, || {
+        let r = (|| {
+            if mr.is_null() || !live::is(Kind::Mr, mr as usize) {
+                return Err(Fail::inval("mr", "not a registered memory region"));
+            }
+            // SAFETY: a live Mr is a Box<Mr> at this address.
+            let m = unsafe { &mut *mr.cast::<Mr>() };
+            if let Some(reg) = m.reg.take() {
+                if let Err((reg, e)) = reg.deregister() {
+                    m.reg = Some(reg);
+                    return Err(e.into());
+                }
+            }
+            live::remove(Kind::Mr, mr as usize);
+            // SAFETY: the PD outlives its regions (dealloc is EBUSY while they exist).
+            unsafe { (*m.pd).users.fetch_sub(1, Ordering::AcqRel) };
+            // SAFETY: was a live Box<Mr>.
+            drop(unsafe { Box::from_raw(mr.cast::<Mr>()) });
+            Ok(())
+        })();
+        int_result("ibv_dereg_mr", r)
+    })
+}
+
+pub unsafe extern "C" fn ibv_rereg_mr(
+    mr: *mut ibv_mr,
+    flags: c_int,
+    pd: *mut ibv_pd,
+    addr: *mut c_void,
+    length: usize,
+    access: c_int,
+) -> c_int {
+    guard("ibv_rereg_mr", IBV_REREG_MR_ERR_INPUT, || {
+        let r = (|| {
+            if mr.is_null() || !live::is(Kind::Mr, mr as usize) {
+                return Err(Fail::inval("mr", "not a registered memory region"));
+            }
+            let flags = flags as u32;
+            if flags & !IBV_REREG_MR_FLAGS_SUPPORTED != 0 {
+                return Err(Fail::inval("flags", format!("{flags:#x} has unknown bits")));
+            }
+            if flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 && (addr.is_null() || length == 0) {
+                return Err(Fail::inval(
+                    "addr",
+                    "IBV_REREG_MR_CHANGE_TRANSLATION needs an address and a length",
+                ));
+            }
+            if access != 0 && flags & IBV_REREG_MR_CHANGE_ACCESS == 0 {
+                return Err(Fail::inval(
+                    "access",
+                    "given without IBV_REREG_MR_CHANGE_ACCESS",
+                ));
+            }
+            // SAFETY: a live Mr is a Box<Mr> at this address.
+            let m = unsafe { &mut *mr.cast::<Mr>() };
+            let new_pd = if flags & IBV_REREG_MR_CHANGE_PD != 0 {
+                pd
+            } else {
+                m.mr.pd
+            };
+            let (new_addr, new_len) = if flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 {
+                (addr, length)
+            } else {
+                (m.mr.addr, m.mr.length)
+            };
+            let new_access = if flags & IBV_REREG_MR_CHANGE_ACCESS != 0 {
+                access as c_uint
+            } else {
+                m.access
+            };
+            // Register the new translation first, so that a refusal leaves
+            // the old region as it was.
+            let fresh = reg_mr(new_pd, new_addr, new_len, new_addr as u64, new_access)?;
+            // SAFETY: just made by reg_mr.
+            let f = unsafe { Box::from_raw(fresh.cast::<Mr>()) };
+            live::remove(Kind::Mr, fresh as usize);
+            if let Some(old) = m.reg.take() {
+                if let Err((old, e)) = old.deregister() {
+                    m.reg = Some(old);
+                    // SAFETY: the new region's PD is live (it was just used).
+                    unsafe { (*f.pd).users.fetch_sub(1, Ordering::AcqRel) };
+                    return Err(e.into());
+                }
+            }
+            // SAFETY: the PDs outlive their regions.
+            unsafe { (*m.pd).users.fetch_sub(1, Ordering::AcqRel) };
+            let Mr {
+                mr: fm,
+                reg,
+                pd: fpd,
+                access: facc,
+            } = *f;
+            m.mr.pd = fm.pd;
+            m.mr.addr = fm.addr;
+            m.mr.length = fm.length;
+            m.mr.lkey = fm.lkey;
+            m.mr.rkey = fm.rkey;
+            m.mr.handle = fm.handle;
+            m.reg = reg;
+            m.pd = fpd;
+            m.access = facc;
+            Ok(())
+        })();
+        match r {
+            Ok(()) => 0,
+            Err(f) => {
+                crate::ffi::note("ibv_rereg_mr", &f.why);
+                crate::ffi::set_errno(f.errno);
+                if f.errno == libc::EINVAL {
+                    IBV_REREG_MR_ERR_INPUT
+                } else {
+                    IBV_REREG_MR_ERR_CMD
+                }
+            }
+        }
+    })
+}

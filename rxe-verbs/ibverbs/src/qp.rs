@@ -1,0 +1,1316 @@
+//! Queue pairs (classic and extended, with the `ibv_wr_*` posting of
+//! `ibv_qp_ex`), shared receive queues and address handles.
+
+use crate::context::{ctx_of, ibv_ctx, CtxEvents, DevOpen, EventCount, Route};
+use crate::cq::{cq_of, Cq};
+use crate::ffi::{guard, int_result, note, ptr_result, set_errno, Fail};
+use crate::live::{self, Kind};
+use crate::mem::{access_of, pd_of, Pd};
+use crate::sys::*;
+use crate::wr::{ah_attr_of, av_of, send_wr, sges, SendLimits};
+use parking_lot::Mutex;
+use rxe_core::psn::Psn;
+use rxe_core::types::*;
+use rxe_verbs::{AddressHandle, QueuePair, SharedReceiveQueue};
+use std::cell::UnsafeCell;
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Weak};
+
+/// A queue pair: the program's `ibv_qp_ex` (whose start is the `ibv_qp`),
+/// then ours.
+#[repr(C)]
+pub struct Qp {
+    /// What the program sees, and writes (`wr_id`, `wr_flags`, `qp_context`).
+    pub qp: UnsafeCell<ibv_qp_ex>,
+    pub rx: QueuePair,
+    pub open: Arc<DevOpen>,
+    pub limits: SendLimits,
+    pub max_send_wr: u32,
+    pub max_recv_wr: u32,
+    pub max_recv_sge: u32,
+    pub sq_sig_all: bool,
+    pub pd: *const Pd,
+    pub send_cq: *const Cq,
+    pub recv_cq: *const Cq,
+    pub srq: *const Srq,
+    pub async_events: Arc<EventCount>,
+    /// The work requests of an `ibv_wr_start` ... `ibv_wr_complete` batch.
+    pub batch: Mutex<Batch>,
+}
+
+/// An extended-posting batch: the WRs so far, or the first error.
+#[derive(Debug, Default)]
+pub struct Batch {
+    wrs: Vec<SendWr>,
+    error: Option<(i32, String)>,
+    open: bool,
+}
+
+pub fn qp_of<'a>(p: *mut ibv_qp) -> Result<&'a Qp, Fail> {
+    if p.is_null() || !live::is(Kind::Qp, p as usize) {
+        return Err(Fail::inval("qp", "not a queue pair"));
+    }
+    // SAFETY: a live Qp is a Box<Qp> at this address.
+    Ok(unsafe { &*(p as *const Qp) })
+}
+
+/// # Safety
+/// `p` must be a QP this library created and the program has not destroyed.
+unsafe fn qp_fast<'a>(p: *mut ibv_qp) -> &'a Qp {
+    // SAFETY: the caller's contract.
+    unsafe { &*(p as *const Qp) }
+}
+
+fn qp_type_of(t: ibv_qp_type) -> Result<QpType, Fail> {
+    match t {
+        IBV_QPT_RC => Ok(QpType::Rc),
+        IBV_QPT_UC => Ok(QpType::Uc),
+        IBV_QPT_UD => Ok(QpType::Ud),
+        IBV_QPT_RAW_PACKET | IBV_QPT_XRC_SEND | IBV_QPT_XRC_RECV | IBV_QPT_DRIVER => Err(
+            Fail::unsupported(format!("qp_type {t} (RC, UC and UD are)")),
+        ),
+        _ => Err(Fail::inval("qp_type", format!("{t} is not a QP type"))),
+    }
+}
+
+fn state_of(s: ibv_qp_state, arg: &str) -> Result<QpState, Fail> {
+    Ok(match s {
+        IBV_QPS_RESET => QpState::Reset,
+        IBV_QPS_INIT => QpState::Init,
+        IBV_QPS_RTR => QpState::Rtr,
+        IBV_QPS_RTS => QpState::Rts,
+        IBV_QPS_SQD => QpState::Sqd,
+        IBV_QPS_SQE => QpState::Sqe,
+        IBV_QPS_ERR => QpState::Err,
+        _ => return Err(Fail::inval(arg, format!("{s} is not a QP state"))),
+    })
+}
+
+fn ibv_state_of(s: QpState) -> ibv_qp_state {
+    match s {
+        QpState::Reset => IBV_QPS_RESET,
+        QpState::Init => IBV_QPS_INIT,
+        QpState::Rtr => IBV_QPS_RTR,
+        QpState::Rts => IBV_QPS_RTS,
+        QpState::Sqd => IBV_QPS_SQD,
+        QpState::Sqe => IBV_QPS_SQE,
+        QpState::Err => IBV_QPS_ERR,
+    }
+}
+
+fn mtu_of(m: ibv_mtu) -> Result<Mtu, Fail> {
+    Ok(match m {
+        IBV_MTU_256 => Mtu::Mtu256,
+        IBV_MTU_512 => Mtu::Mtu512,
+        IBV_MTU_1024 => Mtu::Mtu1024,
+        IBV_MTU_2048 => Mtu::Mtu2048,
+        IBV_MTU_4096 => Mtu::Mtu4096,
+        _ => return Err(Fail::inval("attr->path_mtu", format!("{m} is not an MTU"))),
+    })
+}
+
+/// What `ibv_create_qp` and `ibv_create_qp_ex` share.
+struct QpArgs {
+    qp_context: *mut c_void,
+    send_cq: *mut ibv_cq,
+    recv_cq: *mut ibv_cq,
+    srq: *mut ibv_srq,
+    cap: *mut ibv_qp_cap,
+    qp_type: ibv_qp_type,
+    sq_sig_all: c_int,
+}
+
+fn create_qp(pd: *mut ibv_pd, a: QpArgs) -> Result<*mut Qp, Fail> {
+    let p = pd_of(pd)?;
+    let qp_type = qp_type_of(a.qp_type)?;
+    let scq = cq_of(a.send_cq).map_err(|_| Fail::inval("send_cq", "not a completion queue"))?;
+    let rcq = cq_of(a.recv_cq).map_err(|_| Fail::inval("recv_cq", "not a completion queue"))?;
+    let srq = if a.srq.is_null() {
+        None
+    } else {
+        Some(srq_of(a.srq)?)
+    };
+    if srq.is_some() && qp_type == QpType::Uc {
+        // The kernel's rxe allows it; so does the engine.
+    }
+    // SAFETY: the program's capacities (inside its init attributes).
+    let cap = unsafe { a.cap.as_mut() }.ok_or_else(|| Fail::inval("init_attr", "NULL"))?;
+    let want = QpCap {
+        max_send_wr: cap.max_send_wr,
+        max_recv_wr: if srq.is_some() { 0 } else { cap.max_recv_wr },
+        max_send_sge: cap.max_send_sge,
+        max_recv_sge: if srq.is_some() { 0 } else { cap.max_recv_sge },
+        max_inline_data: cap.max_inline_data,
+    };
+    let init = rxe_verbs::QpInitAttr {
+        qp_type,
+        send_cq: scq.rx.id(),
+        recv_cq: rcq.rx.id(),
+        srq: srq.map(|s| s.rx.id()),
+        cap: want,
+        sq_sig_all: a.sq_sig_all != 0,
+    };
+    let rx = p.open.rx.create_qp(&p.rx, &init)?;
+    let (_, got) = rx.query()?;
+    cap.max_send_wr = got.max_send_wr;
+    cap.max_send_sge = got.max_send_sge;
+    cap.max_inline_data = got.max_inline_data;
+    if srq.is_none() {
+        cap.max_recv_wr = got.max_recv_wr;
+        cap.max_recv_sge = got.max_recv_sge;
+    }
+    // SAFETY: ibv_qp_ex is plain data (pointers, integers, optional
+    // function pointers, pthread objects whose initializers are zeroes).
+    let mut ex: ibv_qp_ex = unsafe { std::mem::zeroed() };
+    let b = &mut ex.qp_base;
+    b.context = p.pd.context;
+    b.qp_context = a.qp_context;
+    b.pd = pd;
+    b.send_cq = a.send_cq;
+    b.recv_cq = a.recv_cq;
+    b.srq = a.srq;
+    b.handle = rx.qp_num();
+    b.qp_num = rx.qp_num();
+    b.state = IBV_QPS_RESET;
+    b.qp_type = a.qp_type;
+    set_wr_ops(&mut ex);
+    let async_events = Arc::new(EventCount::default());
+    let qpn = rx.qp_num();
+    let q = Box::into_raw(Box::new(Qp {
+        qp: UnsafeCell::new(ex),
+        rx,
+        open: p.open.clone(),
+        limits: SendLimits {
+            qp_type,
+            max_sge: got.max_send_sge,
+            max_inline: got.max_inline_data,
+        },
+        max_send_wr: got.max_send_wr,
+        max_recv_wr: got.max_recv_wr,
+        max_recv_sge: got.max_recv_sge,
+        sq_sig_all: a.sq_sig_all != 0,
+        pd: std::ptr::from_ref(p),
+        send_cq: std::ptr::from_ref(scq),
+        recv_cq: std::ptr::from_ref(rcq),
+        srq: srq.map_or(std::ptr::null(), std::ptr::from_ref),
+        async_events: async_events.clone(),
+        batch: Mutex::new(Batch::default()),
+    }));
+    p.users.fetch_add(1, Ordering::AcqRel);
+    scq.users.fetch_add(1, Ordering::AcqRel);
+    rcq.users.fetch_add(1, Ordering::AcqRel);
+    if let Some(s) = srq {
+        s.users.fetch_add(1, Ordering::AcqRel);
+    }
+    let c = ctx_of(p.pd.context)?;
+    p.open.routes.lock().qps.insert(
+        qpn,
+        Route {
+            to: Arc::downgrade(&c.events) as Weak<CtxEvents>,
+            ptr: q as usize,
+            count: async_events,
+        },
+    );
+    live::add(Kind::Qp, q as usize);
+    Ok(q)
+}
+
+pub unsafe extern "C" fn ibv_create_qp(
+    pd: *mut ibv_pd,
+    attr: *mut ibv_qp_init_attr,
+) -> *mut ibv_qp {
+    guard("ibv_create_qp", std::ptr::null_mut(), || {
+        let r = (|| {
+            // SAFETY: the program's attributes.
+            let a = unsafe { attr.as_mut() }.ok_or_else(|| Fail::inval("qp_init_attr", "NULL"))?;
+            create_qp(
+                pd,
+                QpArgs {
+                    qp_context: a.qp_context,
+                    send_cq: a.send_cq,
+                    recv_cq: a.recv_cq,
+                    srq: a.srq,
+                    cap: &raw mut a.cap,
+                    qp_type: a.qp_type,
+                    sq_sig_all: a.sq_sig_all,
+                },
+            )
+        })();
+        ptr_result("ibv_create_qp", r.map(|q| q.cast::<ibv_qp>()))
+    })
+}
+
+unsafe extern "C" fn create_qp_ex(
+    context: *mut ibv_context,
+    attr: *mut ibv_qp_init_attr_ex,
+) -> *mut ibv_qp {
+    guard("ibv_create_qp_ex", std::ptr::null_mut(), || {
+        let r = (|| {
+            let _ = ctx_of(context)?;
+            // SAFETY: the program's attributes.
+            let a =
+                unsafe { attr.as_mut() }.ok_or_else(|| Fail::inval("qp_init_attr_ex", "NULL"))?;
+            let known = IBV_QP_INIT_ATTR_PD
+                | IBV_QP_INIT_ATTR_CREATE_FLAGS
+                | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+            if a.comp_mask & !known != 0 {
+                return Err(Fail::unsupported(format!(
+                    "qp_init_attr_ex->comp_mask {:#x} (XRC domains, TSO, RSS and indirection tables)",
+                    a.comp_mask & !known
+                )));
+            }
+            if a.comp_mask & IBV_QP_INIT_ATTR_PD == 0 {
+                return Err(Fail::inval(
+                    "qp_init_attr_ex->comp_mask",
+                    "IBV_QP_INIT_ATTR_PD is required",
+                ));
+            }
+            if a.comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS != 0 && a.create_flags != 0 {
+                return Err(Fail::unsupported(format!(
+                    "create_flags {:#x}",
+                    a.create_flags
+                )));
+            }
+            let ops = IBV_QP_EX_WITH_RDMA_WRITE
+                | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM
+                | IBV_QP_EX_WITH_SEND
+                | IBV_QP_EX_WITH_SEND_WITH_IMM
+                | IBV_QP_EX_WITH_RDMA_READ
+                | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
+                | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
+                | IBV_QP_EX_WITH_LOCAL_INV
+                | IBV_QP_EX_WITH_SEND_WITH_INV;
+            if a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0
+                && a.send_ops_flags & !u64::from(ops) != 0
+            {
+                return Err(Fail::unsupported(format!(
+                    "send_ops_flags {:#x} (memory-window binds, TSO and atomic writes)",
+                    a.send_ops_flags & !u64::from(ops)
+                )));
+            }
+            let q = create_qp(
+                a.pd,
+                QpArgs {
+                    qp_context: a.qp_context,
+                    send_cq: a.send_cq,
+                    recv_cq: a.recv_cq,
+                    srq: a.srq,
+                    cap: &raw mut a.cap,
+                    qp_type: a.qp_type,
+                    sq_sig_all: a.sq_sig_all,
+                },
+            )?;
+            Ok(q)
+        })();
+        ptr_result("ibv_create_qp_ex", r.map(|q| q.cast::<ibv_qp>()))
+    })
+}
+
+pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
+    guard("ibv_qp_to_qp_ex", std::ptr::null_mut(), || {
+        ptr_result("ibv_qp_to_qp_ex", qp_of(qp).map(|_| qp.cast::<ibv_qp_ex>()))
+    })
+}
+
+fn modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> Result<(), Fail> {
+    let q = qp_of(qp)?;
+    // SAFETY: the program's attributes.
+    let a = unsafe { attr.as_ref() }.ok_or_else(|| Fail::inval("attr", "NULL"))?;
+    let mask = mask as u32;
+    if mask & IBV_QP_RATE_LIMIT != 0 {
+        return Err(Fail::unsupported("IBV_QP_RATE_LIMIT"));
+    }
+    let known = (IBV_QP_DEST_QPN << 1) - 1;
+    if mask & !known != 0 {
+        return Err(Fail::inval(
+            "attr_mask",
+            format!("{mask:#x} has unknown bits"),
+        ));
+    }
+    let m = QpAttrMask::from_bits_truncate(mask);
+    let mut x = QpAttr::default();
+    if m.contains(QpAttrMask::STATE) {
+        x.state = state_of(a.qp_state, "attr->qp_state")?;
+    }
+    if m.contains(QpAttrMask::CUR_STATE) {
+        x.cur_state = state_of(a.cur_qp_state, "attr->cur_qp_state")?;
+    }
+    if m.contains(QpAttrMask::ACCESS_FLAGS) {
+        x.access = access_of(a.qp_access_flags, "attr->qp_access_flags")?;
+    }
+    if m.contains(QpAttrMask::AV) {
+        x.av = Some(av_of(&a.ah_attr, "attr->ah_attr")?);
+    }
+    if m.contains(QpAttrMask::PATH_MTU) {
+        x.path_mtu = mtu_of(a.path_mtu)?;
+    }
+    if m.contains(QpAttrMask::ALT_PATH) {
+        return Err(Fail::unsupported("alternate paths (IBV_QP_ALT_PATH)"));
+    }
+    x.pkey_index = a.pkey_index;
+    x.port = a.port_num;
+    x.qkey = a.qkey;
+    x.timeout = a.timeout;
+    x.retry_cnt = a.retry_cnt;
+    x.rnr_retry = a.rnr_retry;
+    x.rq_psn = Psn::new(a.rq_psn);
+    x.sq_psn = Psn::new(a.sq_psn);
+    x.max_rd_atomic = a.max_rd_atomic;
+    x.max_dest_rd_atomic = a.max_dest_rd_atomic;
+    x.min_rnr_timer = a.min_rnr_timer;
+    x.dest_qpn = a.dest_qp_num;
+    x.en_sqd_async_notify = a.en_sqd_async_notify != 0;
+    for (bit, v, name, max) in [
+        (QpAttrMask::RQ_PSN, a.rq_psn, "attr->rq_psn", 0xff_ffff),
+        (QpAttrMask::SQ_PSN, a.sq_psn, "attr->sq_psn", 0xff_ffff),
+        (
+            QpAttrMask::DEST_QPN,
+            a.dest_qp_num,
+            "attr->dest_qp_num",
+            0xff_ffff,
+        ),
+        (
+            QpAttrMask::TIMEOUT,
+            u32::from(a.timeout),
+            "attr->timeout",
+            31,
+        ),
+        (
+            QpAttrMask::RETRY_CNT,
+            u32::from(a.retry_cnt),
+            "attr->retry_cnt",
+            7,
+        ),
+        (
+            QpAttrMask::RNR_RETRY,
+            u32::from(a.rnr_retry),
+            "attr->rnr_retry",
+            7,
+        ),
+        (
+            QpAttrMask::MIN_RNR_TIMER,
+            u32::from(a.min_rnr_timer),
+            "attr->min_rnr_timer",
+            31,
+        ),
+    ] {
+        if m.contains(bit) && v > max {
+            return Err(Fail::inval(name, format!("{v} is more than {max}")));
+        }
+    }
+    q.rx.modify(&x, m)?;
+    if m.contains(QpAttrMask::STATE) {
+        // SAFETY: the QP's own state field, which libibverbs also updates here.
+        unsafe { (*q.qp.get()).qp_base.state = a.qp_state };
+    }
+    Ok(())
+}
+
+pub unsafe extern "C" fn ibv_modify_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    attr_mask: c_int,
+) -> c_int {
+    guard("ibv_modify_qp", libc::EIO, || {
+        int_result("ibv_modify_qp", modify_qp(qp, attr, attr_mask))
+    })
+}
+
+pub unsafe extern "C" fn ibv_query_qp(
+    qp: *mut ibv_qp,
+    attr: *mut ibv_qp_attr,
+    _attr_mask: c_int,
+    init_attr: *mut ibv_qp_init_attr,
+) -> c_int {
+    guard("ibv_query_qp", libc::EIO, || {
+        let r = qp_of(qp).and_then(|q| {
+            if attr.is_null() || init_attr.is_null() {
+                return Err(Fail::inval(
+                    if attr.is_null() { "attr" } else { "init_attr" },
+                    "NULL",
+                ));
+            }
+            let (x, cap) = q.rx.query()?;
+            // SAFETY: plain data.
+            let mut o: ibv_qp_attr = unsafe { std::mem::zeroed() };
+            o.qp_state = ibv_state_of(x.state);
+            o.cur_qp_state = ibv_state_of(x.state);
+            o.path_mtu = x.path_mtu as ibv_mtu;
+            o.path_mig_state = IBV_MIG_MIGRATED;
+            o.qkey = x.qkey;
+            o.rq_psn = x.rq_psn.value();
+            o.sq_psn = x.sq_psn.value();
+            o.dest_qp_num = x.dest_qpn;
+            o.qp_access_flags = x.access.bits();
+            let c = ibv_qp_cap {
+                max_send_wr: cap.max_send_wr,
+                max_recv_wr: cap.max_recv_wr,
+                max_send_sge: cap.max_send_sge,
+                max_recv_sge: cap.max_recv_sge,
+                max_inline_data: cap.max_inline_data,
+            };
+            o.cap = c;
+            if let Some(av) = &x.av {
+                o.ah_attr = ah_attr_of(av);
+            }
+            o.pkey_index = x.pkey_index;
+            o.en_sqd_async_notify = u8::from(x.en_sqd_async_notify);
+            o.sq_draining = 0;
+            o.max_rd_atomic = x.max_rd_atomic;
+            o.max_dest_rd_atomic = x.max_dest_rd_atomic;
+            o.min_rnr_timer = x.min_rnr_timer;
+            o.port_num = x.port;
+            o.timeout = x.timeout;
+            o.retry_cnt = x.retry_cnt;
+            o.rnr_retry = x.rnr_retry;
+            // SAFETY: checked non-NULL; the program's outputs.
+            unsafe {
+                attr.write(o);
+                let i = &mut *init_attr;
+                let b = &(*q.qp.get()).qp_base;
+                i.qp_context = b.qp_context;
+                i.send_cq = b.send_cq;
+                i.recv_cq = b.recv_cq;
+                i.srq = b.srq;
+                i.cap = c;
+                i.qp_type = b.qp_type;
+                i.sq_sig_all = c_int::from(q.sq_sig_all);
+            }
+            Ok(())
+        });
+        int_result("ibv_query_qp", r)
+    })
+}
+
+pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
+    guard("ibv_destroy_qp", libc::EIO, || {
+        let r = qp_of(qp).map(|q| {
+            q.open.routes.lock().qps.remove(&q.rx.qp_num());
+            q.async_events.wait_all_acked();
+            live::remove(Kind::Qp, qp as usize);
+            // SAFETY: the PD, CQs and SRQ outlive their QPs (destroying them
+            // is EBUSY while QPs use them).
+            unsafe {
+                (*q.pd).users.fetch_sub(1, Ordering::AcqRel);
+                (*q.send_cq).users.fetch_sub(1, Ordering::AcqRel);
+                (*q.recv_cq).users.fetch_sub(1, Ordering::AcqRel);
+                if let Some(s) = q.srq.as_ref() {
+                    s.users.fetch_sub(1, Ordering::AcqRel);
+                }
+            }
+            // SAFETY: was a live Box<Qp>.
+            drop(unsafe { Box::from_raw(qp.cast::<Qp>()) });
+        });
+        int_result("ibv_destroy_qp", r)
+    })
+}
+
+/// `ibv_ack_async_event` for a QP event.
+///
+/// # Safety
+/// `qp` is what `ibv_get_async_event` handed out.
+pub unsafe fn ack_qp_async(qp: *mut ibv_qp) {
+    if let Ok(q) = qp_of(qp) {
+        q.async_events.acked(1);
+    }
+}
+
+/// Sets `*bad` (when the program gave a place for it).
+///
+/// # Safety
+/// `bad` is NULL or the program's output slot.
+unsafe fn set_bad<T>(bad: *mut *mut T, p: *mut T) {
+    if !bad.is_null() {
+        // SAFETY: the caller's contract.
+        unsafe { *bad = p };
+    }
+}
+
+unsafe extern "C" fn post_send(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad_wr: *mut *mut ibv_send_wr,
+) -> c_int {
+    guard("ibv_post_send", libc::EIO, || {
+        if qp.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: the program's QP, from its own inline ibv_post_send.
+        let q = unsafe { qp_fast(qp) };
+        let mut list = Vec::new();
+        let mut ptrs = Vec::new();
+        let mut failed = None;
+        let mut p = wr;
+        // At most one more than the queue holds: the engine refuses that one.
+        while !p.is_null() && list.len() <= q.max_send_wr as usize {
+            // SAFETY: the program's work request list.
+            let w = unsafe { &*p };
+            // SAFETY: as above, with what it points to.
+            match unsafe { send_wr(w, q.limits) } {
+                Ok(x) => {
+                    list.push(x);
+                    ptrs.push(p);
+                }
+                Err(f) => {
+                    failed = Some((p, f));
+                    break;
+                }
+            }
+            p = w.next;
+        }
+        if let Err(e) = q.rx.post_send(&list) {
+            let index = match &e {
+                rxe_verbs::Error::BadWorkRequest { index, .. } => *index,
+                _ => 0,
+            };
+            let f = Fail::from(e);
+            note("ibv_post_send", &f.why);
+            // SAFETY: the program's output slot.
+            unsafe { set_bad(bad_wr, ptrs.get(index).copied().unwrap_or(wr)) };
+            return f.errno;
+        }
+        match failed {
+            None => 0,
+            Some((p, f)) => {
+                note("ibv_post_send", &f.why);
+                // SAFETY: the program's output slot.
+                unsafe { set_bad(bad_wr, p) };
+                f.errno
+            }
+        }
+    })
+}
+
+/// Receive WRs from a program's list: at most `max + 1` of them, stopping
+/// at the first malformed one.
+///
+/// # Safety
+/// `wr` is the program's list.
+unsafe fn recv_list(
+    wr: *mut ibv_recv_wr,
+    max: u32,
+    max_sge: u32,
+) -> (
+    Vec<RecvWr>,
+    Vec<*mut ibv_recv_wr>,
+    Option<(*mut ibv_recv_wr, Fail)>,
+) {
+    let mut list = Vec::new();
+    let mut ptrs = Vec::new();
+    let mut p = wr;
+    while !p.is_null() && list.len() <= max as usize {
+        // SAFETY: the caller's contract.
+        let w = unsafe { &*p };
+        // SAFETY: as above.
+        match unsafe { sges(w.sg_list, w.num_sge, max_sge) } {
+            Ok(sg_list) => {
+                list.push(RecvWr {
+                    wr_id: w.wr_id,
+                    sg_list,
+                });
+                ptrs.push(p);
+            }
+            Err(f) => return (list, ptrs, Some((p, f))),
+        }
+        p = w.next;
+    }
+    (list, ptrs, None)
+}
+
+/// Posts a receive list through `post` and reports as `ibv_post_recv` does.
+///
+/// # Safety
+/// `wr` and `bad_wr` are the program's.
+unsafe fn post_recv_list(
+    verb: &str,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+    max: u32,
+    max_sge: u32,
+    post: impl FnOnce(&[RecvWr]) -> Result<(), rxe_verbs::Error>,
+) -> c_int {
+    // SAFETY: the caller's contract.
+    let (list, ptrs, failed) = unsafe { recv_list(wr, max, max_sge) };
+    if let Err(e) = post(&list) {
+        let index = match &e {
+            rxe_verbs::Error::BadWorkRequest { index, .. } => *index,
+            _ => 0,
+        };
+        let f = Fail::from(e);
+        note(verb, &f.why);
+        // SAFETY: the caller's contract.
+        unsafe { set_bad(bad_wr, ptrs.get(index).copied().unwrap_or(wr)) };
+        return f.errno;
+    }
+    match failed {
+        None => 0,
+        Some((p, f)) => {
+            note(verb, &f.why);
+            // SAFETY: the caller's contract.
+            unsafe { set_bad(bad_wr, p) };
+            f.errno
+        }
+    }
+}
+
+unsafe extern "C" fn post_recv(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    guard("ibv_post_recv", libc::EIO, || {
+        if qp.is_null() {
+            return libc::EINVAL;
+        }
+        // SAFETY: the program's QP, from its own inline ibv_post_recv.
+        let q = unsafe { qp_fast(qp) };
+        if !q.srq.is_null() {
+            note(
+                "ibv_post_recv",
+                "the QP uses a shared receive queue: post to it",
+            );
+            // SAFETY: the program's output slot.
+            unsafe { set_bad(bad_wr, wr) };
+            return libc::EINVAL;
+        }
+        // SAFETY: the program's list and slot.
+        unsafe {
+            post_recv_list(
+                "ibv_post_recv",
+                wr,
+                bad_wr,
+                q.max_recv_wr,
+                q.max_recv_sge,
+                |l| q.rx.post_recv(l),
+            )
+        }
+    })
+}
+
+// ---- shared receive queues -------------------------------------------------
+
+/// A shared receive queue: the program's `ibv_srq`, then ours.
+#[repr(C)]
+pub struct Srq {
+    pub srq: ibv_srq,
+    pub rx: SharedReceiveQueue,
+    pub open: Arc<DevOpen>,
+    pub pd: *const Pd,
+    pub attr: Mutex<ibv_srq_attr>,
+    pub async_events: Arc<EventCount>,
+    pub users: AtomicUsize,
+}
+
+pub fn srq_of<'a>(p: *mut ibv_srq) -> Result<&'a Srq, Fail> {
+    if p.is_null() || !live::is(Kind::Srq, p as usize) {
+        return Err(Fail::inval("srq", "not a shared receive queue"));
+    }
+    // SAFETY: a live Srq is a Box<Srq> at this address.
+    Ok(unsafe { &*(p as *const Srq) })
+}
+
+pub unsafe extern "C" fn ibv_create_srq(
+    pd: *mut ibv_pd,
+    init: *mut ibv_srq_init_attr,
+) -> *mut ibv_srq {
+    guard("ibv_create_srq", std::ptr::null_mut(), || {
+        let r = (|| {
+            let p = pd_of(pd)?;
+            // SAFETY: the program's attributes.
+            let a = unsafe { init.as_mut() }.ok_or_else(|| Fail::inval("srq_init_attr", "NULL"))?;
+            let caps = p.open.rx.query_device().caps;
+            if a.attr.max_wr == 0 || a.attr.max_wr > caps.max_qp_wr {
+                return Err(Fail::inval(
+                    "srq_init_attr->attr.max_wr",
+                    format!("{}: must be 1 to {}", a.attr.max_wr, caps.max_qp_wr),
+                ));
+            }
+            if a.attr.max_sge == 0 || a.attr.max_sge > caps.max_sge {
+                return Err(Fail::inval(
+                    "srq_init_attr->attr.max_sge",
+                    format!("{}: must be 1 to {}", a.attr.max_sge, caps.max_sge),
+                ));
+            }
+            let rx = p.open.rx.create_srq(&p.rx, a.attr.max_wr, a.attr.max_sge)?;
+            let c = ctx_of(p.pd.context)?;
+            let async_events = Arc::new(EventCount::default());
+            let id = rx.id();
+            let s = Box::into_raw(Box::new(Srq {
+                srq: ibv_srq {
+                    context: ibv_ctx(c),
+                    srq_context: a.srq_context,
+                    pd,
+                    handle: id,
+                    // SAFETY: pthread objects whose initializers are zeroes.
+                    mutex: unsafe { std::mem::zeroed() },
+                    // SAFETY: as above.
+                    cond: unsafe { std::mem::zeroed() },
+                    events_completed: 0,
+                },
+                rx,
+                open: p.open.clone(),
+                pd: std::ptr::from_ref(p),
+                attr: Mutex::new(ibv_srq_attr {
+                    max_wr: a.attr.max_wr,
+                    max_sge: a.attr.max_sge,
+                    srq_limit: 0,
+                }),
+                async_events: async_events.clone(),
+                users: AtomicUsize::new(0),
+            }));
+            p.users.fetch_add(1, Ordering::AcqRel);
+            p.open.routes.lock().srqs.insert(
+                id,
+                Route {
+                    to: Arc::downgrade(&c.events) as Weak<CtxEvents>,
+                    ptr: s as usize,
+                    count: async_events,
+                },
+            );
+            live::add(Kind::Srq, s as usize);
+            Ok(s.cast::<ibv_srq>())
+        })();
+        ptr_result("ibv_create_srq", r)
+    })
+}
+
+pub unsafe extern "C" fn ibv_modify_srq(
+    srq: *mut ibv_srq,
+    attr: *mut ibv_srq_attr,
+    mask: c_int,
+) -> c_int {
+    guard("ibv_modify_srq", libc::EIO, || {
+        let r = srq_of(srq).and_then(|s| {
+            // SAFETY: the program's attributes.
+            let a = unsafe { attr.as_ref() }.ok_or_else(|| Fail::inval("srq_attr", "NULL"))?;
+            let mask = mask as u32;
+            if mask & !(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT) != 0 {
+                return Err(Fail::inval(
+                    "srq_attr_mask",
+                    format!("{mask:#x} has unknown bits"),
+                ));
+            }
+            if mask & IBV_SRQ_MAX_WR != 0 {
+                return Err(Fail::unsupported(
+                    "resizing a shared receive queue (IBV_SRQ_MAX_WR)",
+                ));
+            }
+            if mask & IBV_SRQ_LIMIT != 0 {
+                let max = s.attr.lock().max_wr;
+                if a.srq_limit > max {
+                    return Err(Fail::inval(
+                        "srq_attr->srq_limit",
+                        format!("{} is more than max_wr {max}", a.srq_limit),
+                    ));
+                }
+                s.rx.set_limit(a.srq_limit)?;
+                s.attr.lock().srq_limit = a.srq_limit;
+            }
+            Ok(())
+        });
+        int_result("ibv_modify_srq", r)
+    })
+}
+
+pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
+    guard("ibv_query_srq", libc::EIO, || {
+        let r = srq_of(srq).and_then(|s| {
+            if attr.is_null() {
+                return Err(Fail::inval("srq_attr", "NULL"));
+            }
+            // SAFETY: checked non-NULL; the program's output.
+            unsafe { attr.write(*s.attr.lock()) };
+            Ok(())
+        });
+        int_result("ibv_query_srq", r)
+    })
+}
+
+pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
+    guard("ibv_destroy_srq", libc::EIO, || {
+        let r = srq_of(srq).and_then(|s| {
+            let n = s.users.load(Ordering::Acquire);
+            if n > 0 {
+                return Err(Fail::new(
+                    libc::EBUSY,
+                    format!("{n} queue pairs still use the shared receive queue"),
+                ));
+            }
+            s.open.routes.lock().srqs.remove(&s.rx.id());
+            s.async_events.wait_all_acked();
+            live::remove(Kind::Srq, srq as usize);
+            // SAFETY: the PD outlives its SRQs.
+            unsafe { (*s.pd).users.fetch_sub(1, Ordering::AcqRel) };
+            // SAFETY: was a live Box<Srq>.
+            drop(unsafe { Box::from_raw(srq.cast::<Srq>()) });
+            Ok(())
+        });
+        int_result("ibv_destroy_srq", r)
+    })
+}
+
+/// # Safety
+/// `srq` is what `ibv_get_async_event` handed out.
+pub unsafe fn ack_srq_async(srq: *mut ibv_srq) {
+    if let Ok(s) = srq_of(srq) {
+        s.async_events.acked(1);
+    }
+}
+
+unsafe extern "C" fn post_srq_recv(
+    srq: *mut ibv_srq,
+    wr: *mut ibv_recv_wr,
+    bad_wr: *mut *mut ibv_recv_wr,
+) -> c_int {
+    guard("ibv_post_srq_recv", libc::EIO, || {
+        let s = match srq_of(srq) {
+            Ok(s) => s,
+            Err(_) => return libc::EINVAL,
+        };
+        let a = *s.attr.lock();
+        // SAFETY: the program's list and slot.
+        unsafe {
+            post_recv_list("ibv_post_srq_recv", wr, bad_wr, a.max_wr, a.max_sge, |l| {
+                s.rx.post_recv(l)
+            })
+        }
+    })
+}
+
+// ---- address handles ---------------------------------------------------------
+
+/// An address handle: the program's `ibv_ah`, then ours.
+#[repr(C)]
+pub struct Ah {
+    pub ah: ibv_ah,
+    pub rx: AddressHandle,
+    pub pd: *const Pd,
+}
+
+pub fn ah_of<'a>(p: *mut ibv_ah) -> Result<&'a Ah, Fail> {
+    if p.is_null() || !live::is(Kind::Ah, p as usize) {
+        return Err(Fail::inval("ah", "not an address handle"));
+    }
+    // SAFETY: a live Ah is a Box<Ah> at this address.
+    Ok(unsafe { &*(p as *const Ah) })
+}
+
+fn create_ah(pd: *mut ibv_pd, attr: *const ibv_ah_attr) -> Result<*mut ibv_ah, Fail> {
+    let p = pd_of(pd)?;
+    // SAFETY: the program's attributes.
+    let a = unsafe { attr.as_ref() }.ok_or_else(|| Fail::inval("attr", "NULL"))?;
+    let av = av_of(a, "attr")?;
+    let rx = p.rx.create_ah(av)?;
+    let ah = Box::into_raw(Box::new(Ah {
+        ah: ibv_ah {
+            context: p.pd.context,
+            pd,
+            handle: 0,
+        },
+        rx,
+        pd: std::ptr::from_ref(p),
+    }));
+    p.users.fetch_add(1, Ordering::AcqRel);
+    live::add(Kind::Ah, ah as usize);
+    Ok(ah.cast())
+}
+
+pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
+    guard("ibv_create_ah", std::ptr::null_mut(), || {
+        ptr_result("ibv_create_ah", create_ah(pd, attr))
+    })
+}
+
+pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
+    guard("ibv_destroy_ah", libc::EIO, || {
+        let r = ah_of(ah).map(|a| {
+            live::remove(Kind::Ah, ah as usize);
+            // SAFETY: the PD outlives its AHs.
+            unsafe { (*a.pd).users.fetch_sub(1, Ordering::AcqRel) };
+            // SAFETY: was a live Box<Ah>.
+            drop(unsafe { Box::from_raw(ah.cast::<Ah>()) });
+        });
+        int_result("ibv_destroy_ah", r)
+    })
+}
+
+/// The sender's GID from the 40 bytes a UD receive starts with: an IPv6
+/// header, or 20 bytes of anything and an IPv4 header (RoCE v2 over IPv4).
+fn grh_source(g: &[u8; 40]) -> Option<(std::net::Ipv6Addr, u8, u8, u32)> {
+    if g[20] >> 4 == 4 {
+        let h = &g[20..];
+        let src = std::net::Ipv4Addr::new(h[12], h[13], h[14], h[15]);
+        return Some((src.to_ipv6_mapped(), h[8], h[1], 0));
+    }
+    if g[0] >> 4 == 6 {
+        let mut s = [0u8; 16];
+        s.copy_from_slice(&g[8..24]);
+        let w = u32::from_be_bytes([g[0], g[1], g[2], g[3]]);
+        return Some((
+            std::net::Ipv6Addr::from(s),
+            g[7],
+            ((w >> 20) & 0xff) as u8,
+            w & 0xf_ffff,
+        ));
+    }
+    None
+}
+
+pub unsafe extern "C" fn ibv_init_ah_from_wc(
+    context: *mut ibv_context,
+    port_num: u8,
+    wc: *mut ibv_wc,
+    grh: *mut ibv_grh,
+    ah_attr: *mut ibv_ah_attr,
+) -> c_int {
+    guard("ibv_init_ah_from_wc", -1, || {
+        let r = (|| {
+            let _ = ctx_of(context)?;
+            crate::device::check_port(port_num)?;
+            // SAFETY: the program's completion.
+            let w = unsafe { wc.as_ref() }.ok_or_else(|| Fail::inval("wc", "NULL"))?;
+            if w.wc_flags & IBV_WC_GRH == 0 {
+                return Err(Fail::inval(
+                    "wc",
+                    "has no GRH (IBV_WC_GRH): RoCE needs it to answer",
+                ));
+            }
+            if grh.is_null() || ah_attr.is_null() {
+                return Err(Fail::inval(
+                    if grh.is_null() { "grh" } else { "ah_attr" },
+                    "NULL",
+                ));
+            }
+            // SAFETY: the 40 bytes of the GRH the program points at.
+            let g: [u8; 40] = unsafe { grh.cast::<[u8; 40]>().read_unaligned() };
+            let (sgid, hop, tclass, flow) = grh_source(&g)
+                .ok_or_else(|| Fail::inval("grh", "holds neither an IPv4 nor an IPv6 header"))?;
+            // SAFETY: plain data.
+            let mut a: ibv_ah_attr = unsafe { std::mem::zeroed() };
+            a.is_global = 1;
+            a.port_num = port_num;
+            a.grh.dgid.raw = sgid.octets();
+            a.grh.hop_limit = hop.max(1);
+            a.grh.traffic_class = tclass;
+            a.grh.flow_label = flow;
+            a.grh.sgid_index = 0;
+            // SAFETY: checked non-NULL; the program's output.
+            unsafe { ah_attr.write(a) };
+            Ok(())
+        })();
+        crate::ffi::minus_one_result("ibv_init_ah_from_wc", r)
+    })
+}
+
+pub unsafe extern "C" fn ibv_create_ah_from_wc(
+    pd: *mut ibv_pd,
+    wc: *mut ibv_wc,
+    grh: *mut ibv_grh,
+    port_num: u8,
+) -> *mut ibv_ah {
+    guard("ibv_create_ah_from_wc", std::ptr::null_mut(), || {
+        let r = pd_of(pd).and_then(|p| {
+            // SAFETY: plain data.
+            let mut a: ibv_ah_attr = unsafe { std::mem::zeroed() };
+            // SAFETY: forwards the program's pointers.
+            if unsafe { ibv_init_ah_from_wc(p.pd.context, port_num, wc, grh, &mut a) } != 0 {
+                return Err(Fail::new(
+                    std::io::Error::last_os_error()
+                        .raw_os_error()
+                        .unwrap_or(libc::EINVAL),
+                    "ibv_init_ah_from_wc failed",
+                ));
+            }
+            create_ah(pd, &a)
+        });
+        ptr_result("ibv_create_ah_from_wc", r)
+    })
+}
+
+// ---- extended posting: ibv_wr_* ------------------------------------------------
+
+/// The QP of an `ibv_qp_ex` pointer and its open batch.
+///
+/// # Safety
+/// `qp` is the program's extended QP.
+unsafe fn with_batch(qp: *mut ibv_qp_ex, f: impl FnOnce(&Qp, &mut Batch)) {
+    guard("ibv_wr", (), || {
+        // SAFETY: the caller's contract.
+        let q = unsafe { qp_fast(qp.cast()) };
+        let mut b = q.batch.lock();
+        f(q, &mut b);
+    })
+}
+
+/// Starts a new WR of the batch with the QP's `wr_id` and `wr_flags`.
+fn new_wr(q: &Qp, b: &mut Batch, opcode: SendOpcode) -> Option<usize> {
+    if !b.open {
+        b.error.get_or_insert((
+            libc::EINVAL,
+            "ibv_wr_* outside ibv_wr_start/ibv_wr_complete".into(),
+        ));
+        return None;
+    }
+    let known = IBV_SEND_FENCE | IBV_SEND_SIGNALED | IBV_SEND_SOLICITED | IBV_SEND_INLINE;
+    // SAFETY: the fields the program set before this call, on this thread.
+    let (wr_id, wr_flags) = unsafe { ((*q.qp.get()).wr_id, (*q.qp.get()).wr_flags) };
+    let mut w = SendWr::new(wr_id, opcode);
+    if wr_flags & !known != 0 {
+        b.error.get_or_insert((
+            libc::EINVAL,
+            format!("wr_flags {wr_flags:#x} has unsupported bits"),
+        ));
+        return None;
+    }
+    w.flags = SendFlags::from_bits_truncate(wr_flags);
+    b.wrs.push(w);
+    Some(b.wrs.len() - 1)
+}
+
+macro_rules! wr_op {
+    ($name:ident ( $($a:ident : $t:ty),* ) => $op:expr, |$w:ident| $body:block) => {
+        unsafe extern "C" fn $name(qp: *mut ibv_qp_ex $(, $a: $t)*) {
+            // SAFETY: the program's extended QP.
+            unsafe {
+                with_batch(qp, |q, b| {
+                    if let Some(i) = new_wr(q, b, $op) {
+                        let $w = &mut b.wrs[i];
+                        $body
+                    }
+                })
+            }
+        }
+    };
+}
+
+wr_op!(wr_send() => SendOpcode::Send, |_w| {});
+wr_op!(wr_send_imm(imm: __be32) => SendOpcode::SendWithImm, |w| { w.imm_data = u32::from_be(imm); });
+wr_op!(wr_send_inv(rkey: u32) => SendOpcode::SendWithInv, |w| { w.invalidate_rkey = rkey; });
+wr_op!(wr_local_inv(rkey: u32) => SendOpcode::LocalInv, |w| { w.invalidate_rkey = rkey; });
+wr_op!(wr_rdma_write(rkey: u32, remote_addr: u64) => SendOpcode::RdmaWrite, |w| {
+    w.rkey = rkey;
+    w.remote_addr = remote_addr;
+});
+wr_op!(wr_rdma_write_imm(rkey: u32, remote_addr: u64, imm: __be32) => SendOpcode::RdmaWriteWithImm, |w| {
+    w.rkey = rkey;
+    w.remote_addr = remote_addr;
+    w.imm_data = u32::from_be(imm);
+});
+wr_op!(wr_rdma_read(rkey: u32, remote_addr: u64) => SendOpcode::RdmaRead, |w| {
+    w.rkey = rkey;
+    w.remote_addr = remote_addr;
+});
+wr_op!(wr_atomic_cmp_swp(rkey: u32, remote_addr: u64, compare: u64, swap: u64) => SendOpcode::AtomicCmpSwap, |w| {
+    w.rkey = rkey;
+    w.remote_addr = remote_addr;
+    w.compare_add = compare;
+    w.swap = swap;
+});
+wr_op!(wr_atomic_fetch_add(rkey: u32, remote_addr: u64, add: u64) => SendOpcode::AtomicFetchAdd, |w| {
+    w.rkey = rkey;
+    w.remote_addr = remote_addr;
+    w.compare_add = add;
+});
+
+/// Applies `f` to the batch's last WR (the one the setters complete).
+fn last_wr(
+    q: &Qp,
+    b: &mut Batch,
+    what: &str,
+    f: impl FnOnce(&Qp, &mut SendWr) -> Result<(), Fail>,
+) {
+    let Some(w) = b.wrs.last_mut() else {
+        b.error
+            .get_or_insert((libc::EINVAL, format!("{what} before any ibv_wr_<opcode>")));
+        return;
+    };
+    if let Err(e) = f(q, w) {
+        b.error.get_or_insert((e.errno, e.why));
+    }
+}
+
+unsafe extern "C" fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+    // SAFETY: the program's extended QP.
+    unsafe {
+        with_batch(qp, |q, b| {
+            last_wr(q, b, "ibv_wr_set_sge", |_, w| {
+                w.sg_list = vec![Sge { addr, length, lkey }];
+                Ok(())
+            })
+        })
+    }
+}
+
+unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg: *const ibv_sge) {
+    // SAFETY: the program's extended QP.
+    unsafe {
+        with_batch(qp, |q, b| {
+            last_wr(q, b, "ibv_wr_set_sge_list", |q, w| {
+                let n = i32::try_from(num_sge).map_err(|_| Fail::inval("num_sge", "too large"))?;
+                // SAFETY: the program's list of num_sge entries.
+                w.sg_list = sges(sg, n, q.limits.max_sge)?;
+                Ok(())
+            })
+        })
+    }
+}
+
+unsafe extern "C" fn wr_set_inline_data(qp: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
+    let buf = ibv_data_buf { addr, length };
+    // SAFETY: forwards to the list form with one buffer.
+    unsafe { wr_set_inline_data_list(qp, 1, &buf) }
+}
+
+unsafe extern "C" fn wr_set_inline_data_list(
+    qp: *mut ibv_qp_ex,
+    num_buf: usize,
+    bufs: *const ibv_data_buf,
+) {
+    // SAFETY: the program's extended QP.
+    unsafe {
+        with_batch(qp, |q, b| {
+            last_wr(q, b, "ibv_wr_set_inline_data", |q, w| {
+                if num_buf > 0 && bufs.is_null() {
+                    return Err(Fail::inval("buf_list", "NULL"));
+                }
+                let list = if num_buf == 0 {
+                    &[][..]
+                } else {
+                    // SAFETY: the program's num_buf buffers.
+                    std::slice::from_raw_parts(bufs, num_buf)
+                };
+                let total: usize = list.iter().map(|d| d.length).sum();
+                if total > q.limits.max_inline as usize {
+                    return Err(Fail::inval(
+                        "inline data",
+                        format!(
+                            "{total} bytes, more than max_inline_data {}",
+                            q.limits.max_inline
+                        ),
+                    ));
+                }
+                let mut out = Vec::with_capacity(total);
+                for d in list.iter().filter(|d| d.length > 0) {
+                    if d.addr.is_null() {
+                        return Err(Fail::inval("inline data", "addr is NULL"));
+                    }
+                    // SAFETY: the program's buffer of d.length bytes.
+                    out.extend_from_slice(std::slice::from_raw_parts(
+                        d.addr as *const u8,
+                        d.length,
+                    ));
+                }
+                w.inline_data = Some(out);
+                w.flags |= SendFlags::INLINE;
+                Ok(())
+            })
+        })
+    }
+}
+
+unsafe extern "C" fn wr_set_ud_addr(
+    qp: *mut ibv_qp_ex,
+    ah: *mut ibv_ah,
+    remote_qpn: u32,
+    remote_qkey: u32,
+) {
+    // SAFETY: the program's extended QP.
+    unsafe {
+        with_batch(qp, |q, b| {
+            last_wr(q, b, "ibv_wr_set_ud_addr", |_, w| {
+                let a = ah_of(ah)?;
+                w.ud = Some(UdDest {
+                    av: a.rx.av(),
+                    remote_qpn,
+                    remote_qkey,
+                });
+                Ok(())
+            })
+        })
+    }
+}
+
+unsafe extern "C" fn wr_unsupported_bind(
+    _qp: *mut ibv_qp_ex,
+    _mw: *mut ibv_mw,
+    _rkey: u32,
+    _info: *const ibv_mw_bind_info,
+) {
+    // SAFETY: the program's extended QP.
+    unsafe {
+        with_batch(_qp, |_, b| {
+            b.error.get_or_insert((
+                libc::EOPNOTSUPP,
+                "ibv_wr_bind_mw: memory windows are not supported".into(),
+            ));
+        })
+    }
+}
+
+unsafe extern "C" fn wr_start(qp: *mut ibv_qp_ex) {
+    // SAFETY: the program's extended QP.
+    unsafe {
+        with_batch(qp, |_, b| {
+            *b = Batch {
+                open: true,
+                ..Batch::default()
+            };
+        })
+    }
+}
+
+unsafe extern "C" fn wr_abort(qp: *mut ibv_qp_ex) {
+    // SAFETY: the program's extended QP.
+    unsafe { with_batch(qp, |_, b| *b = Batch::default()) }
+}
+
+unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
+    guard("ibv_wr_complete", libc::EIO, || {
+        // SAFETY: the program's extended QP.
+        let q = unsafe { qp_fast(qp.cast()) };
+        let b = std::mem::take(&mut *q.batch.lock());
+        if let Some((errno, why)) = b.error {
+            note("ibv_wr_complete", &why);
+            set_errno(errno);
+            return errno;
+        }
+        if !b.open {
+            note("ibv_wr_complete", "no ibv_wr_start");
+            return libc::EINVAL;
+        }
+        match q.rx.post_send(&b.wrs) {
+            Ok(()) => 0,
+            Err(e) => int_result("ibv_wr_complete", Err(Fail::from(e))),
+        }
+    })
+}
+
+fn set_wr_ops(ex: &mut ibv_qp_ex) {
+    ex.wr_send = Some(wr_send);
+    ex.wr_send_imm = Some(wr_send_imm);
+    ex.wr_send_inv = Some(wr_send_inv);
+    ex.wr_local_inv = Some(wr_local_inv);
+    ex.wr_rdma_write = Some(wr_rdma_write);
+    ex.wr_rdma_write_imm = Some(wr_rdma_write_imm);
+    ex.wr_rdma_read = Some(wr_rdma_read);
+    ex.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
+    ex.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
+    ex.wr_bind_mw = Some(wr_unsupported_bind);
+    ex.wr_set_sge = Some(wr_set_sge);
+    ex.wr_set_sge_list = Some(wr_set_sge_list);
+    ex.wr_set_inline_data = Some(wr_set_inline_data);
+    ex.wr_set_inline_data_list = Some(wr_set_inline_data_list);
+    ex.wr_set_ud_addr = Some(wr_set_ud_addr);
+    ex.wr_start = Some(wr_start);
+    ex.wr_complete = Some(wr_complete);
+    ex.wr_abort = Some(wr_abort);
+}
+
+/// The hot verbs of a context's `ops` table that are about QPs and SRQs.
+pub fn fill_ops(v: &mut verbs_context) {
+    v.context.ops.post_send = Some(post_send);
+    v.context.ops.post_recv = Some(post_recv);
+    v.context.ops.post_srq_recv = Some(post_srq_recv);
+    v.create_qp_ex = Some(create_qp_ex);
+}
