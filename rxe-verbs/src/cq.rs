@@ -250,6 +250,25 @@ impl CompletionQueue {
         }
     }
 
+    /// [`CompletionQueue::poll_into`] for a program that polls in a loop
+    /// (the C library's `ibv_poll_cq`): when the CQ is empty and no other
+    /// thread is receiving, it first takes in what the socket holds,
+    /// without waiting, so the completion a busy poller waits for arrives
+    /// on its own thread instead of after the progress thread's next turn.
+    pub fn poll_progress(&self, out: &mut Vec<Completion>, max: usize) -> usize {
+        let n = self.poll_into(out, max);
+        if n > 0 {
+            return n;
+        }
+        match &self.imp {
+            CqImp::Soft(c) => {
+                c.ctx.shared.poll_socket();
+                self.poll_into(out, max)
+            }
+            CqImp::Native(_) => 0,
+        }
+    }
+
     /// Waits until `n` completions are there (or `timeout` passes) and
     /// takes them: all `n`, or after the timeout what came (an
     /// [`Error::Timeout`] if nothing did).

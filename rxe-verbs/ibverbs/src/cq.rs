@@ -377,7 +377,7 @@ fn take(c: &Cq, max: usize, out: &mut Vec<Completion>) {
     }
     if out.len() < max {
         let want = max - out.len();
-        c.rx.poll_into(out, want);
+        c.rx.poll_progress(out, want);
     }
 }
 
@@ -436,7 +436,7 @@ fn advance(c: &Cq) -> c_int {
         let mut t = c.taken.lock();
         if t.is_empty() {
             let mut v = Vec::new();
-            c.rx.poll_into(&mut v, 32);
+            c.rx.poll_progress(&mut v, 32);
             t.extend(v);
         }
         t.pop_front()
