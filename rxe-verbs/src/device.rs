@@ -66,9 +66,16 @@ fn note_soft_fallback(reason: &str) {
 }
 
 /// The native devices a provider may use. `Soft` never loads libibverbs;
-/// `Auto` turns "no libibverbs" and "no device" into an empty list (and
-/// the one log line); `Native` makes them errors.
-fn natives_for(provider: Provider) -> Result<Vec<NativeDeviceInfo>, Error> {
+/// `Auto` turns "no libibverbs" and "no device" into an empty list (and,
+/// when listing devices, the one log line: a program that asked for a
+/// device by name or address and got a soft one hears nothing about
+/// native ones); `Native` makes them errors.
+fn natives_for(provider: Provider, listing: bool) -> Result<Vec<NativeDeviceInfo>, Error> {
+    let note_soft_fallback = |reason: &str| {
+        if listing {
+            note_soft_fallback(reason)
+        }
+    };
     match provider {
         Provider::Soft => Ok(Vec::new()),
         Provider::Native => native::discover().map_err(|reason| Error::Unsupported {
@@ -194,7 +201,7 @@ impl Device {
         let provider = Provider::from_env().unwrap_or_default();
         let mut out = Vec::new();
         if provider != Provider::Soft {
-            let natives = natives_for(Provider::Auto).unwrap_or_default();
+            let natives = natives_for(Provider::Auto, true).unwrap_or_default();
             out.extend(natives.into_iter().map(|info| {
                 let gid = info.default_gid();
                 Device::from_native(info, gid)
@@ -223,7 +230,7 @@ impl Device {
             Ok(a) => Target::Addr(a),
             Err(_) => Target::Name(name_or_addr),
         };
-        let natives = natives_for(provider)?;
+        let natives = natives_for(provider, false)?;
         let c = choose(provider, target, &natives, &soft_named())?;
         Ok(Device::from_choice(c, natives))
     }
@@ -240,7 +247,7 @@ impl Device {
                 ..self.clone()
             });
         }
-        let natives = natives_for(p)?;
+        let natives = natives_for(p, false)?;
         let c = choose(p, Target::Addr(self.addr), &natives, &[])?;
         let mut d = Device::from_choice(c, natives);
         if d.native.is_none() {

@@ -15,6 +15,7 @@ use std::process::ExitCode;
 mod demo;
 mod devinfo;
 mod dump;
+mod exec;
 mod perf;
 mod pingpong;
 
@@ -43,6 +44,10 @@ enum Command {
     /// ib_send_bw, ib_atomic_bw, ib_write_lat, ib_read_lat and ib_send_lat
     /// (and face them), with a plain-UDP baseline for comparison.
     Perf(perf::Args),
+    /// Run an unmodified libibverbs program (ibv_rc_pingpong, perftest,
+    /// your own) over rxe-rs, with soft devices rxe0, rxe1, ... on the
+    /// given addresses.
+    Exec(exec::Args),
 }
 
 fn main() -> ExitCode {
@@ -52,5 +57,6 @@ fn main() -> ExitCode {
         Command::Devinfo(args) => devinfo::run(&args),
         Command::Pingpong(args) => pingpong::run(&args),
         Command::Perf(args) => perf::run(&args),
+        Command::Exec(args) => exec::run(&args),
     }
 }

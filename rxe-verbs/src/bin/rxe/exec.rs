@@ -1,0 +1,148 @@
+//! `rxe exec -d ADDR [-d ADDR ...] -- PROGRAM [ARGS...]`: runs an
+//! unmodified libibverbs program over rxe-rs.
+//!
+//! It puts the drop-in library (`libibverbs.so`, built by the workspace's
+//! `cargo build`, next to this executable) first in the dynamic loader's
+//! path under the name programs link against, `libibverbs.so.1`, names the
+//! soft devices `rxe0`, `rxe1`, ... on the given addresses, and replaces
+//! itself with the program. The environment it sets, for doing the same
+//! without it (docs/drop-in.md):
+//!
+//! * `LD_LIBRARY_PATH=DIR` where `DIR/libibverbs.so.1` is the drop-in
+//!   (`rxe exec --print-env` prints the exact lines);
+//! * `RXE_DEVICES=rxe0=ADDR,rxe1=ADDR,...`.
+
+use clap::Parser;
+use std::ffi::OsString;
+use std::net::IpAddr;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+
+#[derive(Debug, Parser)]
+pub struct Args {
+    /// A soft device on this local IP address (repeat for rxe1, rxe2, ...).
+    #[arg(short = 'd', long = "dev", value_name = "ADDR", required = true)]
+    devices: Vec<IpAddr>,
+    /// The drop-in library to use instead of the one next to `rxe`
+    /// (also `RXE_IBVERBS_LIB`).
+    #[arg(long, value_name = "PATH")]
+    lib: Option<PathBuf>,
+    /// Print the environment the program would get, as shell lines, and
+    /// run nothing.
+    #[arg(long)]
+    print_env: bool,
+    /// The program and its arguments.
+    #[arg(last = true, value_name = "PROGRAM [ARGS]...")]
+    command: Vec<OsString>,
+}
+
+/// The drop-in library: `--lib`, or `libibverbs.so` beside this executable.
+fn library(args: &Args) -> Result<PathBuf, String> {
+    if let Some(p) = args
+        .lib
+        .clone()
+        .or_else(|| std::env::var_os("RXE_IBVERBS_LIB").map(PathBuf::from))
+    {
+        return Ok(p);
+    }
+    let exe =
+        std::env::current_exe().map_err(|e| format!("cannot find the rxe executable: {e}"))?;
+    let dir = exe.parent().unwrap_or(Path::new("."));
+    let lib = dir.join("libibverbs.so");
+    if lib.exists() {
+        Ok(lib)
+    } else {
+        Err(format!(
+            "{} does not exist: build the drop-in library with \
+             `cargo build --release` (or `cargo build -p rxe-ibverbs` for a debug build), \
+             or name it with --lib",
+            lib.display()
+        ))
+    }
+}
+
+/// A directory holding `libibverbs.so.1` -> `lib`: `rxe-lib/` beside the
+/// library when it can be made there, else one in the temporary directory.
+fn loader_dir(lib: &Path) -> Result<PathBuf, String> {
+    let lib = lib
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", lib.display()))?;
+    let beside = lib.parent().map(|p| p.join("rxe-lib"));
+    let tmp = std::env::temp_dir().join(format!(
+        "rxe-lib-{}",
+        // One directory per library, so two builds never share one.
+        lib.to_string_lossy()
+            .bytes()
+            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+            })
+    ));
+    let mut last = String::new();
+    for dir in beside.into_iter().chain([tmp]) {
+        match link_in(&dir, &lib) {
+            Ok(()) => return Ok(dir),
+            Err(e) => last = format!("{}: {e}", dir.display()),
+        }
+    }
+    Err(format!(
+        "cannot make a directory for libibverbs.so.1 ({last})"
+    ))
+}
+
+fn link_in(dir: &Path, lib: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let link = dir.join("libibverbs.so.1");
+    if std::fs::read_link(&link).is_ok_and(|t| t == lib) {
+        return Ok(());
+    }
+    // Replace whatever is there (another build's link) atomically.
+    let tmp = dir.join(format!(".libibverbs.so.1.{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
+    std::os::unix::fs::symlink(lib, &tmp)?;
+    std::fs::rename(&tmp, &link)
+}
+
+/// The environment the program gets.
+fn environment(args: &Args, dir: &Path) -> Vec<(String, OsString)> {
+    let mut path = OsString::from(dir);
+    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|p| !p.is_empty()) {
+        path.push(":");
+        path.push(old);
+    }
+    let devices = args
+        .devices
+        .iter()
+        .enumerate()
+        .map(|(i, a)| format!("rxe{i}={a}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    vec![
+        ("LD_LIBRARY_PATH".to_string(), path),
+        ("RXE_DEVICES".to_string(), devices.into()),
+    ]
+}
+
+pub fn run(args: &Args) -> ExitCode {
+    let dir = match library(args).and_then(|l| loader_dir(&l)) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("rxe exec: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let env = environment(args, &dir);
+    if args.print_env {
+        for (k, v) in &env {
+            println!("export {k}='{}'", v.to_string_lossy());
+        }
+        return ExitCode::SUCCESS;
+    }
+    let Some((program, rest)) = args.command.split_first() else {
+        eprintln!("rxe exec: no program given (rxe exec -d ADDR -- PROGRAM [ARGS...])");
+        return ExitCode::from(2);
+    };
+    let err = Command::new(program).args(rest).envs(env).exec();
+    eprintln!("rxe exec: cannot run {}: {err}", program.to_string_lossy());
+    ExitCode::from(127)
+}
