@@ -18,9 +18,11 @@ use std::ffi::{c_int, c_void};
 use std::mem::{offset_of, size_of};
 use std::sync::{Arc, Weak};
 
-/// How many async events were reported about an object and how many the
-/// program acknowledged: destroying the object waits until they are equal,
-/// as libibverbs does.
+/// How many events about an object the program took
+/// (`ibv_get_async_event`, `ibv_get_cq_event`) and how many it
+/// acknowledged: destroying the object waits until they are equal, as
+/// libibverbs does. Events still queued and not taken do not count: they
+/// are dropped with the object, as the kernel drops them.
 #[derive(Debug, Default)]
 pub struct EventCount {
     counts: Mutex<(u64, u64)>,
@@ -46,10 +48,13 @@ impl EventCount {
 
 /// An async event on its way to the program (`ibv_async_event` with its
 /// pointer as an address, so it may cross threads).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Pending {
     event_type: ibv_event_type,
     element: usize,
+    /// The object's counts; `None` once the object is destroyed (the
+    /// event is then skipped, its byte read and dropped).
+    count: Option<Arc<EventCount>>,
 }
 
 /// A context's async events: the queue and the descriptor that shows it.
@@ -64,6 +69,19 @@ impl CtxEvents {
         self.queue.lock().push_back(p);
         self.pipe.signal();
     }
+
+    /// Drops the events about the object at `element` that the program
+    /// has not taken yet (it is being destroyed).
+    pub fn forget(&self, element: usize) {
+        for p in self
+            .queue
+            .lock()
+            .iter_mut()
+            .filter(|p| p.element == element)
+        {
+            p.count = None;
+        }
+    }
 }
 
 /// Where the events about one object go.
@@ -73,6 +91,15 @@ pub struct Route {
     /// The object's address, as the program knows it.
     pub ptr: usize,
     pub count: Arc<EventCount>,
+}
+
+impl Route {
+    /// Drops the events about the object not yet taken (it is destroyed).
+    pub fn forget(self) {
+        if let Some(to) = self.to.upgrade() {
+            to.forget(self.ptr);
+        }
+    }
 }
 
 /// The routes of a device's events: QPs, CQs and SRQs by number.
@@ -97,10 +124,10 @@ impl Routes {
         };
         let Some(r) = table.get(&n) else { return };
         let Some(to) = r.to.upgrade() else { return };
-        r.count.reported(1);
         to.push(Pending {
             event_type,
             element: r.ptr,
+            count: Some(r.count.clone()),
         });
     }
 }
@@ -571,16 +598,22 @@ pub unsafe extern "C" fn ibv_get_async_event(
             if event.is_null() {
                 return Err(Fail::inval("event", "NULL"));
             }
-            c.events
-                .pipe
-                .take()
-                .map_err(|e| Fail::new(e, "reading async_fd"))?;
-            let p = c
-                .events
-                .queue
-                .lock()
-                .pop_front()
-                .ok_or_else(|| Fail::new(libc::EIO, "async_fd had a byte but no event"))?;
+            let p =
+                loop {
+                    c.events
+                        .pipe
+                        .take()
+                        .map_err(|e| Fail::new(e, "reading async_fd"))?;
+                    let p =
+                        c.events.queue.lock().pop_front().ok_or_else(|| {
+                            Fail::new(libc::EIO, "async_fd had a byte but no event")
+                        })?;
+                    // An event of an object destroyed meanwhile is dropped.
+                    if let Some(count) = &p.count {
+                        count.reported(1);
+                        break p;
+                    }
+                };
             let element = match p.event_type {
                 IBV_EVENT_CQ_ERR => ibv_async_event__bindgen_ty_1 {
                     cq: p.element as *mut ibv_cq,

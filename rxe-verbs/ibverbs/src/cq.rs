@@ -287,7 +287,10 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
                 ));
             }
             let id = c.rx.id();
-            c.open.routes.lock().cqs.remove(&id);
+            let route = c.open.routes.lock().cqs.remove(&id);
+            if let Some(r) = route {
+                r.forget();
+            }
             // SAFETY: the channel outlives its CQs (destroying it is EBUSY while they exist).
             if let Some(ch) = unsafe { c.channel.as_ref() } {
                 ch.cqs.lock().remove(&id);

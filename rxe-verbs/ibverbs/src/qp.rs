@@ -486,7 +486,10 @@ pub unsafe extern "C" fn ibv_query_qp(
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     guard("ibv_destroy_qp", libc::EIO, || {
         let r = qp_of(qp).map(|q| {
-            q.open.routes.lock().qps.remove(&q.rx.qp_num());
+            let route = q.open.routes.lock().qps.remove(&q.rx.qp_num());
+            if let Some(r) = route {
+                r.forget();
+            }
             q.async_events.wait_all_acked();
             live::remove(Kind::Qp, qp as usize);
             // SAFETY: the PD, CQs and SRQ outlive their QPs (destroying them
@@ -837,7 +840,10 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
                     format!("{n} queue pairs still use the shared receive queue"),
                 ));
             }
-            s.open.routes.lock().srqs.remove(&s.rx.id());
+            let route = s.open.routes.lock().srqs.remove(&s.rx.id());
+            if let Some(r) = route {
+                r.forget();
+            }
             s.async_events.wait_all_acked();
             live::remove(Kind::Srq, srq as usize);
             // SAFETY: the PD outlives its SRQs.
