@@ -91,6 +91,20 @@ impl CompletionChannel {
         }
     }
 
+    /// Drops the events of CQ `cq` still queued (the CQ is being
+    /// destroyed, and the kernel drops them too); returns how many.
+    pub fn forget(&self, cq: u32) -> usize {
+        match &self.imp {
+            ChanImp::Soft { inner, .. } => {
+                let mut q = inner.events.lock();
+                let before = q.len();
+                q.retain(|c| c.0 != cq);
+                before - q.len()
+            }
+            _ => 0,
+        }
+    }
+
     /// Waits for the next CQ event; returns the number of the CQ that fired,
     /// or `None` after `timeout`.
     pub fn get_event(&self, timeout: Duration) -> Option<u32> {

@@ -52,9 +52,8 @@ impl EventCount {
 struct Pending {
     event_type: ibv_event_type,
     element: usize,
-    /// The object's counts; `None` once the object is destroyed (the
-    /// event is then skipped, its byte read and dropped).
-    count: Option<Arc<EventCount>>,
+    /// The object's counts.
+    count: Arc<EventCount>,
 }
 
 /// A context's async events: the queue and the descriptor that shows it.
@@ -73,14 +72,10 @@ impl CtxEvents {
     /// Drops the events about the object at `element` that the program
     /// has not taken yet (it is being destroyed).
     pub fn forget(&self, element: usize) {
-        for p in self
-            .queue
-            .lock()
-            .iter_mut()
-            .filter(|p| p.element == element)
-        {
-            p.count = None;
-        }
+        let mut q = self.queue.lock();
+        let before = q.len();
+        q.retain(|p| p.element != element);
+        self.pipe.drain(before - q.len());
     }
 }
 
@@ -88,6 +83,8 @@ impl CtxEvents {
 #[derive(Debug)]
 pub struct Route {
     pub to: Weak<CtxEvents>,
+    /// For an SRQ: its armed limit, which the limit event disarms (0).
+    pub disarm: Option<Arc<std::sync::atomic::AtomicU32>>,
     /// The object's address, as the program knows it.
     pub ptr: usize,
     pub count: Arc<EventCount>,
@@ -123,11 +120,14 @@ impl Routes {
             AsyncEventKind::PortActive => return,
         };
         let Some(r) = table.get(&n) else { return };
+        if let Some(limit) = &r.disarm {
+            limit.store(0, std::sync::atomic::Ordering::Release);
+        }
         let Some(to) = r.to.upgrade() else { return };
         to.push(Pending {
             event_type,
             element: r.ptr,
-            count: Some(r.count.clone()),
+            count: r.count.clone(),
         });
     }
 }
@@ -342,6 +342,12 @@ unsafe extern "C" fn query_port_ex(
     })
 }
 
+/// How much of `struct ibv_port_attr` the exported `ibv_query_port` fills:
+/// `struct _compat_ibv_port_attr` (which the header only declares), the
+/// 48 bytes through `flags`, as rdma-core's exported function fills them.
+const COMPAT_PORT_ATTR_LEN: usize = 48;
+const _: () = assert!(std::mem::offset_of!(ibv_port_attr, flags) + 1 == COMPAT_PORT_ATTR_LEN);
+
 /// The exported `ibv_query_port` (the header's inline version calls
 /// `verbs_context.query_port`; old binaries call this).
 pub unsafe extern "C" fn ibv_query_port(
@@ -351,14 +357,7 @@ pub unsafe extern "C" fn ibv_query_port(
 ) -> c_int {
     // SAFETY: forwards the program's arguments; the compat layout is a
     // prefix of today's.
-    unsafe {
-        query_port_ex(
-            context,
-            port_num,
-            port_attr_out,
-            size_of::<_compat_ibv_port_attr>(),
-        )
-    }
+    unsafe { query_port_ex(context, port_num, port_attr_out, COMPAT_PORT_ATTR_LEN) }
 }
 
 fn gid_table(c: &Ctx) -> Vec<std::net::Ipv6Addr> {
@@ -598,22 +597,19 @@ pub unsafe extern "C" fn ibv_get_async_event(
             if event.is_null() {
                 return Err(Fail::inval("event", "NULL"));
             }
-            let p =
-                loop {
-                    c.events
-                        .pipe
-                        .take()
-                        .map_err(|e| Fail::new(e, "reading async_fd"))?;
-                    let p =
-                        c.events.queue.lock().pop_front().ok_or_else(|| {
-                            Fail::new(libc::EIO, "async_fd had a byte but no event")
-                        })?;
-                    // An event of an object destroyed meanwhile is dropped.
-                    if let Some(count) = &p.count {
-                        count.reported(1);
-                        break p;
-                    }
-                };
+            let p = loop {
+                c.events
+                    .pipe
+                    .take()
+                    .map_err(|e| Fail::new(e, "reading async_fd"))?;
+                // No event behind the byte: an event was withdrawn (its
+                // object destroyed) and this byte stood for it; wait for
+                // the next.
+                if let Some(p) = c.events.queue.lock().pop_front() {
+                    p.count.reported(1);
+                    break p;
+                }
+            };
             let element = match p.event_type {
                 IBV_EVENT_CQ_ERR => ibv_async_event__bindgen_ty_1 {
                     cq: p.element as *mut ibv_cq,

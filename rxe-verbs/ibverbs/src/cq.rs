@@ -68,7 +68,7 @@ fn channel_of<'a>(p: *mut ibv_comp_channel) -> Result<&'a Channel, Fail> {
 }
 
 pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
-    guard("ibv_destroy_comp_channel", -1, || {
+    guard("ibv_destroy_comp_channel", libc::EIO, || {
         let r = channel_of(channel).and_then(|c| {
             if !c.cqs.lock().is_empty() {
                 return Err(Fail::new(
@@ -81,7 +81,7 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel
             drop(unsafe { Box::from_raw(channel.cast::<Channel>()) });
             Ok(())
         });
-        minus_one_result("ibv_destroy_comp_channel", r)
+        int_result("ibv_destroy_comp_channel", r)
     })
 }
 
@@ -179,6 +179,7 @@ fn create_cq(context: *mut ibv_context, a: CqArgs) -> Result<*mut Cq, Fail> {
             to: Arc::downgrade(&c.events) as Weak<CtxEvents>,
             ptr: cq as usize,
             count: async_events,
+            disarm: None,
         },
     );
     live::add(Kind::Cq, cq as usize);
@@ -299,8 +300,17 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
             c.comp_events.wait_all_acked();
             c.async_events.wait_all_acked();
             live::remove(Kind::Cq, cq as usize);
-            // SAFETY: was a live Box<Cq>.
+            let channel = c.channel;
+            // SAFETY: was a live Box<Cq>. Dropping it destroys the engine's
+            // CQ, after which no event of it is queued any more.
             drop(unsafe { Box::from_raw(cq.cast::<Cq>()) });
+            // Events of the CQ the program never took are dropped with it,
+            // as the kernel drops them, and the channel's fd shows them no
+            // more.
+            // SAFETY: the channel outlives its CQs.
+            if let Some(ch) = unsafe { channel.as_ref() } {
+                ch.pipe.drain(ch.rx.forget(id));
+            }
             Ok(())
         });
         int_result("ibv_destroy_cq", r)
@@ -324,11 +334,10 @@ pub unsafe extern "C" fn ibv_get_cq_event(
                 ch.pipe
                     .take()
                     .map_err(|e| Fail::new(e, "reading the channel's fd"))?;
+                // No event behind the byte: one was withdrawn (its CQ
+                // destroyed) and this byte stood for it; wait for the next.
                 let Some(id) = ch.rx.get_event(Duration::ZERO) else {
-                    return Err(Fail::new(
-                        libc::EIO,
-                        "the channel's fd had a byte but no event",
-                    ));
+                    continue;
                 };
                 // An event of a CQ destroyed meanwhile is dropped, as the
                 // kernel drops it.
@@ -415,9 +424,8 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_w
 unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
     guard("ibv_req_notify_cq", libc::EIO, || {
         let r = cq_of(cq).and_then(|c| {
-            if c.channel.is_null() {
-                return Err(Fail::inval("cq", "has no completion channel to notify"));
-            }
+            // Without a channel the arming has nowhere to report, and is
+            // accepted all the same, as the kernel accepts it.
             Ok(c.rx.req_notify(solicited_only != 0)?)
         });
         int_result("ibv_req_notify_cq", r)

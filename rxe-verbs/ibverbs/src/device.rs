@@ -177,13 +177,13 @@ pub unsafe extern "C" fn ibv_node_type_str(node_type: c_int) -> *const c_char {
 
 pub unsafe extern "C" fn ibv_port_state_str(state: c_int) -> *const c_char {
     let s: &CStr = match state as u32 {
-        IBV_PORT_NOP => c"PORT_NOP",
-        IBV_PORT_DOWN => c"PORT_DOWN",
-        IBV_PORT_INIT => c"PORT_INIT",
-        IBV_PORT_ARMED => c"PORT_ARMED",
-        IBV_PORT_ACTIVE => c"PORT_ACTIVE",
-        IBV_PORT_ACTIVE_DEFER => c"PORT_ACTIVE_DEFER",
-        _ => c"invalid state",
+        IBV_PORT_NOP => c"no state change (NOP)",
+        IBV_PORT_DOWN => c"down",
+        IBV_PORT_INIT => c"init",
+        IBV_PORT_ARMED => c"armed",
+        IBV_PORT_ACTIVE => c"active",
+        IBV_PORT_ACTIVE_DEFER => c"active defer",
+        _ => c"unknown",
     };
     s.as_ptr()
 }

@@ -11,6 +11,10 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 pub struct EventPipe {
     read: OwnedFd,
     write: OwnedFd,
+    /// The read end opened again, non-blocking whatever the program sets
+    /// on its own descriptor: for dropping the bytes of events that are
+    /// withdrawn without ever blocking.
+    drain: OwnedFd,
 }
 
 impl EventPipe {
@@ -27,7 +31,21 @@ impl EventPipe {
             let fl = libc::fcntl(write.as_raw_fd(), libc::F_GETFL);
             libc::fcntl(write.as_raw_fd(), libc::F_SETFL, fl | libc::O_NONBLOCK);
         }
-        Ok(EventPipe { read, write })
+        let path = format!("/proc/self/fd/{}\0", read.as_raw_fd());
+        // SAFETY: a NUL-terminated path; opening a pipe's read end again
+        // gives a new open file description with flags of its own.
+        let d = unsafe {
+            libc::open(
+                path.as_ptr().cast(),
+                libc::O_RDONLY | libc::O_NONBLOCK | libc::O_CLOEXEC,
+            )
+        };
+        if d < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: open succeeded; we own the descriptor.
+        let drain = unsafe { OwnedFd::from_raw_fd(d) };
+        Ok(EventPipe { read, write, drain })
     }
 
     /// The descriptor the program sees.
@@ -41,6 +59,24 @@ impl EventPipe {
         let b = [1u8];
         // SAFETY: writes one byte from a live buffer to a descriptor we own.
         unsafe { libc::write(self.write.as_raw_fd(), b.as_ptr().cast(), 1) };
+    }
+
+    /// Drops the bytes of `n` withdrawn events, without blocking (a byte
+    /// another thread took meanwhile is simply not there: that thread
+    /// then finds no event and waits for the next).
+    pub fn drain(&self, n: usize) {
+        let mut buf = [0u8; 64];
+        let mut left = n;
+        while left > 0 {
+            let want = left.min(buf.len());
+            // SAFETY: reads at most `want` bytes into a live buffer from a
+            // non-blocking descriptor we own.
+            let got = unsafe { libc::read(self.drain.as_raw_fd(), buf.as_mut_ptr().cast(), want) };
+            if got <= 0 {
+                return;
+            }
+            left -= got as usize;
+        }
     }
 
     /// Takes one pending event's byte, blocking unless the program set

@@ -145,6 +145,8 @@ pub struct Mr {
     pub pd: *const Pd,
     /// The access flags as the program gave them.
     pub access: c_uint,
+    /// The I/O virtual address the region was registered at.
+    pub iova: u64,
 }
 
 /// The access flags a region may have; the optional ones (relaxed
@@ -158,7 +160,12 @@ const KNOWN_ACCESS: u32 = IBV_ACCESS_LOCAL_WRITE
 
 /// The engine's access flags for `access`, or EINVAL naming what is wrong.
 pub fn access_of(access: u32, arg: &str) -> Result<rxe_verbs::Access, Fail> {
-    let optional = IBV_ACCESS_OPTIONAL_FIRST.wrapping_sub(1) ^ 0xffff_ffff;
+    // IB_UVERBS_ACCESS_OPTIONAL_RANGE: bits 20 to 29 may be ignored.
+    let optional = 0x3ff0_0000u32;
+    debug_assert_eq!(
+        optional.trailing_zeros(),
+        IBV_ACCESS_OPTIONAL_FIRST.trailing_zeros()
+    );
     let a = access & !optional;
     if a & !KNOWN_ACCESS != 0 {
         if a & (IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB) != 0 {
@@ -234,6 +241,7 @@ fn reg_mr(
         reg: Some(reg),
         pd: std::ptr::from_ref(p),
         access,
+        iova,
     }));
     p.users.fetch_add(1, Ordering::AcqRel);
     live::add(Kind::Mr, mr as usize);
@@ -342,10 +350,12 @@ pub unsafe extern "C" fn ibv_rereg_mr(
             } else {
                 m.mr.pd
             };
-            let (new_addr, new_len) = if flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 {
-                (addr, length)
+            // A new translation is at its own address; otherwise the region
+            // keeps its iova (which ibv_reg_mr_iova may have set apart).
+            let (new_addr, new_len, new_iova) = if flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 {
+                (addr, length, addr as u64)
             } else {
-                (m.mr.addr, m.mr.length)
+                (m.mr.addr, m.mr.length, m.iova)
             };
             let new_access = if flags & IBV_REREG_MR_CHANGE_ACCESS != 0 {
                 access as c_uint
@@ -354,7 +364,7 @@ pub unsafe extern "C" fn ibv_rereg_mr(
             };
             // Register the new translation first, so that a refusal leaves
             // the old region as it was.
-            let fresh = reg_mr(new_pd, new_addr, new_len, new_addr as u64, new_access)?;
+            let fresh = reg_mr(new_pd, new_addr, new_len, new_iova, new_access)?;
             // SAFETY: just made by reg_mr.
             let f = unsafe { Box::from_raw(fresh.cast::<Mr>()) };
             live::remove(Kind::Mr, fresh as usize);
@@ -373,6 +383,7 @@ pub unsafe extern "C" fn ibv_rereg_mr(
                 reg,
                 pd: fpd,
                 access: facc,
+                iova: fiova,
             } = *f;
             m.mr.pd = fm.pd;
             m.mr.addr = fm.addr;
@@ -383,6 +394,7 @@ pub unsafe extern "C" fn ibv_rereg_mr(
             m.reg = reg;
             m.pd = fpd;
             m.access = facc;
+            m.iova = fiova;
             Ok(())
         })();
         match r {

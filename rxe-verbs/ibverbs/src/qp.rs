@@ -14,7 +14,7 @@ use rxe_core::types::*;
 use rxe_verbs::{AddressHandle, QueuePair, SharedReceiveQueue};
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 /// A queue pair: the program's `ibv_qp_ex` (whose start is the `ibv_qp`),
@@ -210,6 +210,7 @@ fn create_qp(pd: *mut ibv_pd, a: QpArgs) -> Result<*mut Qp, Fail> {
             to: Arc::downgrade(&c.events) as Weak<CtxEvents>,
             ptr: q as usize,
             count: async_events,
+            disarm: None,
         },
     );
     live::add(Kind::Qp, q as usize);
@@ -700,7 +701,11 @@ pub struct Srq {
     pub rx: SharedReceiveQueue,
     pub open: Arc<DevOpen>,
     pub pd: *const Pd,
+    /// `max_wr` and `max_sge` as created (`srq_limit` is in `limit`).
     pub attr: Mutex<ibv_srq_attr>,
+    /// The armed limit: set by `ibv_modify_srq`, 0 again once the limit
+    /// event fired (the engine disarms it then, as the kernel does).
+    pub limit: Arc<AtomicU32>,
     pub async_events: Arc<EventCount>,
     pub users: AtomicUsize,
 }
@@ -738,6 +743,7 @@ pub unsafe extern "C" fn ibv_create_srq(
             let rx = p.open.rx.create_srq(&p.rx, a.attr.max_wr, a.attr.max_sge)?;
             let c = ctx_of(p.pd.context)?;
             let async_events = Arc::new(EventCount::default());
+            let limit = Arc::new(AtomicU32::new(0));
             let id = rx.id();
             let s = Box::into_raw(Box::new(Srq {
                 srq: ibv_srq {
@@ -760,6 +766,7 @@ pub unsafe extern "C" fn ibv_create_srq(
                     srq_limit: 0,
                 }),
                 async_events: async_events.clone(),
+                limit: limit.clone(),
                 users: AtomicUsize::new(0),
             }));
             p.users.fetch_add(1, Ordering::AcqRel);
@@ -769,6 +776,7 @@ pub unsafe extern "C" fn ibv_create_srq(
                     to: Arc::downgrade(&c.events) as Weak<CtxEvents>,
                     ptr: s as usize,
                     count: async_events,
+                    disarm: Some(limit.clone()),
                 },
             );
             live::add(Kind::Srq, s as usize);
@@ -808,7 +816,7 @@ pub unsafe extern "C" fn ibv_modify_srq(
                     ));
                 }
                 s.rx.set_limit(a.srq_limit)?;
-                s.attr.lock().srq_limit = a.srq_limit;
+                s.limit.store(a.srq_limit, Ordering::Release);
             }
             Ok(())
         });
@@ -823,7 +831,12 @@ pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_att
                 return Err(Fail::inval("srq_attr", "NULL"));
             }
             // SAFETY: checked non-NULL; the program's output.
-            unsafe { attr.write(*s.attr.lock()) };
+            unsafe {
+                attr.write(ibv_srq_attr {
+                    srq_limit: s.limit.load(Ordering::Acquire),
+                    ..*s.attr.lock()
+                })
+            };
             Ok(())
         });
         int_result("ibv_query_srq", r)

@@ -62,7 +62,8 @@ pub unsafe extern "C" fn ibv_event_type_str(event: ibv_event_type) -> *const c_c
     s.as_ptr()
 }
 
-/// (rate, multiple of 2.5 Gb/s, Mb/s), as libibverbs tabulates them.
+/// (rate, multiple of 2.5 Gb/s or -1 where libibverbs defines none, Mb/s),
+/// as libibverbs tabulates them.
 const RATES: &[(ibv_rate, c_int, c_int)] = &[
     (IBV_RATE_2_5_GBPS, 1, 2500),
     (IBV_RATE_5_GBPS, 2, 5000),
@@ -73,14 +74,14 @@ const RATES: &[(ibv_rate, c_int, c_int)] = &[
     (IBV_RATE_60_GBPS, 24, 60000),
     (IBV_RATE_80_GBPS, 32, 80000),
     (IBV_RATE_120_GBPS, 48, 120000),
-    (IBV_RATE_14_GBPS, 5, 14062),
-    (IBV_RATE_56_GBPS, 22, 56250),
-    (IBV_RATE_112_GBPS, 45, 112500),
-    (IBV_RATE_168_GBPS, 67, 168750),
-    (IBV_RATE_25_GBPS, 10, 25781),
-    (IBV_RATE_100_GBPS, 40, 103125),
-    (IBV_RATE_200_GBPS, 80, 206250),
-    (IBV_RATE_300_GBPS, 120, 309375),
+    (IBV_RATE_14_GBPS, -1, 14062),
+    (IBV_RATE_56_GBPS, -1, 56250),
+    (IBV_RATE_112_GBPS, -1, 112500),
+    (IBV_RATE_168_GBPS, -1, 168750),
+    (IBV_RATE_25_GBPS, -1, 25781),
+    (IBV_RATE_100_GBPS, -1, 103125),
+    (IBV_RATE_200_GBPS, -1, 206250),
+    (IBV_RATE_300_GBPS, -1, 309375),
     (IBV_RATE_28_GBPS, 11, 28125),
     (IBV_RATE_50_GBPS, 20, 53125),
     (IBV_RATE_400_GBPS, 160, 425000),
