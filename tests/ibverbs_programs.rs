@@ -425,3 +425,37 @@ fn a_second_process_on_the_same_address_is_told_why() {
         second.out
     );
 }
+
+/// Debian's python3-pyverbs imports over the drop-in and a short pyverbs
+/// program (`tests/python/pyverbs_rc.py`) moves data over RC between two
+/// soft devices in one process, checking every byte.
+#[test]
+fn pyverbs_moves_data_over_rc() {
+    let python = "/usr/bin/python3";
+    let importable = Command::new(python)
+        .args(["-c", "import pyverbs.device"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !importable {
+        if std::env::var("RXE_SKIP_IBVERBS_TESTS").is_ok_and(|v| v == "1") {
+            eprintln!("skipped: Debian's python3-pyverbs is not installed");
+            return;
+        }
+        panic!("{python} cannot import pyverbs: run `bash tests/setup.sh` (python3-pyverbs)");
+    }
+    let script = tests_dir().join("python").join("pyverbs_rc.py");
+    let r = finish(
+        exec(
+            &["127.0.4.80", "127.0.4.81"],
+            &[python, script.to_str().unwrap()],
+        ),
+        "pyverbs",
+    );
+    assert!(r.ok, "{}", r.out);
+    assert!(
+        r.out
+            .contains("pyverbs: SEND 30 bytes and RDMA WRITE 2048 bytes checked"),
+        "{}",
+        r.out
+    );
+}
