@@ -106,7 +106,7 @@ impl Shared {
             engine.recycle(t);
         }
         let delivered = engine.completions_delivered();
-        if self.delivered.swap(delivered, Ordering::Relaxed) != delivered
+        if self.delivered.swap(delivered, Ordering::AcqRel) != delivered
             && !by_receiver
             && self.receiver.is_taken()
         {
@@ -259,19 +259,21 @@ impl Shared {
 
     /// Takes in what the socket holds, without waiting, if no other thread
     /// is receiving or busy with the socket (see `MemoryRegion::read`).
-    pub fn poll_socket(&self) {
+    /// Returns how many datagrams it took in.
+    pub fn poll_socket(&self) -> usize {
         if self.receiver.is_taken() {
-            return;
+            return 0;
         }
         let Some(mut link) = self.link.try_lock() else {
-            return;
+            return 0;
         };
         let now = Instant::now();
         let mut e = self.engine.lock();
-        self.receive(&mut link, &mut e, now);
+        let got = self.receive(&mut link, &mut e, now);
         self.collect(&mut e, false);
         drop(e);
         self.flush_locked(&mut link);
+        got
     }
 
     /// Feeds every datagram the socket holds to the engine; returns how many.
@@ -291,6 +293,29 @@ impl Shared {
                 return got;
             }
         }
+    }
+
+    /// [`Shared::poll_socket`] for a thread that polls a CQ in a loop: it
+    /// takes the [`crate::progress::Receiver`] token for the look (none if
+    /// another thread holds it), so that while the application keeps
+    /// polling, the progress thread leaves the socket to it and only runs
+    /// the timers, as it does for a thread blocked in
+    /// `CompletionQueue::wait`: on a machine with few cores, a busy poller
+    /// and a progress thread woken by every packet would otherwise take the
+    /// CPU from each other. Returns how many datagrams it took in.
+    pub fn poll_socket_as_receiver(&self) -> usize {
+        let Some(_token) = self.receiver.try_take() else {
+            return 0;
+        };
+        let mut link = self.link.lock();
+        let now = Instant::now();
+        let mut e = self.engine.lock();
+        let got = self.receive(&mut link, &mut e, now);
+        run_due_timers(&mut e, now);
+        self.collect(&mut e, true);
+        drop(e);
+        self.flush_locked(&mut link);
+        got
     }
 
     /// Locks the engine (for waits on `progress`).

@@ -7,7 +7,7 @@ use parking_lot::{Condvar, Mutex};
 use rxe_core::engine::CqId;
 use rxe_core::types::Completion;
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -143,6 +143,11 @@ struct SoftCq {
     ctx: Arc<Inner>,
     id: CqId,
     capacity: u32,
+    /// The device's count of delivered completions when this CQ was last
+    /// found empty by [`CompletionQueue::poll_progress`] (`u64::MAX`:
+    /// never): while the count has not moved, the CQ is still empty and a
+    /// busy poller need not lock the engine to see it.
+    empty_at: AtomicU64,
 }
 
 impl std::fmt::Debug for CompletionQueue {
@@ -223,6 +228,7 @@ impl Context {
                 ctx: inner.clone(),
                 id,
                 capacity: cqe,
+                empty_at: AtomicU64::new(u64::MAX),
             }),
         })
     }
@@ -269,18 +275,31 @@ impl CompletionQueue {
     /// thread is receiving, it first takes in what the socket holds,
     /// without waiting, so the completion a busy poller waits for arrives
     /// on its own thread instead of after the progress thread's next turn.
+    ///
+    /// An empty poll is made cheap: while no completion has been delivered
+    /// anywhere on the device since this CQ was last found empty, the
+    /// engine is not locked to look again, and after taking in datagrams
+    /// the CQ is looked at again only if that delivered a completion.
     pub fn poll_progress(&self, out: &mut Vec<Completion>, max: usize) -> usize {
-        let n = self.poll_into(out, max);
-        if n > 0 {
-            return n;
-        }
-        match &self.imp {
-            CqImp::Soft(c) => {
-                c.ctx.shared.poll_socket();
-                self.poll_into(out, max)
+        let c = match &self.imp {
+            CqImp::Soft(c) => c,
+            CqImp::Native(_) => return self.poll_into(out, max),
+        };
+        let s = &c.ctx.shared;
+        let seen = s.delivered.load(Ordering::Acquire);
+        if c.empty_at.load(Ordering::Relaxed) != seen {
+            let n = self.poll_into(out, max);
+            if n > 0 {
+                return n;
             }
-            CqImp::Native(_) => 0,
+            // Empty as of `seen` at least (a completion delivered since
+            // moved the count on, and the next poll looks again).
+            c.empty_at.store(seen, Ordering::Relaxed);
         }
+        if s.poll_socket_as_receiver() > 0 && s.delivered.load(Ordering::Acquire) != seen {
+            return self.poll_into(out, max);
+        }
+        0
     }
 
     /// Waits until `n` completions are there (or `timeout` passes) and

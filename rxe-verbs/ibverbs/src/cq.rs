@@ -14,7 +14,7 @@ use rxe_verbs::{CompletionChannel, CompletionQueue};
 use std::cell::UnsafeCell;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -100,6 +100,9 @@ pub struct Cq {
     /// Completions taken from the engine and not yet given to the program
     /// (the extended polling takes several at a time).
     pub taken: Mutex<VecDeque<Completion>>,
+    /// Whether `taken` may hold anything: lets `ibv_poll_cq` skip its lock
+    /// (only the extended polling fills it).
+    pub taken_any: AtomicBool,
     /// The completion `ibv_wc_read_*` reads (extended polling).
     pub current: Mutex<Option<Completion>>,
     /// QPs that use the CQ: destroying it before them is EBUSY.
@@ -167,6 +170,7 @@ fn create_cq(context: *mut ibv_context, a: CqArgs) -> Result<*mut Cq, Fail> {
         comp_events: EventCount::default(),
         async_events: async_events.clone(),
         taken: Mutex::new(VecDeque::new()),
+        taken_any: AtomicBool::new(false),
         current: Mutex::new(None),
         users: AtomicUsize::new(0),
     }));
@@ -378,7 +382,7 @@ pub unsafe fn ack_async(cq: *mut ibv_cq) {
 
 /// Moves up to `max` completions into `out`: those taken earlier first.
 fn take(c: &Cq, max: usize, out: &mut Vec<Completion>) {
-    {
+    if c.taken_any.load(Ordering::Acquire) {
         let mut t = c.taken.lock();
         while out.len() < max {
             match t.pop_front() {
@@ -386,6 +390,7 @@ fn take(c: &Cq, max: usize, out: &mut Vec<Completion>) {
                 None => break,
             }
         }
+        c.taken_any.store(!t.is_empty(), Ordering::Release);
     }
     if out.len() < max {
         let want = max - out.len();
@@ -450,7 +455,9 @@ fn advance(c: &Cq) -> c_int {
             c.rx.poll_progress(&mut v, 32);
             t.extend(v);
         }
-        t.pop_front()
+        let next = t.pop_front();
+        c.taken_any.store(!t.is_empty(), Ordering::Release);
+        next
     };
     let mut cur = c.current.lock();
     *cur = next;
