@@ -459,3 +459,72 @@ fn pyverbs_moves_data_over_rc() {
         r.out
     );
 }
+
+/// `rxe exec --print-env` prints the two variables a user sets to do the
+/// same without the wrapper, and they work: `ibv_devices` run with just
+/// them lists the devices.
+#[test]
+fn rxe_exec_print_env_is_enough_without_the_wrapper() {
+    if !have("ibv_devices") {
+        return;
+    }
+    let out = Command::new(rxe_bin())
+        .args(["exec", "-d", "127.0.4.90", "-d", "::1", "--print-env"])
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let var = |name: &str| -> String {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("export {name}='")))
+            .unwrap_or_else(|| panic!("no {name} in:\n{text}"));
+        line.split('\'').nth(1).unwrap().to_string()
+    };
+    assert_eq!(var("RXE_DEVICES"), "rxe0=127.0.4.90,rxe1=::1");
+    let dir = PathBuf::from(var("LD_LIBRARY_PATH"));
+    let link = dir.join("libibverbs.so.1");
+    assert_eq!(
+        std::fs::canonicalize(&link).unwrap(),
+        std::fs::canonicalize(rxe_bin().with_file_name("libibverbs.so")).unwrap()
+    );
+    let listed = Command::new("ibv_devices")
+        .env("LD_LIBRARY_PATH", &dir)
+        .env("RXE_DEVICES", var("RXE_DEVICES"))
+        .output()
+        .unwrap();
+    let listed = String::from_utf8(listed.stdout).unwrap();
+    assert!(
+        listed.contains("rxe0") && listed.contains("rxe1"),
+        "{listed}"
+    );
+}
+
+/// A program that cannot be started, and a library that is not there, are
+/// said plainly, with the exit statuses a shell uses.
+#[test]
+fn rxe_exec_reports_what_it_cannot_do() {
+    let out = Command::new(rxe_bin())
+        .args(["exec", "-d", "127.0.4.91", "--", "/nonexistent/program"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127), "{out:?}");
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("cannot run /nonexistent/program"), "{err}");
+    let out = Command::new(rxe_bin())
+        .args([
+            "exec",
+            "-d",
+            "127.0.4.91",
+            "--lib",
+            "/nonexistent/libibverbs.so",
+            "--",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let err = String::from_utf8(out.stderr).unwrap();
+    assert!(err.contains("/nonexistent/libibverbs.so"), "{err}");
+}
