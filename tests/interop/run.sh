@@ -14,7 +14,10 @@
 #     bad rkey, NAK for a SEND longer than the receive; both directions;
 #   * loss: the same programs moving 8 x 64 KiB SENDs, WRITEs and READs while
 #     nftables on the bridge drops a few RoCE frames; plus rc pingpong;
-#   * icrc self-test: a deliberately corrupted packet must be caught.
+#   * icrc self-test: a deliberately corrupted packet must be caught;
+#   * drop-in (di-*): Debian's unmodified ibv_*_pingpong and perftest on the
+#     host too, over rxe-rs's libibverbs.so.1 (`rxe exec`), against the same
+#     binaries in the guest, both directions.
 #
 # Every scenario is captured on the tap and decoded by `rxe dump --check`
 # (every ICRC must be good), and the guest's rxe hw_counters and kernel log
@@ -98,7 +101,8 @@ fi
 # tshark is optional (handy for reading the captures by hand)
 dpkg -s tshark >/dev/null 2>&1 || { [ -z "${RXE_INTEROP_NO_APT:-}" ] &&
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends tshark >/dev/null 2>&1; } || true
-for c in qemu-system-x86_64 tcpdump nft ip gcc; do
+# (the drop-in scenarios run Debian's ibverbs-utils and perftest on the host too)
+for c in qemu-system-x86_64 tcpdump nft ip gcc ibv_rc_pingpong ib_write_bw; do
     command -v "$c" >/dev/null || cannot "$c is not installed"
 done
 
@@ -111,8 +115,11 @@ ls -1d "$WORK"/runs/*/ 2>/dev/null | head -n -"${RXE_INTEROP_KEEP_RUNS:-5}" | xa
 
 # ---- 1. build: rxe, the Rust peer, the guest ----------------------------------------
 say "== build ($(elapsed)s)"
-( cd "$ROOT" && cargo build --release -q -p rxe-verbs --bin rxe --example backend_exchange ) >"$LOGS/build-rxe.log" 2>&1 ||
+# (--lib: without it the target filters skip rxe-ibverbs, the drop-in
+# libibverbs.so that `rxe exec` runs Debian's programs on, a cdylib)
+( cd "$ROOT" && cargo build --release -q -p rxe-verbs -p rxe-ibverbs --lib --bin rxe --example backend_exchange ) >"$LOGS/build-rxe.log" 2>&1 ||
     { cat "$LOGS/build-rxe.log"; say "interop: building rxe failed"; exit 1; }
+[ -f "$ROOT/target/release/libibverbs.so" ] || { say "interop: the build left no target/release/libibverbs.so (rxe-ibverbs)"; exit 1; }
 # the peer is its own workspace; share the workspace's lock file and target dir
 cp "$ROOT/Cargo.lock" "$HERE/peer/Cargo.lock"
 CARGO_TARGET_DIR="$ROOT/target" cargo build --release -q --manifest-path "$HERE/peer/Cargo.toml" \
@@ -172,15 +179,37 @@ WATCH="rcvd_rnr_err send_rnr_err retry_exceeded_err retry_rnr_exceeded_err link_
 # as wrong data, failed completions or packets the guest did not accept.
 RETX="out_of_seq_request duplicate_request rcvd_seq_err completer_retry_err"
 
-# guest job: counters and kernel log before/after the command
-guest_script() {  # CMD TIMEOUT
+# guest job: counters and kernel log before/after the command. With PORT and
+# MARKER, MARKER (a file in /share) appears once something in the guest
+# listens on TCP PORT, or the command has ended: a client that does not retry
+# its connect (Debian's programs on the host) starts only then.
+guest_script() {  # CMD TIMEOUT [PORT MARKER]
     cat <<EOF
 C=/sys/class/infiniband/rxe0/ports/1/hw_counters
 snap() { for f in \$C/*; do echo "\${f##*/} \$(cat \$f)"; done
          echo "dmesg_bad_icrc \$(dmesg | grep -c 'bad ICRC')"; echo "dmesg_rxe \$(dmesg | grep -ci 'rxe')"; }
 snap >/tmp/c0
+EOF
+    if [ -n "${4:-}" ]; then
+        cat <<EOF
+timeout $2 $1 &
+p=\$!
+for i in \$(seq 1200); do
+    cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '\$4 == "0A" && \$2 ~ /:$(printf '%04X' "$3")\$/ { f = 1 } END { exit !f }' && break
+    kill -0 \$p 2>/dev/null || break
+    sleep 0.05
+done
+touch $4
+wait \$p
+rc=\$?
+EOF
+    else
+        cat <<EOF
 timeout $2 $1
 rc=\$?
+EOF
+    fi
+    cat <<EOF
 sleep 0.3
 snap >/tmp/c1
 awk 'NR==FNR { a[\$1] = \$2; next } { print "GUESTCNT", \$1, a[\$1], \$2 }' /tmp/c0 /tmp/c1
@@ -211,6 +240,9 @@ wait_listen() {  # PORT: until something listens on it in the netns (10 s)
 #   MAXLEN    largest RoCE payload expected (path MTU), MAXLEN_EQ=1: must be reached
 #   HOSTCHK   function run on success with the host log as $1 (adds to NOTE/fail)
 #   GTIMEOUT  guest command timeout (90)
+#   HTIMEOUT  host command timeout (120)
+#   GLISTEN=1 guest server: start the host client only once the guest
+#             listens on $PORT (Debian's clients do not retry their connect)
 scenario() {
     local id=$1 label=$2 server=$3 gcmd=$4; shift 4
     local pcap="$PCAPS/$id.pcap" hlog="$LOGS/$id.host.log" glog="$LOGS/$id.guest.log"
@@ -234,12 +266,25 @@ scenario() {
     for _ in $(seq 50); do grep -q listening "$LOGS/$id.tcpdump.err" 2>/dev/null && break; sleep 0.1; done
 
     if [ "$server" = guest ]; then
-        gjob "$id" "$(guest_script "$gcmd" "${GTIMEOUT:-90}")"
-        sleep 0.3
-        timeout 120 ip netns exec "$NS" "$@" >"$hlog" 2>&1; hrc=$?
+        if [ -n "${GLISTEN:-}" ]; then
+            local mark="out/$id.listening"
+            rm -f "$SHARE/$mark"
+            gjob "$id" "$(guest_script "$gcmd" "${GTIMEOUT:-90}" "$PORT" "/share/$mark")"
+            for _ in $(seq 600); do [ -e "$SHARE/$mark" ] && break; sleep 0.05; done
+        else
+            gjob "$id" "$(guest_script "$gcmd" "${GTIMEOUT:-90}")"
+            sleep 0.3
+        fi
+        timeout "${HTIMEOUT:-120}" ip netns exec "$NS" "$@" >"$hlog" 2>&1; hrc=$?
+        if [ "$hrc" != 0 ]; then
+            # the client failed: a server still waiting for it would only
+            # run into its timeout
+            for _ in $(seq 50); do [ -e "$SHARE/out/$id.rc" ] && break; sleep 0.1; done
+            [ -e "$SHARE/out/$id.rc" ] || gkill "kill0-$id"
+        fi
         gwait "$id" 130 >"$glog" 2>&1; grc=$?
     else
-        timeout 120 ip netns exec "$NS" "$@" >"$hlog" 2>&1 &
+        timeout "${HTIMEOUT:-120}" ip netns exec "$NS" "$@" >"$hlog" 2>&1 &
         HOST_PID=$!
         if wait_listen "$PORT"; then
             gjob "$id" "$(guest_script "$gcmd" "${GTIMEOUT:-90}")"
@@ -253,7 +298,7 @@ scenario() {
     sleep 0.3
     kill "$TCPDUMP_PID" 2>/dev/null; wait "$TCPDUMP_PID" 2>/dev/null; TCPDUMP_PID=""
 
-    [ "$hrc" = 0 ] || { rc=1; why="$why host exit $hrc: $(grep -E 'RESULT .* FAIL|rror|Failed|failed|invalid data' "$hlog" | head -3 | tr '\n' ' ')"; }
+    [ "$hrc" = 0 ] || { rc=1; why="$why host exit $hrc: $(grep -E 'RESULT .* FAIL|rror|Failed|failed|invalid data|^rxe-ibverbs:' "$hlog" | head -3 | tr '\n' ' ')"; }
     [ "$grc" = 0 ] || { rc=1; why="$why guest exit $grc: $(grep -E 'RESULT .* FAIL|rror|Failed|failed|invalid data|timed out' "$glog" | head -3 | tr '\n' ' ')"; }
     if grep -q "invalid data" "$hlog" "$glog"; then rc=1; why="$why pingpong --chk found invalid data"; fi
 
@@ -365,12 +410,34 @@ scenario() {
     if [ "$verdict" != PASS ]; then
         say "     host log: $hlog"; say "     guest log: $glog"; say "     capture: $pcap"
         # a stuck program must not spoil the next scenario
-        grun "kill-$id" 20 'killall -q ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong rxe_peer ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat backend_exchange rxe; true' >/dev/null 2>&1
+        gkill "kill-$id"
     fi
     reset_opts
 }
-reset_opts() { ALLOW="" EXPECT="" ONLY_OPS="" ONE_WAY="" MAXLEN="" MAXLEN_EQ="" HOSTCHK="" GTIMEOUT="" EXTRA_NOTE=""; }
+# end every test program in the guest
+gkill() {  # JOB
+    grun "$1" 20 'killall -q ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong rxe_peer ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat backend_exchange rxe; true' >/dev/null 2>&1
+}
+reset_opts() { ALLOW="" EXPECT="" ONLY_OPS="" ONE_WAY="" MAXLEN="" MAXLEN_EQ="" HOSTCHK="" GTIMEOUT="" HTIMEOUT="" GLISTEN="" EXTRA_NOTE=""; }
 reset_opts
+
+# The drop-in (DROPIN=1 in front of pp_pair/pt_pair): on the host the same
+# Debian program as in the guest, unmodified, over rxe-rs's libibverbs.so.1
+# (`rxe exec` puts it first in LD_LIBRARY_PATH and names 10.99.0.1 rxe0,
+# whose GID index 0 is ::ffff:10.99.0.1). Ids di-pp-... and di-pt-...; -ks:
+# the kernel's program is the server, -rs: the one on rxe-rs is.
+# RXE_DEBUG=1: the library says on stderr (the host log) why a verb failed
+DROPIN_EXEC=(env RXE_DEBUG=1 "$RXE" exec -d "$HOST_IP" --)
+# Debian's clients do not retry their connect, and a stuck program would
+# otherwise hold the suite for 90-120 s
+dropin_opts() { GLISTEN=1 HTIMEOUT=60 GTIMEOUT=60 HOSTCHK=${1:-check_dropin_log}; }
+# what the library said (RXE_DEBUG=1) in a passing scenario goes into the note
+check_dropin_log() {  # host log
+    local n
+    n=$(grep -c '^rxe-ibverbs:' "$1")
+    [ "$n" = 0 ] || EXTRA_NOTE="${EXTRA_NOTE:+$EXTRA_NOTE; }the drop-in said ($n lines): $(grep -m1 '^rxe-ibverbs:' "$1")"
+    return 0
+}
 
 # rxe-rs side of a pingpong; our device's active MTU is 4096 (see docs/interop.md)
 pp_pair() {  # MODE SIZE MTU ITERS
@@ -378,15 +445,29 @@ pp_pair() {  # MODE SIZE MTU ITERS
     [ "$mode" = ud ] && mflag=""          # ibv_ud_pingpong has no -m: it uses the port's active MTU
     tag="${mode}-s${size}-m${mtu}"
     PORT=18515
+    local gprog="ibv_${mode}_pingpong -d rxe0 -g $GIDX -s $size $mflag -n $n -c"
+    if [ -n "${DROPIN:-}" ]; then
+        # shellcheck disable=SC2086  # $mflag is empty or two words
+        local hprog=("${DROPIN_EXEC[@]}" "ibv_${mode}_pingpong" -d rxe0 -g 0 -s "$size" $mflag -n "$n" -c)
+        MAXLEN=$mtu; [ "$size" -ge "$mtu" ] && MAXLEN_EQ=1
+        dropin_opts
+        scenario "di-pp-$tag-ks" "drop-in: ${mode}_pingpong kernel-server→drop-in-client size=$size mtu=$mtu" guest \
+            "$gprog" "${hprog[@]}" "$GUEST_IP"
+        MAXLEN=$mtu; [ "$size" -ge "$mtu" ] && MAXLEN_EQ=1
+        dropin_opts
+        scenario "di-pp-$tag-rs" "drop-in: ${mode}_pingpong drop-in-server→kernel-client size=$size mtu=$mtu" host \
+            "$gprog $HOST_IP" "${hprog[@]}"
+        return
+    fi
     # kernel server, rxe-rs client
     MAXLEN=$mtu; [ "$size" -ge "$mtu" ] && MAXLEN_EQ=1
     scenario "pp-$tag-ks" "${mode}_pingpong kernel-server→rxe-rs-client size=$size mtu=$mtu" guest \
-        "ibv_${mode}_pingpong -d rxe0 -g $GIDX -s $size $mflag -n $n -c" \
+        "$gprog" \
         "$RXE" pingpong --mode "$mode" -d "$HOST_IP" -s "$size" -m "$mtu" -n "$n" -c --timeout 60 "$GUEST_IP"
     # rxe-rs server, kernel client
     MAXLEN=$mtu; [ "$size" -ge "$mtu" ] && MAXLEN_EQ=1
     scenario "pp-$tag-rs" "${mode}_pingpong rxe-rs-server→kernel-client size=$size mtu=$mtu" host \
-        "ibv_${mode}_pingpong -d rxe0 -g $GIDX -s $size $mflag -n $n -c $HOST_IP" \
+        "$gprog $HOST_IP" \
         "$RXE" pingpong --mode "$mode" -d "$HOST_IP" -s "$size" -m "$mtu" -n "$n" -c --timeout 60
 }
 
@@ -402,6 +483,19 @@ check_perf_data() {  # host log, guest log; uses $pcap/$id of the scenario
     printf '%s\n' "$out" >"$PCAPS/$id.data"
     EXTRA_NOTE=$(head -1 <<<"$out")
     [ "$drc" = 0 ] || { say "     perf_check.py: $out"; return 1; }
+}
+# perftest on both sides (the drop-in): neither checks data and there is no
+# buffer to compare the capture with; both must at least have printed their
+# result line (#bytes #iterations ...)
+check_perf_report() {  # host log, guest log
+    local f ok=0 row hrow=""
+    for f in "$1" "$2"; do
+        row=$(grep -m1 -E '^ *[0-9]+ +[0-9]+ +[0-9.]+ +' "$f") || { say "     no result line in $f"; ok=1; }
+        [ "$f" = "$1" ] && hrow=$row
+    done
+    EXTRA_NOTE="host's result line:$(tr -s ' \t' ' ' <<<" $hrow")"
+    check_dropin_log "$1"
+    return $ok
 }
 # perftest's opcodes per test: what the requester sends, what the responder answers
 pt_ops() {  # TEST SIZE MTU RC|UC|UD -> sets PT_REQ PT_RESP (regexes of rxe dump names)
@@ -451,6 +545,19 @@ $req|$PT_RESP}" ;; esac
         MAXLEN=$mtu; [ "$size" -ge "$mtu" ] && MAXLEN_EQ=1
         HOSTCHK=check_perf_data
         local id="${PT_LOSS:+loss-}${PT_GUEST:+native-}pt-$tag-$dir" label="${PT_LOSS:+loss: }perftest $what"
+        if [ -n "${DROPIN:-}" ]; then
+            # perftest on both sides: the host's over the drop-in
+            local hprog=("${DROPIN_EXEC[@]}" "ib_$t" -d rxe0 -x 0 -F -m "$mtu" "${sflag[@]}" -n "$n" "${flags[@]}")
+            dropin_opts check_perf_report
+            if [ "$dir" = ks ]; then
+                scenario "di-$id" "drop-in: perftest $what kernel-server→drop-in-client" guest \
+                    "ib_$t $common" "${hprog[@]}" "$GUEST_IP"
+            else
+                scenario "di-$id" "drop-in: perftest $what drop-in-server→kernel-client" host \
+                    "ib_$t $common $HOST_IP" "${hprog[@]}"
+            fi
+            continue
+        fi
         # PT_GUEST: another guest program with perftest's flags (rxe perf on
         # the native backend)
         local gprog="${PT_GUEST:-ib_$t}"
@@ -649,6 +756,19 @@ ONLY_OPS="UC_SEND_(ONLY|FIRST|MIDDLE|LAST)(_WITH_IMMEDIATE)?|UC_RDMA_WRITE_(ONLY
 scenario ucud-rsreq-m1024 "UC/UD with immediate rxe-rs-requester→kernel-responder mtu=1024" host \
     "rxe_peer -S -P ucud -g $GIDX -m 1024 $HOST_IP" "$PEER" -R -P ucud -d "$HOST_IP" -m 1024
 
+say "== drop-in: Debian's programs on both sides, the host's over rxe-rs's libibverbs.so.1, path MTU 1024 ($(elapsed)s)"
+# `rxe exec -d 10.99.0.1 -- ibv_rc_pingpong ...` on the host against the same
+# binary on the kernel's rxe0, both directions (ids di-pp-*, di-pt-*)
+for s in 1 65536; do DROPIN=1 pp_pair rc "$s" 1024 20; done
+for s in 1 65536; do DROPIN=1 pp_pair uc "$s" 1024 20; done
+for s in 1 1024; do DROPIN=1 pp_pair ud "$s" 1024 20; done
+for s in 1 4096; do DROPIN=1 pp_pair srq "$s" 1024 20; done
+DROPIN=1 pt_pair write_bw 65536 1024 10
+DROPIN=1 pt_pair read_bw 4096 1024 50
+DROPIN=1 pt_pair send_bw 4096 1024 50
+DROPIN=1 pt_pair atomic_bw 8 1024 100 -A FETCH_AND_ADD
+DROPIN=1 pt_pair send_lat 64 1024 50
+
 say "== loss: nftables drops a few RoCE frames ($(elapsed)s)"
 PORT=18516
 lossy_on "9, 100, 301" "5, 60, 203"
@@ -703,6 +823,11 @@ pt_pair write_bw 65536 4096 10
 pt_pair read_bw 65536 4096 10
 pt_pair send_bw 16384 4096 20
 pt_pair send_lat 8192 4096 20
+
+say "== drop-in, path MTU 4096 ($(elapsed)s)"
+DROPIN=1 pp_pair rc 65536 4096 10
+DROPIN=1 pp_pair ud 4096 4096 10
+DROPIN=1 pt_pair write_bw 65536 4096 10
 
 say "== loss at path MTU 4096 ($(elapsed)s)"
 PORT=18516
