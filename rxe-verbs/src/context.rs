@@ -307,6 +307,7 @@ impl Shared {
         let Some(_token) = self.receiver.try_take() else {
             return 0;
         };
+        self.receiver.set_poller(true);
         let mut link = self.link.lock();
         let now = Instant::now();
         let mut e = self.engine.lock();

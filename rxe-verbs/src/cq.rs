@@ -331,6 +331,7 @@ impl CompletionQueue {
                 return Ok(out);
             }
             if let Some(token) = s.receiver.try_take() {
+                s.receiver.set_poller(false);
                 // This thread is the receiver: take packets in until the
                 // completions are there.
                 // Datagrams the last round took in (see "Waiting" in

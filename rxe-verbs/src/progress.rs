@@ -85,9 +85,19 @@ pub(crate) const TIMER_TICK: Duration = Duration::from_millis(1);
 /// at the timers and the stop flag again.
 const IDLE_WAIT: Duration = Duration::from_millis(20);
 
+/// How long a datagram may wait on the socket, while the application is
+/// the receiver by polling (not blocking in a wait), before the progress
+/// thread takes it in itself: a program that polls its CQ takes packets in
+/// far sooner, but one that polls *memory* for a peer's WRITE
+/// (`ib_write_lat`) never calls the library while it waits.
+pub(crate) const ORPHAN: Duration = Duration::from_micros(30);
+
 /// The token that makes one application thread the device's receiver.
 pub(crate) struct Receiver {
     busy: AtomicBool,
+    /// Whether the last holder only polled (`Shared::poll_socket_as_receiver`)
+    /// rather than blocked on the socket in a wait.
+    poller: AtomicBool,
     /// When the last application receiver let go, in nanoseconds since `epoch`.
     released: AtomicU64,
     epoch: Instant,
@@ -97,6 +107,7 @@ impl Receiver {
     pub fn new() -> Self {
         Receiver {
             busy: AtomicBool::new(false),
+            poller: AtomicBool::new(false),
             released: AtomicU64::new(0),
             epoch: Instant::now(),
         }
@@ -108,6 +119,11 @@ impl Receiver {
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .ok()
             .map(|_| ReceiverGuard { receiver: self })
+    }
+
+    /// Says whether the holder only polls (see [`ORPHAN`]).
+    pub fn set_poller(&self, poller: bool) {
+        self.poller.store(poller, Ordering::Relaxed);
     }
 
     /// Whether an application thread holds the token now.
@@ -159,7 +175,19 @@ pub(crate) fn run(shared: Arc<Shared>) {
         if shared.receiver.app_is_receiving(now) {
             // An application thread has the socket: timers only.
             let nap = until_timer.map_or(TIMER_TICK, |d| d.min(TIMER_TICK));
-            if !nap.is_zero() {
+            if shared.receiver.poller.load(Ordering::Relaxed) {
+                // It only polls: watch the socket, and take in what it
+                // leaves there for longer than ORPHAN.
+                if !nap.is_zero() && shared.waiter.wait(Some(nap)).unwrap_or(false) {
+                    std::thread::sleep(ORPHAN);
+                    if !shared.receiver.is_taken()
+                        && shared.waiter.wait(Some(Duration::ZERO)).unwrap_or(false)
+                    {
+                        got = shared.round(true, false, true);
+                        continue;
+                    }
+                }
+            } else if !nap.is_zero() {
                 std::thread::sleep(nap);
             }
             shared.timers_round();
