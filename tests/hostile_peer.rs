@@ -1272,10 +1272,14 @@ fn keys_and_qp_numbers_are_not_guessable() {
         &qpns[..8]
     );
     assert!(qpns.iter().all(|&n| (0x10..0x00ff_fff0).contains(&n)));
-    let high = qpns.iter().filter(|&&n| n & 0x80_0000 != 0).count();
+    // The top 8 bits are the process's prefix on its address (random per
+    // process: rxe_net::share), the low 16 random per QP.
+    let prefixes: HashSet<u32> = qpns.iter().map(|&n| n >> 16).collect();
+    assert_eq!(prefixes.len(), 1, "one prefix per process: {prefixes:x?}");
+    let high = qpns.iter().filter(|&&n| n & 0x8000 != 0).count();
     assert!(
         (400..=600).contains(&high),
-        "{high} of 1000 QPNs in the upper half"
+        "{high} of 1000 QPNs in the upper half of their prefix's range"
     );
     let psns: HashSet<u32> = qps.iter().map(|q| q.endpoint().psn).collect();
     assert!(psns.len() >= 990, "{} distinct initial PSNs", psns.len());

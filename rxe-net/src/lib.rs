@@ -12,10 +12,13 @@
 //! * [`udp`]: RoCE v2 through the kernel's UDP stack, unprivileged
 //!   (`sendmmsg`/`recvmmsg` on a socket bound to port 4791), with an
 //!   optional raw-socket receive mode that checks every IPv4 ICRC.
-// `udp` makes system calls through `libc`; nothing else may use unsafe code.
+// `udp` and `share` make system calls through `libc`; nothing else may use
+// unsafe code.
 #![deny(unsafe_code)]
 
 pub mod capture;
+#[allow(unsafe_code)]
+pub mod share;
 pub mod sim;
 #[allow(unsafe_code)]
 pub mod udp;

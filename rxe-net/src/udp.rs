@@ -92,6 +92,7 @@
 //! know it: set [`rxe_core::engine::EngineConfig::udp_src_port`] to
 //! `Some(transport.src_port())`. Any source port is accepted on receive.
 
+use crate::share::{dest_prefix, Forward, Share};
 use rxe_core::engine::{IcrcStatus, RecvMeta, Transmit};
 use rxe_core::wire::{icrc, RoceFrame, BTH_LEN, ICRC_LEN, ROCE_V2_PORT};
 use std::fmt;
@@ -187,6 +188,20 @@ pub struct UdpStats {
     /// Raw mode: packets to this address and port 4791 whose IP or UDP
     /// lengths do not add up (dropped, as the UDP layer would).
     pub rx_malformed: u64,
+    /// Datagrams for another process sharing the address, passed on to it
+    /// ([`crate::share`]).
+    pub rx_forwarded: u64,
+    /// Datagrams for a QP prefix no process on the address holds (handed
+    /// to this transport's engine, which answers or counts them).
+    pub rx_unowned: u64,
+    /// Raw mode: packets for another process sharing the address (which
+    /// sees them itself; skipped here).
+    pub rx_others: u64,
+    /// Datagrams another process sharing the address passed on to this one.
+    pub rx_forwarded_in: u64,
+    /// Datagrams for another process that could not be passed on because
+    /// its queue was full (lost; the protocol retries).
+    pub rx_forward_full: u64,
 }
 
 /// RoCE v2 packets through a UDP socket bound to `(addr, 4791)`.
@@ -199,6 +214,10 @@ pub struct UdpTransport {
     stats: UdpStats,
     /// `BATCH` buffers of `MAX_DATAGRAM` bytes.
     bufs: Vec<u8>,
+    /// This transport's share of its address (see [`crate::share`]).
+    share: Share,
+    /// Where forwarded datagrams are received.
+    fwd_buf: Vec<u8>,
     /// The system calls' message headers, kept from call to call.
     slots: Box<Slots>,
 }
@@ -289,6 +308,8 @@ impl UdpTransport {
             },
         };
         let udp = open_udp(sa, raw.is_some())?;
+        let share = Share::claim(addr, rand::random())
+            .map_err(|e| context(e, format!("claim a share of {sa}")))?;
         let defaults = SocketDefaults::query(&udp, addr.is_ipv6())
             .map_err(|e| context(e, format!("read the TOS and TTL of the socket for {sa}")))?;
         Ok(UdpTransport {
@@ -298,6 +319,8 @@ impl UdpTransport {
             defaults,
             stats: UdpStats::default(),
             bufs: vec![0; BATCH * MAX_DATAGRAM],
+            share,
+            fwd_buf: vec![0; MAX_DATAGRAM + 64],
             slots: Slots::new(),
         })
     }
@@ -305,6 +328,13 @@ impl UdpTransport {
     /// The bound address (also [`RecvMeta::dst`] of every datagram).
     pub fn addr(&self) -> IpAddr {
         self.addr
+    }
+
+    /// The top 8 bits of every QP number the engine behind this transport
+    /// must hand out (`EngineConfig::qpn_prefix`): how datagrams find their
+    /// process when several share the address ([`crate::share`]).
+    pub fn qpn_prefix(&self) -> u8 {
+        self.share.prefix()
     }
 
     /// The bound socket address, `(addr, 4791)`.
@@ -430,7 +460,19 @@ impl UdpTransport {
     /// Waits up to `timeout` until a datagram is ready to receive; true if
     /// one is.
     pub fn wait_readable(&self, timeout: Option<Duration>) -> io::Result<bool> {
-        wait_fd(self.recv_fd().as_raw_fd(), libc::POLLIN, timeout)
+        let mut pfds = [
+            libc::pollfd {
+                fd: self.recv_fd().as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.share.fd().as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        ppoll(&mut pfds, timeout)
     }
 
     /// A handle that waits for incoming datagrams on its own duplicate of
@@ -442,6 +484,7 @@ impl UdpTransport {
         let wake = cvt(wake).map_err(|e| context(e, "eventfd"))?;
         Ok(Waiter {
             fd: self.recv_fd().try_clone_to_owned()?,
+            fwd: self.share.fd().try_clone()?,
             // SAFETY: `wake` is a new descriptor that nothing else owns.
             wake: unsafe { OwnedFd::from_raw_fd(wake) },
         })
@@ -492,7 +535,7 @@ impl UdpTransport {
             if got > 0 {
                 continue; // all filtered out: look again before waiting
             }
-            wait_fd(self.recv_fd().as_raw_fd(), libc::POLLIN, wait)?;
+            self.wait_readable(wait)?;
         }
     }
 
@@ -545,12 +588,11 @@ impl UdpTransport {
             let e = io::Error::last_os_error();
             match e.raw_os_error() {
                 Some(libc::EINTR) => continue,
-                Some(libc::EAGAIN) => return Ok((0, 0)),
+                // Nothing on the socket; forwarded datagrams may still wait.
+                Some(libc::EAGAIN) => break 0,
                 // Errors queued by ICMP (only on connected sockets, or
                 // with IP_RECVERR): nothing to receive, nothing wrong here.
-                Some(libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH) => {
-                    return Ok((0, 0))
-                }
+                Some(libc::ECONNREFUSED | libc::EHOSTUNREACH | libc::ENETUNREACH) => break 0,
                 _ => return Err(context(e, format!("receive on {}", self.local_addr()))),
             }
         };
@@ -584,6 +626,31 @@ impl UdpTransport {
                     ip_packet: None,
                 }
             };
+            if let Some(p) = dest_prefix(d.payload).filter(|&p| p != self.share.prefix()) {
+                // Another process's, if one holds the prefix: in raw mode it
+                // sees the packet itself; a plain socket's datagram is passed
+                // on. A prefix nobody holds (QP 1, a QP of a process gone)
+                // is the engine's to answer or count, as before sharing.
+                if raw_mode {
+                    if self.share.is_held(p) {
+                        self.stats.rx_others += 1;
+                        continue;
+                    }
+                } else {
+                    match self.share.forward(p, &d.meta, d.payload) {
+                        Forward::Sent => {
+                            self.stats.rx_forwarded += 1;
+                            continue;
+                        }
+                        Forward::Full => {
+                            self.stats.rx_forward_full += 1;
+                            continue;
+                        }
+                        Forward::Nobody => {}
+                    }
+                }
+                self.stats.rx_unowned += 1;
+            }
             let s = &mut self.stats;
             s.rx_packets += 1;
             s.rx_bytes += d.payload.len() as u64;
@@ -594,6 +661,29 @@ impl UdpTransport {
             }
             handed += 1;
             f(d);
+        }
+        // Datagrams other processes on the address passed on.
+        let mut n = n;
+        while n < BATCH {
+            let Some((meta, r)) = self.share.recv(&mut self.fwd_buf) else {
+                break;
+            };
+            n += 1;
+            let s = &mut self.stats;
+            s.rx_packets += 1;
+            s.rx_bytes += r.len() as u64;
+            s.rx_forwarded_in += 1;
+            match meta.icrc {
+                IcrcStatus::Ok => s.icrc_ok += 1,
+                IcrcStatus::Bad => s.icrc_bad += 1,
+                IcrcStatus::Unverified => s.icrc_unverified += 1,
+            }
+            handed += 1;
+            f(Datagram {
+                meta,
+                payload: &self.fwd_buf[r],
+                ip_packet: None,
+            });
         }
         Ok((n, handed))
     }
@@ -976,6 +1066,8 @@ fn open_udp(sa: SocketAddr, drop_all: bool) -> io::Result<OwnedFd> {
                 libc::IPV6_PMTUDISC_DO,
             )?;
         }
+        // Several processes may share the address (crate::share).
+        setsockopt_int(fd, libc::SOL_SOCKET, libc::SO_REUSEPORT, 1)?;
         grow_buffers(fd, !drop_all, true);
         if drop_all {
             // Before bind, so that nothing is ever queued here.
@@ -1097,6 +1189,8 @@ fn from_sockaddr(ss: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<So
 #[derive(Debug)]
 pub struct Waiter {
     fd: OwnedFd,
+    /// Where datagrams other processes pass on arrive ([`crate::share`]).
+    fwd: OwnedFd,
     wake: OwnedFd,
 }
 
@@ -1116,6 +1210,11 @@ impl Waiter {
                 events: libc::POLLIN,
                 revents: 0,
             },
+            libc::pollfd {
+                fd: self.fwd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
         if !ppoll(&mut pfds, timeout)? {
             return Ok(false);
@@ -1132,7 +1231,7 @@ impl Waiter {
                 )
             };
         }
-        Ok(pfds[0].revents != 0)
+        Ok(pfds[0].revents != 0 || pfds[2].revents != 0)
     }
 
     /// Ends the current (or next) [`Waiter::wait`] of any thread.
@@ -1496,13 +1595,17 @@ mod tests {
         assert!(e.to_string().starts_with("bind 192.0.2.1:4791: "), "{e}");
 
         let mut t = bind_loopback(lo(12), RecvMode::Plain).unwrap();
-        let e = UdpTransport::bind(t.addr()).unwrap_err();
+        // Another transport shares the address (crate::share); a socket
+        // that does not share it (no SO_REUSEPORT) keeps it to itself.
+        let other = UdpTransport::bind(t.addr()).unwrap();
+        assert_ne!(other.qpn_prefix(), t.qpn_prefix());
+        drop(other);
+        let hold = std::net::UdpSocket::bind((lo(14), ROCE_V2_PORT)).unwrap();
+        let e = UdpTransport::bind(lo(14).into()).unwrap_err();
+        drop(hold);
         assert_eq!(e.kind(), io::ErrorKind::AddrInUse);
         let msg = e.to_string();
-        assert!(
-            msg.starts_with(&format!("bind {}:4791: ", t.addr())),
-            "{msg}"
-        );
+        assert!(msg.starts_with(&format!("bind {}:4791: ", lo(14))), "{msg}");
         assert!(std::error::Error::source(e.get_ref().unwrap()).is_some());
 
         let me = t.addr();

@@ -427,6 +427,7 @@ impl Context {
         };
         let mut config = EngineConfig::new(device.addr(), rand::random());
         config.udp_src_port = Some(link.src_port());
+        config.qpn_prefix = Some(link.qpn_prefix());
         let recv_mode = link.recv_mode();
         let waiter = link.waiter().map_err(|source| Error::Io {
             what: "duplicate the socket".into(),

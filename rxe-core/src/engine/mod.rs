@@ -95,6 +95,11 @@ pub struct EngineConfig {
     /// `None`: a hash of the local QP number in 0xC000..=0xFFFF (the
     /// kernel's rxe derives its port from the flow label or both QP numbers).
     pub udp_src_port: Option<u16>,
+    /// The top 8 bits of every local QP number, when several processes
+    /// share one address and a packet's owner is told by its destination
+    /// QP (`rxe_net::udp`'s sharing): QP numbers are then
+    /// `prefix << 16 | random 16 bits`. `None`: random over all 24 bits.
+    pub qpn_prefix: Option<u8>,
 }
 
 impl EngineConfig {
@@ -109,6 +114,7 @@ impl EngineConfig {
             ack_every: 64,
             max_in_flight: 1024,
             udp_src_port: None,
+            qpn_prefix: None,
         }
     }
 }
@@ -639,8 +645,11 @@ impl Engine {
     fn random_qpn(&mut self) -> u32 {
         loop {
             // QP 0 and 1 are special; keep clear of the top few too.
-            let n = self.rng.gen_range(0x10..0x00ff_fff0);
-            if !self.qps.contains_key(&n) {
+            let n = match self.config.qpn_prefix {
+                None => self.rng.gen_range(0x10..0x00ff_fff0),
+                Some(p) => (u32::from(p) << 16) | self.rng.gen_range(0..=0xffff),
+            };
+            if (0x10..0x00ff_fff0).contains(&n) && !self.qps.contains_key(&n) {
                 return n;
             }
         }

@@ -150,9 +150,10 @@ impl DevOpen {
             let f = Fail::from(e);
             if f.errno == libc::EADDRINUSE {
                 eprintln!(
-                    "rxe-ibverbs: cannot open {}: UDP {}:4791 is taken by another process \
-                     (two processes cannot share a soft device's address yet); give this \
-                     process its own address, for example `rxe exec -d 127.0.0.3 -- ...`",
+                    "rxe-ibverbs: cannot open {}: UDP {}:4791 is taken by a program that does \
+                     not share it (rxe-rs processes share an address; this one is something \
+                     else, or another user's); give this process another address, for \
+                     example `rxe exec -d 127.0.0.3 -- ...`",
                     d.rx.name(),
                     d.addr
                 );
