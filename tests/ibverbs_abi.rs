@@ -41,13 +41,11 @@
 //! is set: then they print why and pass.
 
 use rxe_tests::tests_dir;
-use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::OnceLock;
 
 const DEBIAN_LIBDIR: &str = "/usr/lib/x86_64-linux-gnu";
 
@@ -94,30 +92,9 @@ fn have(tools: &[&str], files: &[&str]) -> bool {
     );
 }
 
-/// Our `libibverbs.so`, built on first use with the `cargo` that runs the
-/// tests; its path comes from Cargo's `compiler-artifact` message.
+/// Our `libibverbs.so`, built on first use.
 fn our_lib() -> &'static Path {
-    static LIB: OnceLock<PathBuf> = OnceLock::new();
-    LIB.get_or_init(|| {
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
-        let out = Command::new(cargo)
-            .args(["build", "-p", "rxe-ibverbs"])
-            .arg("--message-format=json-render-diagnostics")
-            .current_dir(tests_dir().parent().unwrap())
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run cargo build");
-        assert!(out.status.success(), "cargo build -p rxe-ibverbs failed");
-        let stdout = String::from_utf8(out.stdout).unwrap();
-        stdout
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "ibverbs")
-            .flat_map(|m| m["filenames"].as_array().cloned().unwrap_or_default())
-            .filter_map(|f| f.as_str().map(PathBuf::from))
-            .find(|f| f.to_string_lossy().ends_with("libibverbs.so"))
-            .expect("cargo reported no libibverbs.so")
-    })
+    rxe_tests::dropin_library()
 }
 
 fn abi_dir() -> PathBuf {

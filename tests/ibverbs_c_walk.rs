@@ -27,7 +27,6 @@
 //! them).
 
 use rxe_tests::tests_dir;
-use serde_json::Value;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -91,25 +90,7 @@ fn toolchain(dir: &Path) -> Result<(), String> {
 
 /// The drop-in `libibverbs.so`, built by the `cargo` that runs the tests.
 fn build_library() -> PathBuf {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
-    let out = Command::new(cargo)
-        .args(["build", "-p", "rxe-ibverbs"])
-        .arg("--message-format=json-render-diagnostics")
-        .current_dir(tests_dir().parent().unwrap())
-        .stderr(Stdio::inherit())
-        .output()
-        .expect("run cargo build");
-    assert!(out.status.success(), "cargo build -p rxe-ibverbs failed");
-    let stdout = String::from_utf8(out.stdout).unwrap();
-    stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "ibverbs")
-        .filter_map(|m| m["filenames"].as_array().cloned())
-        .flatten()
-        .filter_map(|f| f.as_str().map(PathBuf::from))
-        .find(|f| f.file_name().is_some_and(|n| n == "libibverbs.so"))
-        .expect("cargo reported no libibverbs.so")
+    rxe_tests::dropin_library().to_path_buf()
 }
 
 /// Compiles `tests/c/verbs_walk.c` into `dir`.

@@ -9,7 +9,6 @@
 //! unless `RXE_SKIP_IBVERBS_TESTS=1` says to skip.
 
 use rxe_tests::tests_dir;
-use serde_json::Value;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -23,32 +22,11 @@ const LIMIT: Duration = Duration::from_secs(90);
 fn rxe_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
-        let out = Command::new(cargo)
-            .args([
-                "build",
-                "-p",
-                "rxe-verbs",
-                "--bin",
-                "rxe",
-                "-p",
-                "rxe-ibverbs",
-            ])
-            .arg("--message-format=json-render-diagnostics")
-            .current_dir(tests_dir().parent().unwrap())
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run cargo build");
-        assert!(
-            out.status.success(),
-            "cargo build of rxe and rxe-ibverbs failed"
-        );
-        let stdout = String::from_utf8(out.stdout).unwrap();
-        let bin = stdout
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "rxe")
-            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        let files =
+            rxe_tests::cargo_build(&["-p", "rxe-verbs", "--bin", "rxe", "-p", "rxe-ibverbs"]);
+        let bin = files
+            .into_iter()
+            .find(|f| f.file_name().is_some_and(|n| n == "rxe"))
             .expect("cargo reported no rxe executable");
         assert!(
             bin.with_file_name("libibverbs.so").exists(),

@@ -13,3 +13,48 @@ pub fn pcap_dir() -> PathBuf {
 }
 
 pub mod sim;
+
+/// Builds workspace targets with the `cargo` that runs the tests
+/// (`args`: what follows `cargo build`, such as `["-p", "rxe-ibverbs"]`)
+/// and returns the files Cargo reports for them (`compiler-artifact`
+/// messages: executables and library files).
+pub fn cargo_build(args: &[&str]) -> Vec<PathBuf> {
+    use std::process::{Command, Stdio};
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
+    let out = Command::new(cargo)
+        .arg("build")
+        .args(args)
+        .arg("--message-format=json-render-diagnostics")
+        .current_dir(tests_dir().parent().unwrap())
+        .stderr(Stdio::inherit())
+        .output()
+        .expect("run cargo build");
+    assert!(out.status.success(), "cargo build {args:?} failed");
+    String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|m| m["reason"] == "compiler-artifact")
+        .flat_map(|m| {
+            let mut files: Vec<PathBuf> = m["filenames"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(|f| f.as_str().map(PathBuf::from))
+                .collect();
+            files.extend(m["executable"].as_str().map(PathBuf::from));
+            files
+        })
+        .collect()
+}
+
+/// The drop-in `libibverbs.so` (rxe-verbs/ibverbs), built on first use.
+pub fn dropin_library() -> &'static std::path::Path {
+    static LIB: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    LIB.get_or_init(|| {
+        cargo_build(&["-p", "rxe-ibverbs"])
+            .into_iter()
+            .find(|f| f.file_name().is_some_and(|n| n == "libibverbs.so"))
+            .expect("cargo reported no libibverbs.so")
+    })
+}
