@@ -531,6 +531,37 @@ unsafe fn set_bad<T>(bad: *mut *mut T, p: *mut T) {
     }
 }
 
+/// How a post went, as `ibv_post_send`/`ibv_post_recv` report it: the
+/// engine's refusal of the `index`-th WR (or, failing that, the first
+/// malformed one) goes to `*bad` with its errno; 0 when all were posted.
+///
+/// # Safety
+/// `bad` is NULL or the program's output slot; `ptrs` are the WRs posted.
+unsafe fn report_post<T>(
+    verb: &str,
+    posted: Result<(), rxe_verbs::Error>,
+    ptrs: &[*mut T],
+    first: *mut T,
+    failed: Option<(*mut T, Fail)>,
+    bad: *mut *mut T,
+) -> c_int {
+    let (at, f) = match (posted, failed) {
+        (Ok(()), None) => return 0,
+        (Err(e), _) => {
+            let index = match &e {
+                rxe_verbs::Error::BadWorkRequest { index, .. } => *index,
+                _ => 0,
+            };
+            (ptrs.get(index).copied().unwrap_or(first), Fail::from(e))
+        }
+        (Ok(()), Some(x)) => x,
+    };
+    note(verb, &f.why);
+    // SAFETY: the caller's contract.
+    unsafe { set_bad(bad, at) };
+    f.errno
+}
+
 unsafe extern "C" fn post_send(
     qp: *mut ibv_qp,
     wr: *mut ibv_send_wr,
@@ -563,26 +594,9 @@ unsafe extern "C" fn post_send(
             }
             p = w.next;
         }
-        if let Err(e) = q.rx.post_send(&list) {
-            let index = match &e {
-                rxe_verbs::Error::BadWorkRequest { index, .. } => *index,
-                _ => 0,
-            };
-            let f = Fail::from(e);
-            note("ibv_post_send", &f.why);
-            // SAFETY: the program's output slot.
-            unsafe { set_bad(bad_wr, ptrs.get(index).copied().unwrap_or(wr)) };
-            return f.errno;
-        }
-        match failed {
-            None => 0,
-            Some((p, f)) => {
-                note("ibv_post_send", &f.why);
-                // SAFETY: the program's output slot.
-                unsafe { set_bad(bad_wr, p) };
-                f.errno
-            }
-        }
+        let posted = q.rx.post_send(&list);
+        // SAFETY: the program's list and output slot.
+        unsafe { report_post("ibv_post_send", posted, &ptrs, wr, failed, bad_wr) }
     })
 }
 
@@ -636,26 +650,9 @@ unsafe fn post_recv_list(
 ) -> c_int {
     // SAFETY: the caller's contract.
     let (list, ptrs, failed) = unsafe { recv_list(wr, max, max_sge) };
-    if let Err(e) = post(&list) {
-        let index = match &e {
-            rxe_verbs::Error::BadWorkRequest { index, .. } => *index,
-            _ => 0,
-        };
-        let f = Fail::from(e);
-        note(verb, &f.why);
-        // SAFETY: the caller's contract.
-        unsafe { set_bad(bad_wr, ptrs.get(index).copied().unwrap_or(wr)) };
-        return f.errno;
-    }
-    match failed {
-        None => 0,
-        Some((p, f)) => {
-            note(verb, &f.why);
-            // SAFETY: the caller's contract.
-            unsafe { set_bad(bad_wr, p) };
-            f.errno
-        }
-    }
+    let posted = post(&list);
+    // SAFETY: the caller's contract.
+    unsafe { report_post(verb, posted, &ptrs, wr, failed, bad_wr) }
 }
 
 unsafe extern "C" fn post_recv(
