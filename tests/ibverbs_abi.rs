@@ -165,11 +165,6 @@ impl DynSym {
     fn defined(&self) -> bool {
         self.section != "*UND*"
     }
-
-    /// The `*ABS*` entry that defines a version node (name = version).
-    fn version_node(&self) -> bool {
-        self.section == "*ABS*" && self.version.as_deref() == Some(&self.name)
-    }
 }
 
 /// `objdump -T FILE`, parsed. A line is `ADDR FLAGS SECTION\tSIZE VERSION
@@ -225,11 +220,13 @@ fn objdump_dynsyms(file: &Path) -> Vec<DynSym> {
 type Export = (String, String, &'static str);
 
 /// The defined, versioned exports of a library as (name, version,
-/// `default`/`compat`), without the version-node entries.
+/// `default`/`compat`), the version-node entries (`IBVERBS_1.1` at
+/// version `IBVERBS_1.1`, `*ABS*`) included: tools that list a library's
+/// versioned symbols count them.
 fn exports(file: &Path) -> BTreeSet<Export> {
     objdump_dynsyms(file)
         .into_iter()
-        .filter(|s| s.defined() && !s.version_node())
+        .filter(|s| s.defined())
         .map(|s| {
             let version = s.version.unwrap_or_else(|| "Base".to_string());
             (s.name, version, if s.compat { "compat" } else { "default" })

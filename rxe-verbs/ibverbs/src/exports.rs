@@ -32,6 +32,39 @@ macro_rules! export {
     };
 }
 
+/// `version_nodes!("IBVERBS_1.0", ...)`: the absolute symbol that names each
+/// version node (`IBVERBS_1.1@@IBVERBS_1.1`), which GNU ld puts in every
+/// versioned library and rdma-core's has; rust-lld does not, so they are
+/// defined here (an object at address 0, like GNU ld's).
+macro_rules! version_nodes {
+    ($($v:literal),* $(,)?) => {
+        $(
+            std::arch::global_asm!(
+                concat!(".globl \"__rxe_node_", $v, "\""),
+                concat!(".type \"__rxe_node_", $v, "\", @object"),
+                concat!(".set \"__rxe_node_", $v, "\", 0"),
+                concat!(".symver \"__rxe_node_", $v, "\", ", $v, "@@", $v),
+            );
+        )*
+    };
+}
+
+version_nodes!(
+    "IBVERBS_1.0",
+    "IBVERBS_1.1",
+    "IBVERBS_1.5",
+    "IBVERBS_1.6",
+    "IBVERBS_1.7",
+    "IBVERBS_1.8",
+    "IBVERBS_1.9",
+    "IBVERBS_1.10",
+    "IBVERBS_1.11",
+    "IBVERBS_1.12",
+    "IBVERBS_1.13",
+    "IBVERBS_1.14",
+    "IBVERBS_PRIVATE_34",
+);
+
 // The one data object: rdma-core's `bool verbs_allow_disassociate_destroy`,
 // which no code of this library reads.
 std::arch::global_asm!(
