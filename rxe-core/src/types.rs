@@ -38,6 +38,36 @@ pub enum QpState {
     Err,
 }
 
+impl QpState {
+    /// The libibverbs value (`enum ibv_qp_state`: `IBV_QPS_RESET` = 0 to
+    /// `IBV_QPS_ERR` = 6).
+    pub const fn ibv_value(self) -> u32 {
+        match self {
+            QpState::Reset => 0,
+            QpState::Init => 1,
+            QpState::Rtr => 2,
+            QpState::Rts => 3,
+            QpState::Sqd => 4,
+            QpState::Sqe => 5,
+            QpState::Err => 6,
+        }
+    }
+
+    /// The state of a libibverbs value, if it names one.
+    pub const fn from_ibv_value(v: u32) -> Option<QpState> {
+        Some(match v {
+            0 => QpState::Reset,
+            1 => QpState::Init,
+            2 => QpState::Rtr,
+            3 => QpState::Rts,
+            4 => QpState::Sqd,
+            5 => QpState::Sqe,
+            6 => QpState::Err,
+            _ => return None,
+        })
+    }
+}
+
 impl fmt::Display for QpState {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {

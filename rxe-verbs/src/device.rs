@@ -95,16 +95,30 @@ fn natives_for(provider: Provider, listing: bool) -> Result<Vec<NativeDeviceInfo
     }
 }
 
-/// The `(name, address)` pairs of `RXE_DEVICES`.
+/// The `(name, address)` pairs of `RXE_DEVICES` (`name=address,...`; a
+/// bare address is named `rxeN` after its position). An item that is
+/// neither is left out, and said so on standard error once.
 fn soft_named() -> Vec<(String, IpAddr)> {
     let spec = std::env::var("RXE_DEVICES").unwrap_or_default();
-    spec.split(',')
-        .filter_map(|item| {
-            let (name, addr) = item.trim().split_once('=')?;
-            let addr: IpAddr = addr.trim().parse().ok()?;
-            Some((name.trim().to_string(), addr))
-        })
-        .collect()
+    let mut out: Vec<(String, IpAddr)> = Vec::new();
+    let mut bad = Vec::new();
+    for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (name, addr) = match item.split_once('=') {
+            Some((n, a)) => (n.trim().to_string(), a.trim()),
+            None => (format!("rxe{}", out.len()), item),
+        };
+        match addr.parse::<IpAddr>() {
+            Ok(a) if !name.is_empty() && name.len() < 64 => out.push((name, a)),
+            _ => bad.push(item.to_string()),
+        }
+    }
+    if !bad.is_empty() {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            eprintln!("rxe-verbs: RXE_DEVICES: ignoring {bad:?} (want NAME=ADDRESS)")
+        });
+    }
+    out
 }
 
 impl Device {
@@ -208,12 +222,22 @@ impl Device {
             }));
         }
         if provider != Provider::Native {
-            out.extend(soft_named().into_iter().map(|(name, addr)| Device {
-                name,
-                ..Device::soft(addr)
-            }));
+            out.extend(Device::named_soft());
         }
         out
+    }
+
+    /// The soft devices named in `RXE_DEVICES`, in its order, without
+    /// looking for native ones (and so without loading libibverbs: the
+    /// drop-in library, which is libibverbs, lists its devices this way).
+    pub fn named_soft() -> Vec<Device> {
+        soft_named()
+            .into_iter()
+            .map(|(name, addr)| Device {
+                name,
+                ..Device::soft(addr)
+            })
+            .collect()
     }
 
     /// A device by name or by IP address, as `RXE_PROVIDER` says (default

@@ -155,7 +155,7 @@ impl DevOpen {
                      else, or another user's); give this process another address, for \
                      example `rxe exec -d 127.0.0.3 -- ...`",
                     d.rx.name(),
-                    d.addr
+                    d.rx.addr()
                 );
             }
             f
@@ -468,7 +468,7 @@ fn gid_entry(c: &Ctx, index: u32, t: &[std::net::Ipv6Addr]) -> Option<ibv_gid_en
         gid_index: index,
         port_num: 1,
         gid_type: IBV_GID_TYPE_ROCE_V2,
-        ndev_ifindex: ifindex_of(c.dev.addr),
+        ndev_ifindex: ifindex_of(c.dev.rx.addr()),
     })
 }
 

@@ -6,7 +6,6 @@
 use crate::ffi::{arg, guard, int_result, note, ptr_result, set_errno, Fail};
 use crate::sys::*;
 use std::ffi::{c_char, c_int, CStr};
-use std::net::IpAddr;
 use std::sync::OnceLock;
 
 /// A soft device: the `ibv_device` a program sees, first, then ours.
@@ -14,7 +13,6 @@ use std::sync::OnceLock;
 pub struct Dev {
     pub dev: ibv_device,
     pub rx: rxe_verbs::Device,
-    pub addr: IpAddr,
     /// The node GUID, as the program reads it (big-endian).
     pub guid_be: u64,
     /// The one engine every context of this device in the process shares
@@ -35,33 +33,16 @@ fn copy_name(dst: &mut [c_char], s: &str) {
     }
 }
 
-/// `(name, address)` pairs of `RXE_DEVICES`; a bare address gets the next
-/// `rxeN` name.
-pub fn parse_devices(spec: &str) -> Vec<(String, IpAddr)> {
-    let mut out: Vec<(String, IpAddr)> = Vec::new();
-    for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let (name, addr) = match item.split_once('=') {
-            Some((n, a)) => (n.trim().to_string(), a.trim()),
-            None => (format!("rxe{}", out.len()), item),
-        };
-        match addr.parse::<IpAddr>() {
-            Ok(a) if !name.is_empty() && name.len() < 64 => out.push((name, a)),
-            _ => eprintln!("rxe-ibverbs: RXE_DEVICES: ignoring {item:?} (want NAME=ADDRESS)"),
-        }
-    }
-    out
-}
-
 /// The devices of this process, made once and never freed: programs keep
 /// `ibv_device` pointers after `ibv_free_device_list`.
 pub fn devices() -> &'static [Dev] {
     static DEVS: OnceLock<Vec<Dev>> = OnceLock::new();
     DEVS.get_or_init(|| {
-        let spec = std::env::var("RXE_DEVICES").unwrap_or_default();
-        parse_devices(&spec)
+        rxe_verbs::Device::named_soft()
             .into_iter()
             .enumerate()
-            .map(|(i, (name, addr))| {
+            .map(|(i, rx)| {
+                let name = rx.name().to_string();
                 // SAFETY: ibv_device is plain data; all zeroes is valid.
                 let mut dev: ibv_device = unsafe { std::mem::zeroed() };
                 dev.node_type = IBV_NODE_CA;
@@ -76,23 +57,16 @@ pub fn devices() -> &'static [Dev] {
                     &mut dev.ibdev_path,
                     &format!("/sys/class/infiniband/{name}"),
                 );
-                let rx = rxe_verbs::Device::soft(addr);
                 let guid_be = rx.node_guid().to_be();
                 Dev {
                     dev,
-                    rx: named(rx, &name),
-                    addr,
+                    rx,
                     guid_be,
                     open: parking_lot::Mutex::new(std::sync::Weak::new()),
                 }
             })
             .collect()
     })
-}
-
-/// The soft device `rx` under `name` (as `RXE_DEVICES` names it).
-fn named(rx: rxe_verbs::Device, name: &str) -> rxe_verbs::Device {
-    rxe_verbs::Device::find_with(name, rxe_verbs::Provider::Soft).unwrap_or(rx)
 }
 
 /// Our device behind a program's `ibv_device` pointer, if it is one.

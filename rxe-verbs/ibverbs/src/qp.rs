@@ -75,28 +75,7 @@ fn qp_type_of(t: ibv_qp_type) -> Result<QpType, Fail> {
 }
 
 fn state_of(s: ibv_qp_state, arg: &str) -> Result<QpState, Fail> {
-    Ok(match s {
-        IBV_QPS_RESET => QpState::Reset,
-        IBV_QPS_INIT => QpState::Init,
-        IBV_QPS_RTR => QpState::Rtr,
-        IBV_QPS_RTS => QpState::Rts,
-        IBV_QPS_SQD => QpState::Sqd,
-        IBV_QPS_SQE => QpState::Sqe,
-        IBV_QPS_ERR => QpState::Err,
-        _ => return Err(Fail::inval(arg, format!("{s} is not a QP state"))),
-    })
-}
-
-fn ibv_state_of(s: QpState) -> ibv_qp_state {
-    match s {
-        QpState::Reset => IBV_QPS_RESET,
-        QpState::Init => IBV_QPS_INIT,
-        QpState::Rtr => IBV_QPS_RTR,
-        QpState::Rts => IBV_QPS_RTS,
-        QpState::Sqd => IBV_QPS_SQD,
-        QpState::Sqe => IBV_QPS_SQE,
-        QpState::Err => IBV_QPS_ERR,
-    }
+    QpState::from_ibv_value(s).ok_or_else(|| Fail::inval(arg, format!("{s} is not a QP state")))
 }
 
 fn mtu_of(m: ibv_mtu) -> Result<Mtu, Fail> {
@@ -435,8 +414,8 @@ pub unsafe extern "C" fn ibv_query_qp(
             let (x, cap) = q.rx.query()?;
             // SAFETY: plain data.
             let mut o: ibv_qp_attr = unsafe { std::mem::zeroed() };
-            o.qp_state = ibv_state_of(x.state);
-            o.cur_qp_state = ibv_state_of(x.state);
+            o.qp_state = x.state.ibv_value();
+            o.cur_qp_state = x.state.ibv_value();
             o.path_mtu = x.path_mtu as ibv_mtu;
             o.path_mig_state = IBV_MIG_MIGRATED;
             o.qkey = x.qkey;

@@ -1320,30 +1320,6 @@ fn wr_opcode(op: SendOpcode) -> u32 {
 
 // --------------------------------------------------------------------- QP --
 
-fn qp_state(s: QpState) -> u32 {
-    match s {
-        QpState::Reset => IBV_QPS_RESET,
-        QpState::Init => IBV_QPS_INIT,
-        QpState::Rtr => IBV_QPS_RTR,
-        QpState::Rts => IBV_QPS_RTS,
-        QpState::Sqd => IBV_QPS_SQD,
-        QpState::Sqe => IBV_QPS_SQE,
-        QpState::Err => IBV_QPS_ERR,
-    }
-}
-
-fn from_qp_state(s: u32) -> QpState {
-    match s {
-        IBV_QPS_RESET => QpState::Reset,
-        IBV_QPS_INIT => QpState::Init,
-        IBV_QPS_RTR => QpState::Rtr,
-        IBV_QPS_RTS => QpState::Rts,
-        IBV_QPS_SQD => QpState::Sqd,
-        IBV_QPS_SQE => QpState::Sqe,
-        _ => QpState::Err,
-    }
-}
-
 fn from_mtu(m: u32) -> Mtu {
     match m {
         1 => Mtu::Mtu256,
@@ -1456,8 +1432,8 @@ impl NQp {
 
     pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), Error> {
         let mut a = ibv_qp_attr {
-            qp_state: qp_state(attr.state),
-            cur_qp_state: qp_state(attr.cur_state),
+            qp_state: attr.state.ibv_value(),
+            cur_qp_state: attr.cur_state.ibv_value(),
             path_mtu: attr.path_mtu as u32,
             qkey: attr.qkey,
             rq_psn: attr.rq_psn.value(),
@@ -1514,8 +1490,8 @@ impl NQp {
             flow_label: g.flow_label,
         });
         let attr = QpAttr {
-            state: from_qp_state(a.qp_state),
-            cur_state: from_qp_state(a.cur_qp_state),
+            state: QpState::from_ibv_value(a.qp_state).unwrap_or(QpState::Err),
+            cur_state: QpState::from_ibv_value(a.cur_qp_state).unwrap_or(QpState::Err),
             access: Access::from_bits_truncate(a.qp_access_flags),
             pkey_index: a.pkey_index,
             port: a.port_num,

@@ -14,6 +14,7 @@
 
 use clap::Parser;
 use std::ffi::OsString;
+use std::hash::BuildHasher;
 use std::net::IpAddr;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -69,15 +70,9 @@ fn loader_dir(lib: &Path) -> Result<PathBuf, String> {
         .canonicalize()
         .map_err(|e| format!("{}: {e}", lib.display()))?;
     let beside = lib.parent().map(|p| p.join("rxe-lib"));
-    let tmp = std::env::temp_dir().join(format!(
-        "rxe-lib-{}",
-        // One directory per library, so two builds never share one.
-        lib.to_string_lossy()
-            .bytes()
-            .fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-                (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-            })
-    ));
+    // One directory per library, so two builds never share one.
+    let tag = std::hash::BuildHasherDefault::<std::hash::DefaultHasher>::default().hash_one(&lib);
+    let tmp = std::env::temp_dir().join(format!("rxe-lib-{tag:016x}"));
     let mut last = String::new();
     for dir in beside.into_iter().chain([tmp]) {
         match link_in(&dir, &lib) {
