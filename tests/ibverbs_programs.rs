@@ -23,7 +23,8 @@ fn rxe_bin() -> &'static Path {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
         let files =
-            rxe_tests::cargo_build(&["-p", "rxe-verbs", "--bin", "rxe", "-p", "rxe-ibverbs"]);
+            // Optimised, as users build them (see rxe_tests::dropin_library).
+            rxe_tests::cargo_build(&["--release", "-p", "rxe-verbs", "--bin", "rxe", "-p", "rxe-ibverbs"]);
         let bin = files
             .into_iter()
             .find(|f| f.file_name().is_some_and(|n| n == "rxe"))
