@@ -211,6 +211,11 @@ fn mw_bind(
     }
 }
 
+/// The rkey a window gets on its next bind (`ibv_inc_rkey`).
+fn inc_rkey(rkey: u32) -> u32 {
+    (rkey & !0xff) | (rkey.wrapping_add(1) & 0xff)
+}
+
 /// The rkey a type 2 window gets when bound with the key part `variant`.
 fn with_variant(rkey: u32, variant: u8) -> u32 {
     (rkey & !0xff) | u32::from(variant)
@@ -236,7 +241,10 @@ fn type1_window_grants_its_range_only() {
     let e = &mut net.engines[b.idx];
     let mw = e.alloc_mw(b.pd, MwType::Type1).unwrap();
     let rkey = e
-        .bind_mw(qb, &mw_bind(mw, 0, wmr, WIN_IOVA + 1024, 1024, RW))
+        .bind_mw(
+            qb,
+            &mw_bind(mw, inc_rkey(mw), wmr, WIN_IOVA + 1024, 1024, RW),
+        )
         .unwrap();
     assert_eq!(key_index(rkey), key_index(mw), "same window, new key part");
     assert_ne!(rkey, mw);
@@ -323,7 +331,7 @@ fn window_rights_limit_what_peers_may_do() {
     let rkey = e
         .bind_mw(
             qb,
-            &mw_bind(mw, 0, wmr, WIN_IOVA, 4096, Access::REMOTE_READ),
+            &mw_bind(mw, inc_rkey(mw), wmr, WIN_IOVA, 4096, Access::REMOTE_READ),
         )
         .unwrap();
     wmem.write(0, &[7; 64]);
@@ -365,12 +373,20 @@ fn rebinding_a_type1_window_retires_the_old_rkey() {
     let e = &mut net.engines[b.idx];
     let mw = e.alloc_mw(b.pd, MwType::Type1).unwrap();
     let old = e
-        .bind_mw(qb, &mw_bind(mw, 0, wmr, WIN_IOVA, 1024, RW))
+        .bind_mw(qb, &mw_bind(mw, inc_rkey(mw), wmr, WIN_IOVA, 1024, RW))
         .unwrap();
     let new = e
-        .bind_mw(qb, &mw_bind(old, 0, wmr, WIN_IOVA + 2048, 1024, RW))
+        .bind_mw(
+            qb,
+            &mw_bind(old, inc_rkey(old), wmr, WIN_IOVA + 2048, 1024, RW),
+        )
         .unwrap();
     assert_ne!(old, new);
+    assert_eq!(
+        new,
+        inc_rkey(old),
+        "the key part the bind asked for, as the kernel's rxe"
+    );
     assert_eq!(key_index(old), key_index(new));
     // The new binding's range, under the new rkey.
     a.mem.write(0, &[0xab; 16]);

@@ -75,7 +75,9 @@ pub use device::{addr_of, gid_of, Device, DeviceAttr, PortAttr, PortState};
 pub use error::Error;
 pub use mr::{ForeignRegion, MemoryRegion, MemoryWindow, ProtectionDomain, RemoteRegion};
 pub use provider::{DeviceKind, GidType, NativeDeviceInfo, NativeGid, Provider};
-pub use qp::{AddressHandle, ConnectOptions, Endpoint, QpInitAttr, QueuePair, SharedReceiveQueue};
+pub use qp::{
+    inc_rkey, AddressHandle, ConnectOptions, Endpoint, QpInitAttr, QueuePair, SharedReceiveQueue,
+};
 pub use rxe_core::engine::mem::MwType;
 pub use rxe_core::engine::{AtomicOp, RegionMemory};
 pub use rxe_core::psn::Psn;

@@ -573,7 +573,13 @@ impl MemoryWindow {
 }
 
 impl Drop for MemoryWindow {
+    /// Frees the window under its current key, which a `BIND_MW` work
+    /// request posted without [`QueuePair::post_bind_mw`](crate::QueuePair::post_bind_mw)
+    /// may have changed.
     fn drop(&mut self) {
-        let _ = self.ctx.shared.with_engine(|e| e.dealloc_mw(self.rkey));
+        let _ = self.ctx.shared.with_engine(|e| {
+            let rkey = e.mw_key(self.rkey).unwrap_or(self.rkey);
+            e.dealloc_mw(rkey)
+        });
     }
 }

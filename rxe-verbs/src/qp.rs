@@ -410,7 +410,9 @@ impl QueuePair {
     }
 
     /// Binds a type 1 window to `range` of `mr` with `access` (`ibv_bind_mw`);
-    /// the window's rkey changes.
+    /// the window's rkey changes (its low byte plus one, as libibverbs'
+    /// `ibv_inc_rkey` and the kernel's rxe make it). The bind is done when
+    /// this returns; it produces no completion.
     pub fn bind_mw(
         &self,
         mw: &mut MemoryWindow,
@@ -426,7 +428,7 @@ impl QueuePair {
         }
         let bind = MwBind {
             mw_rkey: mw.rkey(),
-            new_rkey: mw.rkey(),
+            new_rkey: inc_rkey(mw.rkey()),
             mr_lkey: mr.lkey(),
             addr: mr.addr() + r.start as u64,
             length: (r.end - r.start) as u64,
@@ -461,7 +463,7 @@ impl QueuePair {
             ));
         }
         let old = mw.rkey();
-        let new_rkey = (old & !0xff) | (old.wrapping_add(1) & 0xff);
+        let new_rkey = inc_rkey(old);
         let mut wr = SendWr::new(wr_id, SendOpcode::BindMw);
         wr.bind = Some(MwBind {
             mw_rkey: old,
@@ -475,6 +477,12 @@ impl QueuePair {
         mw.set_rkey(new_rkey);
         Ok(new_rkey)
     }
+}
+
+/// The rkey a window gets on its next bind: the low byte plus one
+/// (libibverbs' `ibv_inc_rkey`).
+pub fn inc_rkey(rkey: u32) -> u32 {
+    (rkey & !0xff) | (rkey.wrapping_add(1) & 0xff)
 }
 
 impl Drop for SoftQp {

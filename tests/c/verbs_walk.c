@@ -2231,12 +2231,12 @@ static void test_qp_ex(void)
 		goto out_cq;
 	qx = ibv_qp_to_qp_ex(q);
 	check(qx != NULL && &qx->qp_base == q, "ibv_qp_to_qp_ex", "%p", (void *)qx);
-	ax.send_ops_flags |= IBV_QP_EX_WITH_BIND_MW;
+	ax.send_ops_flags |= IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_ATOMIC_WRITE;
 	errno = 0;
 	bq = ibv_create_qp_ex(ctx[0], &ax);
-	check(bq == NULL, "create_qp_ex_bind_mw_refused",
-	      "send_ops_flags with IBV_QP_EX_WITH_BIND_MW (no memory windows): %p", (void *)bq);
-	info("create_qp_ex with IBV_QP_EX_WITH_BIND_MW: errno %s", strerror(errno));
+	check(bq == NULL && errno == EOPNOTSUPP, "create_qp_ex_atomic_write_refused",
+	      "send_ops_flags with IBV_QP_EX_WITH_ATOMIC_WRITE: %p errno %s", (void *)bq,
+	      strerror(errno));
 	if (bq)
 		ibv_destroy_qp(bq);
 	rq = make_qp(1, rcq, rcq, NULL, IBV_QPT_RC);
@@ -2697,19 +2697,307 @@ static void test_mr_rereg(void)
 	check(ibv_dereg_mr(m) == 0, "ibv_dereg_mr_after_rereg", "%s", strerror(errno));
 }
 
+/* ---- memory windows ---------------------------------------------------------- */
+
+/* An RC QP on rxe1 with ibv_wr_* for binds, connected to an RC QP on rxe0. */
+static int mw_pair(struct pair *p, struct ibv_qp_ex **qx, const char *name)
+{
+	struct ibv_qp_init_attr_ex ax;
+	int d;
+
+	memset(p, 0, sizeof *p);
+	for (d = 0; d < 2; d++) {
+		p->cq[d] = ibv_create_cq(ctx[d], 64, NULL, NULL, 0);
+		if (!p->cq[d]) {
+			fail(name, "ibv_create_cq: %s", strerror(errno));
+			return -1;
+		}
+	}
+	p->qp[0] = make_qp(0, p->cq[0], p->cq[0], NULL, IBV_QPT_RC);
+	memset(&ax, 0, sizeof ax);
+	ax.qp_type = IBV_QPT_RC;
+	ax.send_cq = p->cq[1];
+	ax.recv_cq = p->cq[1];
+	ax.cap.max_send_wr = 32;
+	ax.cap.max_recv_wr = 32;
+	ax.cap.max_send_sge = 2;
+	ax.cap.max_recv_sge = 2;
+	ax.pd = pd[1];
+	ax.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+	ax.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV;
+	p->qp[1] = ibv_create_qp_ex(ctx[1], &ax);
+	if (!p->qp[0] || !p->qp[1]) {
+		fail(name, "creating the QPs (IBV_QP_EX_WITH_BIND_MW): %s", strerror(errno));
+		return -1;
+	}
+	*qx = ibv_qp_to_qp_ex(p->qp[1]);
+	if (bring_up(p->qp[0], p->qp[1]->qp_num, &gid[1]) ||
+	    bring_up(p->qp[1], p->qp[0]->qp_num, &gid[0])) {
+		fail(name, "connecting the QPs: %s", strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* One RDMA READ or WRITE of 64 bytes from rxe0 through rkey; the status. */
+static int mw_access(struct pair *p, enum ibv_wr_opcode op, uint64_t raddr, uint32_t rkey,
+		     void *local, uint64_t wr_id)
+{
+	struct ibv_send_wr wr;
+	struct ibv_wc wc;
+	int r;
+
+	memset(&wr, 0, sizeof wr);
+	wr.wr.rdma.remote_addr = raddr;
+	wr.wr.rdma.rkey = rkey;
+	r = post_send1(p->qp[0], &wr, wr_id, op, local, 64, mr[0]->lkey, 0);
+	if (r)
+		return -r;
+	if (wait_cq(p->cq[0], 1, &wc, WAIT_MS) != 1)
+		return -ETIMEDOUT;
+	return wc.status;
+}
+
+static uint32_t next_rkey(uint32_t k)
+{
+	return (k & 0xffffff00u) | ((k + 1) & 0xff);
+}
+
+static void test_mw(void)
+{
+	struct ibv_mr *wmr, *plain;
+	struct ibv_mw *mw1, *mw2, *bad;
+	struct ibv_mw_bind mb;
+	struct ibv_mw_bind_info bi;
+	struct ibv_send_wr wr, *badwr;
+	struct ibv_qp_ex *qx;
+	struct ibv_pd *opd;
+	struct ibv_wc wc[2];
+	struct pair p;
+	char *A = buf[0], *B = buf[1];
+	char *region = B + SLOT(160);
+	uint64_t base = (uintptr_t)region;
+	uint32_t first, k1, k2;
+	int r, n, st;
+
+	section("memory windows (ibv_alloc_mw, ibv_bind_mw, IBV_WR_BIND_MW, ibv_wr_bind_mw)");
+	check(dattr[1].max_mw > 0 && (dattr[1].device_cap_flags & IBV_DEVICE_MEM_WINDOW) &&
+		      (dattr[1].device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B),
+	      "device_reports_memory_windows", "max_mw %d cap_flags %#x", dattr[1].max_mw,
+	      dattr[1].device_cap_flags);
+	/* Local rights only: remote access is what the windows grant. */
+	wmr = ibv_reg_mr(pd[1], region, 4 * 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+	plain = ibv_reg_mr(pd[1], B + SLOT(164), 4096, IBV_ACCESS_LOCAL_WRITE);
+	if (!check(wmr && plain, "reg_mr_mw_bind", "%s", strerror(errno)))
+		return;
+	fill(region, 4 * 4096, 160);
+	errno = 0;
+	bad = ibv_alloc_mw(pd[1], (enum ibv_mw_type)7);
+	check(bad == NULL && errno == EINVAL, "ibv_alloc_mw_bad_type", "%p errno %s", (void *)bad,
+	      strerror(errno));
+	mw1 = ibv_alloc_mw(pd[1], IBV_MW_TYPE_1);
+	mw2 = ibv_alloc_mw(pd[1], IBV_MW_TYPE_2);
+	if (!check(mw1 && mw2, "ibv_alloc_mw", "%s", strerror(errno)))
+		return;
+	check(mw1->type == IBV_MW_TYPE_1 && mw2->type == IBV_MW_TYPE_2 && mw1->pd == pd[1] &&
+		      mw1->context == ctx[1] && mw1->rkey != mw2->rkey,
+	      "ibv_mw_fields", "types %d %d rkeys %#x %#x", mw1->type, mw2->type, mw1->rkey,
+	      mw2->rkey);
+	first = mw1->rkey;
+	check(mw_pair(&p, &qx, "mw_pair") == 0, "mw_pair", "see above");
+	if (!p.qp[1])
+		goto out;
+
+	/* Type 1: ibv_bind_mw posts a bind WR and moves mw->rkey on at once. */
+	memset(&mb, 0, sizeof mb);
+	mb.wr_id = 16000;
+	mb.send_flags = IBV_SEND_SIGNALED;
+	mb.bind_info.mr = wmr;
+	mb.bind_info.addr = base + 4096;
+	mb.bind_info.length = 4096;
+	mb.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_READ;
+	r = ibv_bind_mw(p.qp[1], mw1, &mb);
+	n = wait_cq(p.cq[1], 1, wc, WAIT_MS);
+	check(r == 0 && n == 1 && wc[0].status == IBV_WC_SUCCESS &&
+		      wc[0].opcode == IBV_WC_BIND_MW && wc[0].wr_id == 16000 &&
+		      mw1->rkey == next_rkey(first),
+	      "ibv_bind_mw_type1", "r %d n %d status %s opcode %d rkey %#x (was %#x)", r, n,
+	      ibv_wc_status_str(wc[0].status), wc[0].opcode, mw1->rkey, first);
+	memset(A + SLOT(170), 0, 64);
+	st = mw_access(&p, IBV_WR_RDMA_READ, base + 4096 + 100, mw1->rkey, A + SLOT(170), 16001);
+	check(st == IBV_WC_SUCCESS && memcmp(A + SLOT(170), region + 4096 + 100, 64) == 0,
+	      "rdma_read_through_type1_window", "status %d", st);
+
+	/* Rebind: another range, writable; the window's rkey moves on again. */
+	k1 = mw1->rkey;
+	mb.wr_id = 16002;
+	mb.bind_info.addr = base + 8192;
+	mb.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_WRITE;
+	r = ibv_bind_mw(p.qp[1], mw1, &mb);
+	n = wait_cq(p.cq[1], 1, wc, WAIT_MS);
+	check(r == 0 && n == 1 && wc[0].status == IBV_WC_SUCCESS && mw1->rkey == next_rkey(k1),
+	      "ibv_bind_mw_rebind", "r %d n %d rkey %#x", r, n, mw1->rkey);
+	fill(A + SLOT(171), 64, 171);
+	st = mw_access(&p, IBV_WR_RDMA_WRITE, base + 8192 + 8, mw1->rkey, A + SLOT(171), 16003);
+	check(st == IBV_WC_SUCCESS && memcmp(A + SLOT(171), region + 8192 + 8, 64) == 0,
+	      "rdma_write_through_rebound_window", "status %d", st);
+	r = ibv_dereg_mr(wmr);
+	check(r == EBUSY, "dereg_mr_with_bound_window_ebusy", "returned %d (%s)", r, strerror(r));
+
+	/* Type 2: a bind WR with the rkey the program picks, on this QP. */
+	k2 = next_rkey(mw2->rkey);
+	memset(&wr, 0, sizeof wr);
+	wr.wr_id = 16004;
+	wr.opcode = IBV_WR_BIND_MW;
+	wr.send_flags = IBV_SEND_SIGNALED;
+	wr.bind_mw.mw = mw2;
+	wr.bind_mw.rkey = k2;
+	wr.bind_mw.bind_info.mr = wmr;
+	wr.bind_mw.bind_info.addr = base;
+	wr.bind_mw.bind_info.length = 4096;
+	wr.bind_mw.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_WRITE;
+	r = ibv_post_send(p.qp[1], &wr, &badwr);
+	n = wait_cq(p.cq[1], 1, wc, WAIT_MS);
+	check(r == 0 && n == 1 && wc[0].status == IBV_WC_SUCCESS && wc[0].opcode == IBV_WC_BIND_MW,
+	      "ibv_post_send_bind_mw_type2", "r %d n %d status %s", r, n,
+	      ibv_wc_status_str(wc[0].status));
+	fill(A + SLOT(172), 64, 172);
+	st = mw_access(&p, IBV_WR_RDMA_WRITE, base + 64, k2, A + SLOT(172), 16005);
+	check(st == IBV_WC_SUCCESS && memcmp(A + SLOT(172), region + 64, 64) == 0,
+	      "rdma_write_through_type2_window", "status %d", st);
+
+	/* The peer's SEND with invalidate ends the type 2 binding... */
+	post_recv1(p.qp[1], 16006, B + SLOT(165), 256, mr[1]->lkey);
+	memset(&wr, 0, sizeof wr);
+	wr.invalidate_rkey = k2;
+	r = post_send1(p.qp[0], &wr, 16007, IBV_WR_SEND_WITH_INV, A + SLOT(173), 16, mr[0]->lkey,
+		       0);
+	n = wait_cq(p.cq[0], 1, wc, WAIT_MS);
+	check(r == 0 && n == 1 && wc[0].status == IBV_WC_SUCCESS, "send_with_invalidate_window",
+	      "r %d n %d status %s", r, n, ibv_wc_status_str(wc[0].status));
+	n = wait_cq(p.cq[1], 1, wc, WAIT_MS);
+	check(n == 1 && (wc[0].wc_flags & IBV_WC_WITH_INV) && wc[0].invalidated_rkey == k2,
+	      "recv_reports_invalidated_rkey", "n %d flags %#x rkey %#x", n, wc[0].wc_flags,
+	      wc[0].invalidated_rkey);
+	/* ...and ibv_wr_bind_mw binds it again with the next key. */
+	ibv_wr_start(qx);
+	qx->wr_id = 16008;
+	qx->wr_flags = IBV_SEND_SIGNALED;
+	bi = wr.bind_mw.bind_info;
+	bi.mr = wmr;
+	bi.addr = base + 3 * 4096;
+	bi.length = 4096;
+	bi.mw_access_flags = IBV_ACCESS_REMOTE_READ;
+	/* mw->rkey of a type 2 window stays what the program sets. */
+	mw2->rkey = k2;
+	ibv_wr_bind_mw(qx, mw2, next_rkey(k2), &bi);
+	r = ibv_wr_complete(qx);
+	n = wait_cq(p.cq[1], 1, wc, WAIT_MS);
+	check(r == 0 && n == 1 && wc[0].status == IBV_WC_SUCCESS && wc[0].opcode == IBV_WC_BIND_MW &&
+		      wc[0].wr_id == 16008,
+	      "ibv_wr_bind_mw", "r %d n %d status %s", r, n, ibv_wc_status_str(wc[0].status));
+	st = mw_access(&p, IBV_WR_RDMA_READ, base + 3 * 4096, next_rkey(k2), A + SLOT(174), 16009);
+	check(st == IBV_WC_SUCCESS && memcmp(A + SLOT(174), region + 3 * 4096, 64) == 0,
+	      "rdma_read_after_wr_bind_mw", "status %d", st);
+	/* The invalidated key no longer works (and the error ends the pair). */
+	st = mw_access(&p, IBV_WR_RDMA_WRITE, base + 64, k2, A + SLOT(172), 16010);
+	check(st == IBV_WC_REM_ACCESS_ERR, "invalidated_rkey_refused", "status %s",
+	      ibv_wc_status_str(st));
+	mw2->rkey = next_rkey(k2);
+	drain_async(ctx[0], 50, NULL, 0);
+	drain_async(ctx[1], 50, NULL, 0);
+	pair_free(&p);
+
+	/* The rkey of an earlier binding is refused. */
+	if (mw_pair(&p, &qx, "mw_pair2") == 0) {
+		st = mw_access(&p, IBV_WR_RDMA_READ, base + 4096 + 100, k1, A + SLOT(170), 16011);
+		check(st == IBV_WC_REM_ACCESS_ERR, "old_window_rkey_refused", "status %s",
+		      ibv_wc_status_str(st));
+		pair_free(&p);
+	}
+	/* Outside the window's range, or beyond its rights: refused. */
+	if (mw_pair(&p, &qx, "mw_pair3") == 0) {
+		st = mw_access(&p, IBV_WR_RDMA_WRITE, base + 8192 - 64, mw1->rkey, A + SLOT(171),
+			       16012);
+		check(st == IBV_WC_REM_ACCESS_ERR, "access_outside_window_refused", "status %s",
+		      ibv_wc_status_str(st));
+		pair_free(&p);
+	}
+
+	/* Binds that cannot be done: refused before posting, or completed in error. */
+	if (mw_pair(&p, &qx, "mw_pair4") == 0) {
+		memset(&mb, 0, sizeof mb);
+		mb.wr_id = 16020;
+		mb.send_flags = IBV_SEND_SIGNALED;
+		mb.bind_info.mr = wmr;
+		mb.bind_info.addr = base;
+		mb.bind_info.length = 4096;
+		mb.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_READ;
+		check(ibv_bind_mw(p.qp[1], mw2, &mb) == EINVAL, "ibv_bind_mw_type2_einval",
+		      "binding a type 2 window with ibv_bind_mw");
+		mb.bind_info.mr = mr[0];
+		check(ibv_bind_mw(p.qp[1], mw1, &mb) == EPERM, "ibv_bind_mw_other_pd_eperm",
+		      "a region of another PD");
+		mb.bind_info.mr = NULL;
+		check(ibv_bind_mw(p.qp[1], mw1, &mb) == EINVAL, "ibv_bind_mw_null_mr_einval",
+		      "NULL region with a range");
+		mb.bind_info.mr = wmr;
+		mb.bind_info.mw_access_flags = 0x40000000;
+		check(ibv_bind_mw(p.qp[1], mw1, &mb) == EINVAL, "ibv_bind_mw_bad_access_einval",
+		      "unknown access bits");
+		/* A region without IBV_ACCESS_MW_BIND: the bind completes in error. */
+		k1 = mw1->rkey;
+		mb.bind_info.mr = plain;
+		mb.bind_info.addr = (uintptr_t)(B + SLOT(164));
+		mb.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_READ;
+		r = ibv_bind_mw(p.qp[1], mw1, &mb);
+		n = wait_cq(p.cq[1], 1, wc, WAIT_MS);
+		check(r == 0 && n == 1 && wc[0].status == IBV_WC_MW_BIND_ERR,
+		      "bind_without_mw_bind_access_completes_in_error", "r %d n %d status %s", r, n,
+		      ibv_wc_status_str(wc[0].status));
+		/* As rdma-core says, the program undoes the rkey change of a failed bind. */
+		mw1->rkey = k1;
+		drain_async(ctx[1], 50, NULL, 0);
+		pair_free(&p);
+	}
+	if (mw_pair(&p, &qx, "mw_pair5") == 0) {
+		memset(&mb, 0, sizeof mb);
+		mb.wr_id = 16021;
+		mb.send_flags = IBV_SEND_SIGNALED;
+		mb.bind_info.mr = wmr;
+		mb.bind_info.addr = base + 3 * 4096;
+		mb.bind_info.length = 8192;
+		mb.bind_info.mw_access_flags = IBV_ACCESS_REMOTE_READ;
+		r = ibv_bind_mw(p.qp[1], mw1, &mb);
+		n = wait_cq(p.cq[1], 1, wc, WAIT_MS);
+		check(r == 0 && n == 1 && wc[0].status == IBV_WC_MW_BIND_ERR,
+		      "bind_beyond_region_completes_in_error", "r %d n %d status %s", r, n,
+		      ibv_wc_status_str(wc[0].status));
+		mw1->rkey = k1;
+		drain_async(ctx[1], 50, NULL, 0);
+		pair_free(&p);
+	}
+
+	/* A PD with a window cannot be freed; the windows can, bound or not. */
+	opd = ibv_alloc_pd(ctx[1]);
+	bad = opd ? ibv_alloc_mw(opd, IBV_MW_TYPE_1) : NULL;
+	if (check(opd && bad, "alloc_mw_in_new_pd", "%s", strerror(errno))) {
+		check(ibv_dealloc_pd(opd) == EBUSY, "dealloc_pd_with_window_ebusy", "not EBUSY");
+		check(ibv_dealloc_mw(bad) == 0, "ibv_dealloc_mw_unbound", "%s", strerror(errno));
+		check(ibv_dealloc_pd(opd) == 0, "dealloc_pd_after_window", "%s", strerror(errno));
+	}
+out:
+	check(ibv_dealloc_mw(mw1) == 0 && ibv_dealloc_mw(mw2) == 0, "ibv_dealloc_mw_bound",
+	      "%s", strerror(errno));
+	check(ibv_dereg_mr(wmr) == 0, "dereg_mr_after_windows", "%s", strerror(errno));
+	ibv_dereg_mr(plain);
+}
+
 static void test_unsupported(void)
 {
-	struct ibv_mw *mw;
 	struct ibv_context *ic;
 
 	section("unsupported verbs fail cleanly");
-	errno = 0;
-	mw = ibv_alloc_mw(pd[0], IBV_MW_TYPE_1);
-	check(mw == NULL && errno == EOPNOTSUPP, "ibv_alloc_mw_eopnotsupp",
-	      "%p errno %s, want NULL/EOPNOTSUPP", (void *)mw, strerror(errno));
-	errno = 0;
-	mw = ibv_alloc_mw(pd[0], IBV_MW_TYPE_2);
-	check(mw == NULL, "ibv_alloc_mw_type2", "%p", (void *)mw);
 	errno = 0;
 	ic = ibv_import_device(ctx[0]->cmd_fd);
 	check(ic == NULL, "ibv_import_device_null", "%p errno %s", (void *)ic, strerror(errno));
@@ -2917,6 +3205,7 @@ int main(int argc, char **argv)
 	test_ud();
 	test_srq();
 	test_mr_rereg();
+	test_mw();
 	test_unsupported();
 	test_strings();
 	test_fork();

@@ -87,11 +87,13 @@
 //! `REMOTE_WRITE` or `REMOTE_ATOMIC` on a region without `LOCAL_WRITE`.
 //!
 //! Each bind changes the key part of the window's rkey (the index stays), so
-//! the rkey given out for the previous binding stops working. A **type 1**
-//! window is bound with the `ibv_bind_mw` verb, gets a random new key part,
-//! may be rebound at any time, and serves any QP of its PD. A **type 2**
-//! window is bound by a `BIND_MW` work request, takes the key part the
-//! consumer chose (`ibv_inc_rkey`), serves only requests arriving on the QP
+//! the rkey given out for the previous binding stops working: the new key
+//! part is the one the consumer chose (the low 8 bits of the bind's
+//! `new_rkey`; libibverbs' `ibv_inc_rkey` adds one), as in the kernel's rxe.
+//! A **type 1** window is bound with the `ibv_bind_mw` verb (which rxe, like
+//! the kernel's, carries out as a `BIND_MW` work request), may be rebound at
+//! any time, and serves any QP of its PD. A **type 2** window is bound by a
+//! `BIND_MW` work request, serves only requests arriving on the QP
 //! that bound it, and must be invalidated (`LOCAL_INV`, or a peer's SEND with
 //! invalidate) before it may be bound again. A region with bound windows
 //! cannot be deregistered ([`MemError::InUse`]).
@@ -968,6 +970,16 @@ impl MemTable {
         Ok(())
     }
 
+    /// The current rkey of the window in the slot `rkey` names, whatever
+    /// `rkey`'s key part: a consumer that posted `BIND_MW` work requests may
+    /// not know which of them took effect (a failed bind keeps the old key).
+    pub fn window_key(&self, rkey: u32) -> Option<u32> {
+        match self.entries.get(&key_index(rkey)) {
+            Some(Entry::Mw(mw)) => Some(mw.key),
+            _ => None,
+        }
+    }
+
     /// The window of `rkey`, if that is its current key.
     pub fn query_mw(&self, rkey: u32) -> Option<MwInfo> {
         let mw = self.window(rkey).ok()?;
@@ -1004,9 +1016,8 @@ impl MemTable {
     /// `bind.access`, on behalf of QP `qpn` in protection domain `pd` (the
     /// `ibv_bind_mw` verb for type 1 windows, a `BIND_MW` work request for
     /// type 2). Returns the window's new rkey: same index, new key part —
-    /// random for type 1, the low 8 bits of `bind.new_rkey` for type 2 (its
-    /// other bits are ignored, as in the kernel's rxe). The previous rkey
-    /// stops working.
+    /// the low 8 bits of `bind.new_rkey` (its other bits are ignored, as in
+    /// the kernel's rxe). The previous rkey stops working.
     ///
     /// The window and the region must belong to `pd`; the region must be
     /// valid, registered with `MW_BIND`, and have `LOCAL_WRITE` if the window
@@ -1088,12 +1099,7 @@ impl MemTable {
             })
         };
 
-        let old_variant = key_variant(bind.mw_rkey);
-        let variant = match mw_type {
-            MwType::Type1 => old_variant.wrapping_add(self.rng.gen_range(1..=u8::MAX)),
-            MwType::Type2 => key_variant(bind.new_rkey),
-        };
-        let new_rkey = make_key(key_index(bind.mw_rkey), variant);
+        let new_rkey = make_key(key_index(bind.mw_rkey), key_variant(bind.new_rkey));
 
         self.unbind(bind.mw_rkey);
         if let Some(b) = &binding {

@@ -467,6 +467,12 @@ impl Engine {
         Ok(self.mem.dealloc_mw(rkey)?)
     }
 
+    /// The current rkey of the memory window in the slot `rkey` names
+    /// (see [`mem::MemTable::window_key`]).
+    pub fn mw_key(&self, rkey: u32) -> Option<u32> {
+        self.mem.window_key(rkey)
+    }
+
     /// Binds a type 1 memory window through QP `qpn` (`ibv_bind_mw`);
     /// returns its new rkey. Type 2 windows are bound with a `BindMw` send
     /// work request.

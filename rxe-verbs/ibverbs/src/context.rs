@@ -229,6 +229,7 @@ fn open_device(device: *mut ibv_device) -> Result<*mut ibv_context, Fail> {
     v.query_device_ex = Some(query_device_ex);
     crate::cq::fill_ops(&mut v);
     crate::qp::fill_ops(&mut v);
+    crate::mw::fill_ops(&mut v);
     let c = &mut v.context;
     c.device = std::ptr::from_ref(&d.dev).cast_mut();
     c.cmd_fd = -1;

@@ -224,7 +224,10 @@ pub fn device_attr(d: &rxe_verbs::DeviceAttr) -> ibv_device_attr {
     a.hw_ver = d.hw_ver;
     a.max_qp = c.max_qp as c_int;
     a.max_qp_wr = c.max_qp_wr as c_int;
-    a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_SYS_IMAGE_GUID;
+    a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN
+        | IBV_DEVICE_SYS_IMAGE_GUID
+        | IBV_DEVICE_MEM_WINDOW
+        | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
     a.max_sge = c.max_sge as c_int;
     a.max_sge_rd = c.max_sge as c_int;
     a.max_cq = 1 << 16;
@@ -235,7 +238,7 @@ pub fn device_attr(d: &rxe_verbs::DeviceAttr) -> ibv_device_attr {
     a.max_res_rd_atom = c.max_qp_rd_atom as c_int * 1024;
     a.max_qp_init_rd_atom = c.max_qp_init_rd_atom as c_int;
     a.atomic_cap = IBV_ATOMIC_HCA;
-    a.max_mw = 0;
+    a.max_mw = c.max_mw as c_int;
     a.max_ah = 1 << 16;
     a.max_srq = c.max_srq as c_int;
     a.max_srq_wr = c.max_qp_wr as c_int;

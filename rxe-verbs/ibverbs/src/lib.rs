@@ -48,6 +48,7 @@ mod ffi;
 mod kern;
 mod live;
 mod mem;
+mod mw;
 mod qp;
 mod strings;
 mod unsupported;

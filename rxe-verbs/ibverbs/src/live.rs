@@ -17,6 +17,7 @@ pub enum Kind {
     Qp,
     Srq,
     Ah,
+    Mw,
 }
 
 fn table() -> &'static Mutex<HashMap<usize, Kind>> {

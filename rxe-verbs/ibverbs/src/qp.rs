@@ -260,12 +260,13 @@ unsafe extern "C" fn create_qp_ex(
                 | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP
                 | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
                 | IBV_QP_EX_WITH_LOCAL_INV
+                | IBV_QP_EX_WITH_BIND_MW
                 | IBV_QP_EX_WITH_SEND_WITH_INV;
             if a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0
                 && a.send_ops_flags & !u64::from(ops) != 0
             {
                 return Err(Fail::unsupported(format!(
-                    "send_ops_flags {:#x} (memory-window binds, TSO and atomic writes)",
+                    "send_ops_flags {:#x} (TSO and atomic writes)",
                     a.send_ops_flags & !u64::from(ops)
                 )));
             }
@@ -1226,19 +1227,25 @@ unsafe extern "C" fn wr_set_ud_addr(
     }
 }
 
-unsafe extern "C" fn wr_unsupported_bind(
-    _qp: *mut ibv_qp_ex,
-    _mw: *mut ibv_mw,
-    _rkey: u32,
-    _info: *const ibv_mw_bind_info,
+unsafe extern "C" fn wr_bind_mw(
+    qp: *mut ibv_qp_ex,
+    mw: *mut ibv_mw,
+    rkey: u32,
+    info: *const ibv_mw_bind_info,
 ) {
     // SAFETY: the program's extended QP.
     unsafe {
-        with_batch(_qp, |_, b| {
-            b.error.get_or_insert((
-                libc::EOPNOTSUPP,
-                "ibv_wr_bind_mw: memory windows are not supported".into(),
-            ));
+        with_batch(qp, |q, b| {
+            let Some(i) = new_wr(q, b, SendOpcode::BindMw) else {
+                return;
+            };
+            // SAFETY: the program's bind information.
+            match crate::mw::bind_of(mw, rkey, info) {
+                Ok(bind) => b.wrs[i].bind = Some(bind),
+                Err(e) => {
+                    b.error.get_or_insert((e.errno, e.why));
+                }
+            }
         })
     }
 }
@@ -1291,7 +1298,7 @@ fn set_wr_ops(ex: &mut ibv_qp_ex) {
     ex.wr_rdma_read = Some(wr_rdma_read);
     ex.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
     ex.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
-    ex.wr_bind_mw = Some(wr_unsupported_bind);
+    ex.wr_bind_mw = Some(wr_bind_mw);
     ex.wr_set_sge = Some(wr_set_sge);
     ex.wr_set_sge_list = Some(wr_set_sge_list);
     ex.wr_set_inline_data = Some(wr_set_inline_data);

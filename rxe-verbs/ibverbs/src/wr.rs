@@ -207,7 +207,7 @@ pub unsafe fn send_wr(w: &ibv_send_wr, q: SendLimits) -> Result<SendWr, Fail> {
         IBV_WR_ATOMIC_FETCH_AND_ADD => SendOpcode::AtomicFetchAdd,
         IBV_WR_LOCAL_INV => SendOpcode::LocalInv,
         IBV_WR_SEND_WITH_INV => SendOpcode::SendWithInv,
-        IBV_WR_BIND_MW => return Err(Fail::unsupported("IBV_WR_BIND_MW (memory windows)")),
+        IBV_WR_BIND_MW => SendOpcode::BindMw,
         o => {
             return Err(Fail::inval(
                 "opcode",
@@ -227,6 +227,13 @@ pub unsafe fn send_wr(w: &ibv_send_wr, q: SendLimits) -> Result<SendWr, Fail> {
     }
     let mut wr = SendWr::new(w.wr_id, opcode);
     wr.flags = SendFlags::from_bits_truncate(w.send_flags);
+    if opcode == SendOpcode::BindMw {
+        // SAFETY: the union member of a bind; its pointers are checked.
+        let b = unsafe { &w.__bindgen_anon_2.bind_mw };
+        // SAFETY: the program's bind information, inside its WR.
+        wr.bind = Some(unsafe { crate::mw::bind_of(b.mw, b.rkey, &b.bind_info) }?);
+        return Ok(wr);
+    }
     // SAFETY: the caller's contract.
     let sg = unsafe { sges(w.sg_list, w.num_sge, q.max_sge) }?;
     if w.send_flags & IBV_SEND_INLINE != 0

@@ -1,0 +1,184 @@
+//! Memory windows: `ibv_alloc_mw`, `ibv_bind_mw`, `ibv_dealloc_mw` (all
+//! inline in `verbs.h`, reached through the context's `ops`), and the bind
+//! work requests (`IBV_WR_BIND_MW`, `ibv_wr_bind_mw`).
+//!
+//! As in the kernel's rxe and its rdma-core provider, a bind is a work
+//! request: it runs in send-queue order and completes on the send CQ
+//! (`IBV_WC_BIND_MW`, or `IBV_WC_MW_BIND_ERR`). `ibv_bind_mw` (type 1 only)
+//! posts one with the window's next rkey (`ibv_inc_rkey`) and sets
+//! `mw->rkey` to it at once; a program that gets an error completion must
+//! undo that itself, as rdma-core's man page says. A type 2 window is bound
+//! with `IBV_WR_BIND_MW` or `ibv_wr_bind_mw` and the rkey the program
+//! chooses (only its low 8 bits count); its `mw->rkey` is left alone, and
+//! the bind must name the window's current rkey, as the kernel requires.
+
+use crate::ffi::{guard, int_result, ptr_result, Fail};
+use crate::live::{self, Kind};
+use crate::mem::{access_of, pd_of, Mr, Pd};
+use crate::qp::qp_of;
+use crate::sys::*;
+use parking_lot::Mutex;
+use rxe_verbs::{inc_rkey, MemoryWindow, MwBind, MwType, SendFlags, SendOpcode, SendWr};
+use std::ffi::c_int;
+use std::sync::atomic::Ordering;
+
+/// A memory window: the program's `ibv_mw`, then ours.
+#[repr(C)]
+pub struct Mw {
+    pub mw: ibv_mw,
+    /// The engine's window; dropping it frees the window under its current
+    /// key.
+    pub rx: Mutex<Option<MemoryWindow>>,
+    pub pd: *const Pd,
+}
+
+/// Our window behind a program's pointer, checked to be live.
+pub fn mw_of<'a>(p: *mut ibv_mw) -> Result<&'a Mw, Fail> {
+    if p.is_null() {
+        return Err(Fail::inval("mw", "NULL"));
+    }
+    if !live::is(Kind::Mw, p as usize) {
+        return Err(Fail::inval("mw", "not an allocated memory window"));
+    }
+    // SAFETY: a live Mw is a Box<Mw> at this address.
+    Ok(unsafe { &*(p as *const Mw) })
+}
+
+unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, mw_type: ibv_mw_type) -> *mut ibv_mw {
+    guard("ibv_alloc_mw", std::ptr::null_mut(), || {
+        let r = pd_of(pd).and_then(|p| {
+            let t = match mw_type {
+                IBV_MW_TYPE_1 => MwType::Type1,
+                IBV_MW_TYPE_2 => MwType::Type2,
+                t => return Err(Fail::inval("type", format!("{t} is not a window type"))),
+            };
+            let rx = p.rx.alloc_mw(t)?;
+            let mw = Box::into_raw(Box::new(Mw {
+                mw: ibv_mw {
+                    context: p.pd.context,
+                    pd,
+                    rkey: rx.rkey(),
+                    handle: 0,
+                    type_: mw_type,
+                },
+                rx: Mutex::new(Some(rx)),
+                pd: p,
+            }));
+            // SAFETY: just allocated.
+            unsafe { (*mw).mw.handle = mw as usize as u32 };
+            p.users.fetch_add(1, Ordering::AcqRel);
+            live::add(Kind::Mw, mw as usize);
+            Ok(mw.cast::<ibv_mw>())
+        });
+        ptr_result("ibv_alloc_mw", r)
+    })
+}
+
+unsafe extern "C" fn dealloc_mw(mw: *mut ibv_mw) -> c_int {
+    guard("ibv_dealloc_mw", libc::EIO, || {
+        let r = mw_of(mw).map(|m| {
+            live::remove(Kind::Mw, mw as usize);
+            drop(m.rx.lock().take());
+            // SAFETY: the PD outlives its windows (dealloc is EBUSY while they exist).
+            unsafe { (*m.pd).users.fetch_sub(1, Ordering::AcqRel) };
+            // SAFETY: was a live Box<Mw>.
+            drop(unsafe { Box::from_raw(mw.cast::<Mw>()) });
+        });
+        int_result("ibv_dealloc_mw", r)
+    })
+}
+
+/// The engine's bind of window `mw` to what `info` says, taking the key
+/// part of `new_rkey`.
+///
+/// # Safety
+/// `info` points to the program's bind information.
+pub unsafe fn bind_of(
+    mw: *mut ibv_mw,
+    new_rkey: u32,
+    info: *const ibv_mw_bind_info,
+) -> Result<MwBind, Fail> {
+    let m = mw_of(mw)?;
+    if info.is_null() {
+        return Err(Fail::inval("bind_info", "NULL"));
+    }
+    // SAFETY: the caller's contract.
+    let info = unsafe { &*info };
+    let access = access_of(info.mw_access_flags, "bind_info.mw_access_flags")?;
+    let mr_lkey = if info.mr.is_null() {
+        if info.addr != 0 || info.length != 0 {
+            return Err(Fail::inval(
+                "bind_info.mr",
+                "NULL with a nonzero addr or length",
+            ));
+        }
+        0
+    } else {
+        if !live::is(Kind::Mr, info.mr as usize) {
+            return Err(Fail::inval(
+                "bind_info.mr",
+                "not a registered memory region",
+            ));
+        }
+        // SAFETY: a live Mr is a Box<Mr> at this address.
+        let r = unsafe { &*info.mr.cast::<Mr>() };
+        if r.mr.pd != m.mw.pd {
+            return Err(Fail::new(
+                libc::EPERM,
+                "bind_info.mr: the region and the window are in different protection domains",
+            ));
+        }
+        r.mr.lkey
+    };
+    Ok(MwBind {
+        mw_rkey: m.mw.rkey,
+        new_rkey,
+        mr_lkey,
+        addr: info.addr,
+        length: info.length,
+        access,
+    })
+}
+
+/// `ibv_bind_mw` (type 1): a `BIND_MW` work request with the window's next
+/// rkey, which becomes `mw->rkey` once it is posted.
+unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, b: *mut ibv_mw_bind) -> c_int {
+    guard("ibv_bind_mw", libc::EIO, || {
+        let r = (|| {
+            let q = qp_of(qp)?;
+            let m = mw_of(mw)?;
+            if b.is_null() {
+                return Err(Fail::inval("mw_bind", "NULL"));
+            }
+            if m.mw.type_ != IBV_MW_TYPE_1 {
+                return Err(Fail::inval("mw", "ibv_bind_mw binds type 1 windows"));
+            }
+            // SAFETY: the program's bind.
+            let b = unsafe { &*b };
+            let known = IBV_SEND_SIGNALED | IBV_SEND_FENCE;
+            if b.send_flags & !known != 0 {
+                return Err(Fail::inval(
+                    "mw_bind.send_flags",
+                    format!("{:#x}: a bind takes only SIGNALED and FENCE", b.send_flags),
+                ));
+            }
+            let new_rkey = inc_rkey(m.mw.rkey);
+            let mut wr = SendWr::new(b.wr_id, SendOpcode::BindMw);
+            wr.flags = SendFlags::from_bits_truncate(b.send_flags);
+            // SAFETY: the program's bind information, inside its bind.
+            wr.bind = Some(unsafe { bind_of(mw, new_rkey, &b.bind_info) }?);
+            q.rx.post_send(&[wr])?;
+            // SAFETY: a live window; the program owns its fields, as with rdma-core.
+            unsafe { (*mw).rkey = new_rkey };
+            Ok(())
+        })();
+        int_result("ibv_bind_mw", r)
+    })
+}
+
+/// The window verbs of a context's `ops` table.
+pub fn fill_ops(v: &mut verbs_context) {
+    v.context.ops.alloc_mw = Some(alloc_mw);
+    v.context.ops.dealloc_mw = Some(dealloc_mw);
+    v.context.ops.bind_mw = Some(bind_mw);
+}
