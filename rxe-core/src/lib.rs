@@ -16,6 +16,7 @@
 #![forbid(unsafe_code)]
 
 pub mod engine;
+pub mod mad;
 pub mod psn;
 pub mod types;
 pub mod wire;
