@@ -542,6 +542,93 @@ fn long_message_respects_the_packet_window() {
     assert_eq!(net.engines[a.idx].counters().retransmitted_pkts, 0);
 }
 
+/// A long READ (1 MiB, 1024 response packets of 1 KiB) is asked for in
+/// chunks of half the send window (64 packets), each an ordinary READ request
+/// for the next 64 KiB, and never has more responses on the way than the
+/// window (128) or more requests outstanding than `rd_atomic`: a receiver is
+/// not flooded with the whole READ at once (which overran slow receivers'
+/// sockets until the retries ran out).
+fn long_read_in_chunks(rd_atomic: u8) -> (Vec<(Duration, u32, u64, u32)>, u64) {
+    let faults = Faults {
+        delay: Duration::from_millis(1),
+        ..Faults::none()
+    };
+    let (mut net, nodes) = network(13, faults, 2, 1 << 21);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let (qa, _qb) = connect(
+        &mut net,
+        a,
+        b,
+        &ConnParams {
+            timeout: 12,
+            rd_atomic,
+            ..rc(7, 7)
+        },
+    );
+    let src: Vec<u8> = (0..1u32 << 20).map(|i| (i * 7 + i / 1024) as u8).collect();
+    b.mem.write(1 << 20, &src);
+    // What each side sends: A's READ requests (time, PSN, va, length) and
+    // the number of B's responses before the first round trip is over.
+    let requests = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let early = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let (r, e, a_addr, b_addr) = (requests.clone(), early.clone(), a.addr, b.addr);
+    net.set_tap(move |at, t| {
+        let p = rxe_core::wire::packet::Packet::new_checked(&t.payload[..]).unwrap();
+        if t.src == a_addr {
+            if let Some(reth) = p.reth() {
+                r.lock()
+                    .unwrap()
+                    .push((at, p.bth().psn().value(), reth.va(), reth.dma_len()));
+            }
+        } else if t.src == b_addr && at < Duration::from_micros(1990) {
+            e.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    });
+    let mut wr = SendWr::new(1, SendOpcode::RdmaRead);
+    wr.sg_list = vec![sge(a, 0, 1 << 20)];
+    wr.remote_addr = IOVA + (1 << 20);
+    wr.rkey = b.mr.rkey;
+    net.engines[a.idx].post_send(qa, wr).unwrap();
+    net.run(Duration::from_secs(5));
+    let c = completions(&mut net, a);
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0].status, WcStatus::Success);
+    assert_eq!(c[0].byte_len, 1 << 20);
+    assert!(
+        a.mem.snapshot()[..1 << 20] == src[..],
+        "the READ's bytes differ"
+    );
+    assert_eq!(net.engines[a.idx].counters().retransmitted_pkts, 0);
+    let v = requests.lock().unwrap().clone();
+    (v, early.load(std::sync::atomic::Ordering::Relaxed))
+}
+
+#[test]
+fn long_read_is_asked_for_in_chunks_within_the_window() {
+    let (requests, early) = long_read_in_chunks(8);
+    assert_eq!(requests.len(), 16, "{requests:?}");
+    for (k, &(_, psn, va, len)) in requests.iter().enumerate() {
+        let k = k as u64;
+        assert_eq!(va, IOVA + (1 << 20) + k * 65536, "request {k}");
+        assert_eq!(len, 65536, "request {k}");
+        assert_eq!(u64::from(psn), (100 + k * 64) & 0xff_ffff, "request {k}");
+    }
+    // Two chunks (the window) at once, then one per chunk received.
+    assert_eq!(requests.iter().filter(|r| r.0.is_zero()).count(), 2);
+    assert_eq!(early, 128, "B's responses in the first round trip");
+}
+
+#[test]
+fn long_read_with_one_responder_resource_asks_for_one_chunk_at_a_time() {
+    let (requests, early) = long_read_in_chunks(1);
+    assert_eq!(requests.len(), 16, "{requests:?}");
+    assert_eq!(early, 64, "B's responses in the first round trip");
+    // Each request waits for the previous chunk's last response.
+    for w in requests.windows(2) {
+        assert!(w[1].0 >= w[0].0 + Duration::from_millis(2), "{w:?}");
+    }
+}
+
 /// Bytes each QP of a budget test writes: 64 packets of 1 KiB.
 const BUDGET_LEN: u32 = 64 << 10;
 

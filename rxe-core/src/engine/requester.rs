@@ -7,6 +7,16 @@
 //! `n` PSNs, a READ takes one PSN per response packet it will get back, an
 //! atomic one. A retransmission reuses the same PSNs, so "go back to PSN p"
 //! means: find the WQE whose range holds `p` and send again from there.
+//!
+//! A long READ is asked for in **chunks**: one READ request per
+//! `read_chunk` response packets (half the send window), a chunk asked for
+//! only when its responses fit in the window and the responder's resources
+//! (`max_rd_atomic` requests outstanding). Without that, one 8 MiB READ made
+//! the responder send 2048 packets at once; a receiver slower than the
+//! sender lost most of them to its socket buffer, and each retry recovered
+//! about one buffer's worth, until the retries ran out (RETRY_EXC_ERR). Each
+//! chunk is an ordinary READ request on the wire (RETH with the chunk's
+//! address and length, PSN of its first response), as any responder serves.
 
 use super::mem::MemSlice;
 use super::qp::{gather, scatter, BuildError, Qp, DEFAULT_PKEY};
@@ -38,6 +48,9 @@ pub(crate) struct SendWqe {
     pub slices: Vec<MemSlice>,
     /// READ: bytes placed so far.
     pub read_rcvd: u64,
+    /// READ: response packets asked for per READ request (see the module
+    /// docs); set when the WQE starts.
+    pub read_chunk: u32,
 }
 
 impl SendWqe {
@@ -55,6 +68,29 @@ impl SendWqe {
     }
     fn holds(&self, psn: Psn) -> bool {
         self.started && self.npkts > 0 && psn.in_window(self.first_psn, self.npkts)
+    }
+    /// READ: one past the last response packet of the chunk that packet `k`
+    /// belongs to. Chunks start at multiples of `read_chunk`, whichever
+    /// packet a request (or a retried request) starts from.
+    fn chunk_end(&self, k: u32) -> u32 {
+        let c = self.read_chunk.max(1);
+        (k / c + 1).saturating_mul(c).min(self.npkts)
+    }
+    /// READ and atomic requests sent and not fully answered: a READ counts
+    /// one per chunk asked for and not yet received in full. `sent` is how
+    /// many of its packets were asked for (`npkts` unless it is the WQE at
+    /// the cursor).
+    fn requests_outstanding(&self, sent: u32, mtu: u64) -> usize {
+        if !self.started || self.done.is_some() || !self.is_rd_atomic() {
+            return 0;
+        }
+        if self.wr.opcode != SendOpcode::RdmaRead {
+            return 1;
+        }
+        let c = self.read_chunk.max(1);
+        let asked = sent.div_ceil(c);
+        let answered = ((self.read_rcvd / mtu) as u32) / c;
+        asked.saturating_sub(answered) as usize
     }
 }
 
@@ -109,13 +145,27 @@ impl Requester {
         self.acked = psn.sub(1);
     }
 
-    /// READ/atomic WQEs started before index `i` and not yet answered.
-    fn rd_atomic_in_flight(&self, i: usize) -> usize {
-        self.sq
+    /// READ and atomic requests of the WQEs before index `i` not yet
+    /// answered (a READ counts one per chunk outstanding), and those of
+    /// WQE `i` itself when `own` (its packets before the cursor).
+    fn rd_atomic_in_flight(&self, i: usize, mtu: u64, own: bool) -> usize {
+        let mut n: usize = self
+            .sq
             .iter()
             .take(i)
-            .filter(|w| w.started && w.done.is_none() && w.is_rd_atomic())
-            .count()
+            .map(|w| w.requests_outstanding(w.npkts, mtu))
+            .sum();
+        if own {
+            if let Some(w) = self.sq.get(i) {
+                let sent = if i == self.next {
+                    self.next_pkt
+                } else {
+                    w.npkts
+                };
+                n += w.requests_outstanding(sent, mtu);
+            }
+        }
+        n
     }
 
     /// The first PSN of the oldest unfinished WQE, if one has started: the
@@ -215,6 +265,7 @@ impl Qp {
             done: flushed.then_some(WcStatus::WrFlushErr),
             slices: Vec::new(),
             read_rcvd: 0,
+            read_chunk: 0,
         });
         if flushed {
             self.retire(ctx);
@@ -375,6 +426,10 @@ impl Qp {
         } else {
             len.div_ceil(mtu).max(1) as u32
         };
+        if w.wr.opcode == SendOpcode::RdmaRead {
+            let window = ctx.config.max_unacked_psns.min(ctx.config.max_in_flight);
+            w.read_chunk = (window / 2).max(1);
+        }
         w.first_psn = self.req.psn;
         w.started = true;
         self.req.psn = self.req.psn.add(w.npkts);
@@ -393,13 +448,16 @@ impl Qp {
                 if self.state == QpState::Sqd {
                     return None;
                 }
+                let mtu = self.mtu() as u64;
                 if w.is_rd_atomic()
-                    && self.req.rd_atomic_in_flight(i)
+                    && self.req.rd_atomic_in_flight(i, mtu, false)
                         >= usize::from(self.attr.max_rd_atomic.max(1))
                 {
                     return None;
                 }
-                if w.wr.flags.contains(SendFlags::FENCE) && self.req.rd_atomic_in_flight(i) > 0 {
+                if w.wr.flags.contains(SendFlags::FENCE)
+                    && self.req.rd_atomic_in_flight(i, mtu, false) > 0
+                {
                     return None;
                 }
                 if self.qp_type == QpType::Rc {
@@ -430,8 +488,24 @@ impl Qp {
             // `max_unacked_psns` past the last acknowledged PSN, even inside
             // one long message (as the kernel's rxe limits itself to 128).
             if self.qp_type == QpType::Rc {
-                let cursor = self.req.sq[i].first_psn.add(self.req.next_pkt);
-                if self.req.acked.next().distance_to(cursor) >= ctx.config.max_unacked_psns {
+                let w = &self.req.sq[i];
+                let cursor = w.first_psn.add(self.req.next_pkt);
+                // A READ request asks for its whole chunk at once: all of
+                // it must fit in the window, and the responder's resources
+                // must have room for one more request.
+                let last = if w.wr.opcode == SendOpcode::RdmaRead {
+                    if self.req.next_pkt > 0
+                        && !cursor.is_before(self.req.sent_high)
+                        && self.req.rd_atomic_in_flight(i, self.mtu() as u64, true)
+                            >= usize::from(self.attr.max_rd_atomic.max(1))
+                    {
+                        return None;
+                    }
+                    w.first_psn.add(w.chunk_end(self.req.next_pkt) - 1)
+                } else {
+                    cursor
+                };
+                if self.req.acked.next().distance_to(last) >= ctx.config.max_unacked_psns {
                     return None;
                 }
                 // ... and, for a packet not sent before, no more than the
@@ -513,7 +587,7 @@ impl Qp {
         let mut repr = PacketRepr::new(bth);
         if info.headers.contains(crate::wire::ExtHeaders::RETH) {
             let len = if op == SendOpcode::RdmaRead {
-                w.len - offset
+                (u64::from(w.chunk_end(k)) * mtu).min(w.len) - offset
             } else {
                 w.len
             };
@@ -602,7 +676,7 @@ impl Qp {
         // Advance the cursor.
         let w = &mut self.req.sq[i];
         if op == SendOpcode::RdmaRead {
-            self.req.next_pkt = w.npkts;
+            self.req.next_pkt = w.chunk_end(k);
         } else {
             self.req.next_pkt += 1;
         }
@@ -621,9 +695,10 @@ impl Qp {
             } else {
                 self.req.sent_high = psn.add(1);
             }
-            let last_psn = self.req.sq[i].last_psn();
+            let w = &self.req.sq[i];
+            let last_psn = w.first_psn.add(w.chunk_end(k).max(1) - 1);
             if last_psn.is_after(self.req.sent_high.sub(1)) && op == SendOpcode::RdmaRead {
-                // A READ request covers its whole PSN range.
+                // A READ request covers its chunk's PSN range.
                 self.req.sent_high = last_psn.add(1);
             }
             if self.req.retransmit_at.is_none() {
@@ -973,9 +1048,19 @@ impl Qp {
             return;
         }
         let payload = pkt.payload();
-        let remaining = w.len - w.read_rcvd;
         let position = pkt.info().position;
-        let want = if position.ends() { remaining } else { mtu };
+        // The last response of a request ends its chunk; the others are
+        // full packets.
+        let k = (w.read_rcvd / mtu) as u32;
+        let chunk_done = k + 1 == w.chunk_end(k);
+        if position.ends() != chunk_done {
+            return self.unexpected(ctx);
+        }
+        let want = if chunk_done {
+            (u64::from(w.chunk_end(k)) * mtu).min(w.len) - w.read_rcvd
+        } else {
+            mtu
+        };
         if payload.len() as u64 != want || want > mtu {
             return self.unexpected(ctx);
         }
@@ -984,7 +1069,7 @@ impl Qp {
         }
         let w = &mut self.req.sq[i];
         w.read_rcvd += payload.len() as u64;
-        if position.ends() {
+        if w.read_rcvd == w.len {
             w.done = Some(WcStatus::Success);
         }
         if psn.is_after(self.req.acked) {
