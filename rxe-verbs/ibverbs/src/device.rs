@@ -4,6 +4,7 @@
 //! themselves.
 
 use crate::ffi::{arg, guard, int_result, note, ptr_result, set_errno, Fail};
+use crate::native::{self, Mode};
 use crate::sys::*;
 use std::ffi::{c_char, c_int, CStr};
 use std::sync::OnceLock;
@@ -77,20 +78,45 @@ pub fn dev_of(p: *const ibv_device) -> Result<&'static Dev, Fail> {
         .ok_or_else(|| Fail::inval("device", "not a device of ibv_get_device_list"))
 }
 
+/// `ibv_get_device_list`: the soft devices (unless `RXE_PROVIDER=native`),
+/// then the system library's (with `RXE_PROVIDER=auto|native`, see
+/// `native.rs`). The system library's own list stays allocated until the
+/// program frees ours, as its devices' references are held by it.
 pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut ibv_device {
     guard("ibv_get_device_list", std::ptr::null_mut(), || {
-        let devs = devices();
-        let n = devs.len();
+        let mode = native::mode();
+        let soft: &[Dev] = if mode == Mode::Native { &[] } else { devices() };
+        let (native_list, natives) = match mode {
+            Mode::Soft => (0, Vec::new()),
+            _ => match native::device_list() {
+                Ok(l) => l,
+                Err(_) if mode == Mode::Native => return native::no_native_devices(),
+                Err(_) => (0, Vec::new()),
+            },
+        };
+        let n = soft.len() + natives.len();
         // SAFETY: an array of n + 1 pointers, freed by ibv_free_device_list.
         let list = unsafe { libc::calloc(n + 1, std::mem::size_of::<*mut ibv_device>()) }
             as *mut *mut ibv_device;
         if list.is_null() {
             set_errno(libc::ENOMEM);
+            if native_list != 0 {
+                // Nothing refers to it: give it back now.
+                native::keep_list(list, native_list);
+                native::free_list(list);
+            }
             return list;
         }
-        for (i, d) in devs.iter().enumerate() {
-            // SAFETY: i < n + 1 slots allocated above.
-            unsafe { *list.add(i) = std::ptr::from_ref(&d.dev).cast_mut() };
+        let all = soft
+            .iter()
+            .map(|d| std::ptr::from_ref(&d.dev).cast_mut())
+            .chain(natives);
+        for (i, d) in all.enumerate() {
+            // SAFETY: i < n of the n + 1 slots allocated above.
+            unsafe { *list.add(i) = d };
+        }
+        if native_list != 0 {
+            native::keep_list(list, native_list);
         }
         if !num_devices.is_null() {
             // SAFETY: the program passed a place for the count.
@@ -102,6 +128,7 @@ pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *m
 
 pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
     guard("ibv_free_device_list", (), || {
+        native::free_list(list);
         // SAFETY: list came from ibv_get_device_list's calloc (or is NULL).
         unsafe { libc::free(list.cast()) }
     })

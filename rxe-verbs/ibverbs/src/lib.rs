@@ -49,6 +49,7 @@ mod kern;
 mod live;
 mod mem;
 mod mw;
+mod native;
 mod qp;
 mod strings;
 mod unsupported;

@@ -25,6 +25,10 @@
  * The exported ibv_query_port (the compat symbol) reports active MTU 1024
  * and the extended query_port 2048, so a test can tell which one was used.
  * FAKE_IBVERBS_NO_DEVICES=1 makes ibv_get_device_list return an empty list.
+ * FAKE_IBVERBS_TRACE=FILE appends "init" to FILE when the library is loaded
+ * and the name of every exported function when it is called, one a line
+ * (tests/ibverbs_native.rs reads it to tell which calls the drop-in
+ * libibverbs forwarded here, and that nothing loaded it when it should not).
  */
 #define _GNU_SOURCE
 #include <infiniband/verbs.h>
@@ -32,6 +36,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -39,6 +44,32 @@
 
 #undef ibv_query_port
 #undef ibv_reg_mr
+
+/* FAKE_IBVERBS_TRACE=FILE: the constructor appends "init" to FILE, and every
+ * exported function its own name, one a line (how a test tells which calls
+ * reached this library, and that it was loaded at all). */
+static int trace_fd = -1;
+
+static void trace(const char *fn)
+{
+	char line[128];
+	int n;
+	if (trace_fd < 0)
+		return;
+	n = snprintf(line, sizeof(line), "%s\n", fn);
+	if (n > 0 && write(trace_fd, line, (size_t)n) != n)
+		abort();
+}
+#define TRACE() trace(__func__)
+
+__attribute__((constructor)) static void fake_init(void)
+{
+	const char *path = getenv("FAKE_IBVERBS_TRACE");
+	if (path && *path) {
+		trace_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		trace("init");
+	}
+}
 
 #define MAX_SGE 16
 #define NGIDS 4
@@ -142,6 +173,7 @@ static void async_event(struct ibv_context *c, enum ibv_event_type t, void *obj)
 
 struct ibv_device **ibv_get_device_list(int *num)
 {
+	TRACE();
 	const char *none = getenv("FAKE_IBVERBS_NO_DEVICES");
 	int empty = none && strcmp(none, "1") == 0;
 	if (num)
@@ -149,12 +181,13 @@ struct ibv_device **ibv_get_device_list(int *num)
 	return empty ? empty_list : dev_list;
 }
 
-void ibv_free_device_list(struct ibv_device **list) { (void)list; }
+void ibv_free_device_list(struct ibv_device **list) { TRACE(); (void)list; }
 
-const char *ibv_get_device_name(struct ibv_device *d) { return d->name; }
+const char *ibv_get_device_name(struct ibv_device *d) { TRACE(); return d->name; }
 
 __be64 ibv_get_device_guid(struct ibv_device *d)
 {
+	TRACE();
 	(void)d;
 	return htobe64(0x0002c9fffe000001ULL);
 }
@@ -170,6 +203,7 @@ static int f_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct i
 
 struct ibv_context *ibv_open_device(struct ibv_device *d)
 {
+	TRACE();
 	struct fctx *f = calloc(1, sizeof(*f));
 	int p[2];
 	if (!f)
@@ -198,6 +232,7 @@ struct ibv_context *ibv_open_device(struct ibv_device *d)
 
 int ibv_close_device(struct ibv_context *c)
 {
+	TRACE();
 	struct fctx *f = fctx_of(c);
 	close(f->async_r);
 	close(f->async_w);
@@ -207,6 +242,7 @@ int ibv_close_device(struct ibv_context *c)
 
 int ibv_query_device(struct ibv_context *c, struct ibv_device_attr *a)
 {
+	TRACE();
 	(void)c;
 	memset(a, 0, sizeof(*a));
 	strcpy(a->fw_ver, "fake-1.0");
@@ -246,6 +282,7 @@ static void fill_port(struct ibv_port_attr *a)
 /* The compat symbol: reports active MTU 1024 (the extended one says 2048). */
 int ibv_query_port(struct ibv_context *c, uint8_t port, struct _compat_ibv_port_attr *pa)
 {
+	TRACE();
 	struct ibv_port_attr *a = (struct ibv_port_attr *)pa;
 	(void)c;
 	if (port != 1)
@@ -268,6 +305,7 @@ static int f_query_port_ex(struct ibv_context *c, uint8_t port, struct ibv_port_
 
 int ibv_query_gid(struct ibv_context *c, uint8_t port, int index, union ibv_gid *gid)
 {
+	TRACE();
 	(void)c;
 	if (port != 1 || index < 0 || index >= 8)
 		return -1;
@@ -280,6 +318,7 @@ int ibv_query_gid(struct ibv_context *c, uint8_t port, int index, union ibv_gid 
 int _ibv_query_gid_ex(struct ibv_context *c, uint32_t port, uint32_t index,
 		      struct ibv_gid_entry *e, uint32_t flags, size_t size)
 {
+	TRACE();
 	(void)c; (void)flags;
 	if (port != 1 || index >= NGIDS || size != sizeof(*e))
 		return ENODATA;
@@ -294,6 +333,7 @@ int _ibv_query_gid_ex(struct ibv_context *c, uint32_t port, uint32_t index,
 ssize_t _ibv_query_gid_table(struct ibv_context *c, struct ibv_gid_entry *entries,
 			     size_t max, uint32_t flags, size_t size)
 {
+	TRACE();
 	size_t i;
 	if (size != sizeof(*entries) || max < NGIDS)
 		return -EINVAL;
@@ -304,6 +344,7 @@ ssize_t _ibv_query_gid_table(struct ibv_context *c, struct ibv_gid_entry *entrie
 
 int ibv_get_async_event(struct ibv_context *c, struct ibv_async_event *e)
 {
+	TRACE();
 	ssize_t n = read(fctx_of(c)->async_r, e, sizeof(*e));
 	if (n != sizeof(*e)) {
 		if (n >= 0)
@@ -313,12 +354,13 @@ int ibv_get_async_event(struct ibv_context *c, struct ibv_async_event *e)
 	return 0;
 }
 
-void ibv_ack_async_event(struct ibv_async_event *e) { (void)e; }
+void ibv_ack_async_event(struct ibv_async_event *e) { TRACE(); (void)e; }
 
 /* ------------------------------------------------------------- PD and MR -- */
 
 struct ibv_pd *ibv_alloc_pd(struct ibv_context *c)
 {
+	TRACE();
 	struct ibv_pd *pd = calloc(1, sizeof(*pd));
 	if (!pd)
 		return NULL;
@@ -331,12 +373,13 @@ struct ibv_pd *ibv_alloc_pd(struct ibv_context *c)
 
 int ibv_dealloc_pd(struct ibv_pd *pd)
 {
+	TRACE();
 	free(pd);
 	return 0;
 }
 
-struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova,
-				unsigned int access)
+static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova,
+			     unsigned int access)
 {
 	struct fmr *m;
 	if ((access & IBV_ACCESS_REMOTE_WRITE) && !(access & IBV_ACCESS_LOCAL_WRITE)) {
@@ -364,13 +407,22 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint6
 	return &m->mr;
 }
 
+struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len, uint64_t iova,
+				unsigned int access)
+{
+	TRACE();
+	return reg_mr(pd, addr, len, iova, access);
+}
+
 struct ibv_mr *ibv_reg_mr(struct ibv_pd *pd, void *addr, size_t len, int access)
 {
-	return ibv_reg_mr_iova2(pd, addr, len, (uintptr_t)addr, access);
+	TRACE();
+	return reg_mr(pd, addr, len, (uintptr_t)addr, access);
 }
 
 int ibv_dereg_mr(struct ibv_mr *mr)
 {
+	TRACE();
 	struct fmr **p;
 	pthread_mutex_lock(&big);
 	for (p = &mrs; *p; p = &(*p)->next)
@@ -405,6 +457,7 @@ static char *mr_ptr(uint32_t key, int remote, uint64_t addr, uint64_t len, int n
 
 struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *c)
 {
+	TRACE();
 	struct fchan *f = calloc(1, sizeof(*f));
 	int p[2];
 	if (!f || pipe2(p, O_CLOEXEC) != 0) {
@@ -419,6 +472,7 @@ struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *c)
 
 int ibv_destroy_comp_channel(struct ibv_comp_channel *ch)
 {
+	TRACE();
 	struct fchan *f = (struct fchan *)ch;
 	close(f->ch.fd);
 	close(f->wfd);
@@ -429,6 +483,7 @@ int ibv_destroy_comp_channel(struct ibv_comp_channel *ch)
 struct ibv_cq *ibv_create_cq(struct ibv_context *c, int cqe, void *cq_context,
 			     struct ibv_comp_channel *ch, int vec)
 {
+	TRACE();
 	struct fcq *f;
 	(void)vec;
 	if (cqe < 1 || cqe > 4096) {
@@ -452,6 +507,7 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *c, int cqe, void *cq_context,
 
 int ibv_destroy_cq(struct ibv_cq *cq)
 {
+	TRACE();
 	struct fcq *f = (struct fcq *)cq;
 	free(f->ring);
 	free(f);
@@ -502,6 +558,7 @@ static int f_req_notify_cq(struct ibv_cq *cq, int solicited_only)
 
 int ibv_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **cq_context)
 {
+	TRACE();
 	ssize_t n = read(ch->fd, cq, sizeof(*cq));
 	if (n != sizeof(*cq)) {
 		if (n >= 0)
@@ -512,7 +569,7 @@ int ibv_get_cq_event(struct ibv_comp_channel *ch, struct ibv_cq **cq, void **cq_
 	return 0;
 }
 
-void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int n) { (void)cq; (void)n; }
+void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int n) { TRACE(); (void)cq; (void)n; }
 
 /* ------------------------------------------------------- receive queues -- */
 
@@ -580,6 +637,7 @@ static int f_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct i
 
 struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *a)
 {
+	TRACE();
 	struct fsrq *f = calloc(1, sizeof(*f));
 	if (!f || rq_init(&f->rq, a->attr.max_wr) != 0) {
 		free(f);
@@ -597,6 +655,7 @@ struct ibv_srq *ibv_create_srq(struct ibv_pd *pd, struct ibv_srq_init_attr *a)
 
 int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *a, int mask)
 {
+	TRACE();
 	struct fsrq *f = (struct fsrq *)srq;
 	if (mask & ~IBV_SRQ_LIMIT)
 		return EINVAL;
@@ -608,6 +667,7 @@ int ibv_modify_srq(struct ibv_srq *srq, struct ibv_srq_attr *a, int mask)
 
 int ibv_destroy_srq(struct ibv_srq *srq)
 {
+	TRACE();
 	struct fsrq *f = (struct fsrq *)srq;
 	free(f->rq.q);
 	free(f);
@@ -618,6 +678,7 @@ int ibv_destroy_srq(struct ibv_srq *srq)
 
 struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 {
+	TRACE();
 	struct fah *f;
 	if (!attr->is_global || !gid_is_v2(attr->grh.sgid_index) || attr->port_num != 1) {
 		errno = EINVAL;
@@ -637,6 +698,7 @@ struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 
 int ibv_destroy_ah(struct ibv_ah *ah)
 {
+	TRACE();
 	free(ah);
 	return 0;
 }
@@ -645,6 +707,7 @@ int ibv_destroy_ah(struct ibv_ah *ah)
 
 struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *a)
 {
+	TRACE();
 	struct fqp *f;
 	if (!a->send_cq || !a->recv_cq || a->cap.max_send_sge > MAX_SGE ||
 	    a->cap.max_recv_sge > MAX_SGE || a->cap.max_send_wr > 1024 ||
@@ -708,6 +771,7 @@ static void flush(struct fqp *f)
 
 int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
 {
+	TRACE();
 	struct fqp *f = (struct fqp *)qp;
 	pthread_mutex_lock(&big);
 	if (mask & IBV_QP_AV) {
@@ -756,6 +820,7 @@ int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask)
 
 int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask, struct ibv_qp_init_attr *init)
 {
+	TRACE();
 	struct fqp *f = (struct fqp *)qp;
 	(void)mask;
 	pthread_mutex_lock(&big);
@@ -775,6 +840,7 @@ int ibv_query_qp(struct ibv_qp *qp, struct ibv_qp_attr *a, int mask, struct ibv_
 
 int ibv_destroy_qp(struct ibv_qp *qp)
 {
+	TRACE();
 	struct fqp **p;
 	pthread_mutex_lock(&big);
 	for (p = &qps; *p; p = &(*p)->next)
