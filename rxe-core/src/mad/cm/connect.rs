@@ -84,7 +84,10 @@ pub struct Req {
     pub transport_service_type: TransportServiceType,
     /// End-to-End Flow Control.
     pub end_to_end_flow_control: bool,
-    /// Starting PSN (24 bits): the first PSN the sender will send.
+    /// Starting PSN (24 bits): the first PSN the *passive* side sends (and
+    /// the active side expects). Linux's passive side takes its send queue
+    /// PSN from here and the active side its receive PSN; the REP's
+    /// starting PSN goes the other way.
     pub starting_psn: u32,
     /// Local CM Response Timeout (5 bits): how long the sender needs to
     /// answer a message.
@@ -543,7 +546,9 @@ pub struct Rep {
     pub vendor_id: u32,
     /// Local EE Context Number (24 bits, RD).
     pub local_eecn: u32,
-    /// Starting PSN (24 bits): the first PSN the passive side will send.
+    /// Starting PSN (24 bits): the first PSN the *active* side sends (and
+    /// the passive side expects); the REQ's starting PSN goes the other
+    /// way.
     pub starting_psn: u32,
     /// Responder Resources.
     pub responder_resources: u8,
