@@ -14,8 +14,9 @@
 //! names a scratch directory whose `libibverbs.so.1` is the drop-in (as
 //! `tests/ibverbs_c_walk.rs` does). It lists the devices, walks the native
 //! device (open, queries, PD, MR, channel, CQ, RC QPs, SEND and WRITE
-//! through the provider's ops, events, SRQ, AH, errno, destroy) and moves
-//! data between two soft devices (127.0.4.2xx).
+//! through the provider's ops, events, SRQ, AH, errno, destroy), moves
+//! data between two soft devices (127.0.4.2xx), and checks that a soft PD
+//! refuses a native CQ.
 //!
 //! Checked here: the order of the list for `auto` and `native`; that every
 //! native call reached the fake and no soft one did; that `RXE_PROVIDER`
@@ -281,13 +282,16 @@ fn auto_lists_soft_then_native_and_forwards_native_calls() {
     assert!(r.oks("soft_") >= 7, "{w}");
     assert!(r.out.contains("ok native_errno_returned"), "{w}");
     assert!(r.out.contains("ok soft_rdma_write"), "{w}");
+    assert!(r.out.contains("ok mix_soft_pd_native_cq_refused"), "{w}");
     // The fake was mapped into the process (in its own namespace).
     assert!(
         r.maps().iter().any(|m| m.ends_with("libfakeverbs.so.1")),
         "{w}"
     );
     // Exactly the native objects' calls reached it: the soft walk opened
-    // two devices, two PDs, two MRs, two CQs and two QPs of its own.
+    // two devices, two PDs, two MRs, two CQs and two QPs of its own. (The
+    // native walk and the mixing check open fake0 once each; the native
+    // walk makes two CQs, one refused, and the mixing check one.)
     let calls = r.calls();
     let want: &[(&str, usize)] = &[
         ("init", 1),
@@ -296,8 +300,8 @@ fn auto_lists_soft_then_native_and_forwards_native_calls() {
         // The program asks every device's name, and fake0's GUID (twice).
         ("ibv_get_device_name", 2),
         ("ibv_get_device_guid", 2),
-        ("ibv_open_device", 1),
-        ("ibv_close_device", 1),
+        ("ibv_open_device", 2),
+        ("ibv_close_device", 2),
         ("ibv_query_device", 1),
         ("ibv_query_gid", 1),
         ("_ibv_query_gid_ex", 1),
@@ -307,8 +311,8 @@ fn auto_lists_soft_then_native_and_forwards_native_calls() {
         ("ibv_dereg_mr", 2),
         ("ibv_create_comp_channel", 1),
         ("ibv_destroy_comp_channel", 1),
-        ("ibv_create_cq", 2),
-        ("ibv_destroy_cq", 1),
+        ("ibv_create_cq", 3),
+        ("ibv_destroy_cq", 2),
         ("ibv_create_qp", 2),
         ("ibv_modify_qp", 6),
         ("ibv_query_qp", 1),

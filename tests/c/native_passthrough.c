@@ -19,7 +19,8 @@
  * provider's context->ops), completion events, an error completion and its
  * QP fatal async event, SRQ, AH, errno across the call, destroy. With
  * devices "rxe0" and "rxe1" it moves data between them over the soft stack
- * (RC SEND and RDMA WRITE on loopback).
+ * (RC SEND and RDMA WRITE on loopback). With both, a soft PD and a native
+ * CQ are refused together.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -433,6 +434,26 @@ static void soft_walk(struct ibv_device *d0, struct ibv_device *d1)
 	}
 }
 
+/* A soft PD with a native CQ: the drop-in does not know the CQ and refuses
+ * it, as objects of two devices do not mix. */
+static void mix_walk(struct ibv_device *native, struct ibv_device *soft)
+{
+	struct ibv_context *nctx = ibv_open_device(native), *sctx = ibv_open_device(soft);
+	struct ibv_pd *spd = sctx ? ibv_alloc_pd(sctx) : NULL;
+	struct ibv_cq *ncq = nctx ? ibv_create_cq(nctx, 4, NULL, NULL, 0) : NULL;
+	struct ibv_qp *qp;
+
+	if (!check(nctx && sctx && spd && ncq, "mix_objects", "%s", strerror(errno)))
+		return;
+	errno = 0;
+	qp = rc_qp(spd, ncq);
+	check(qp == NULL && errno == EINVAL, "mix_soft_pd_native_cq_refused", "qp %p errno %d",
+	      (void *)qp, errno);
+	check(ibv_destroy_cq(ncq) == 0 && ibv_dealloc_pd(spd) == 0 && ibv_close_device(sctx) == 0 &&
+		      ibv_close_device(nctx) == 0,
+	      "mix_destroy", "failed");
+}
+
 static void maps(void)
 {
 	FILE *f = fopen("/proc/self/maps", "r");
@@ -484,6 +505,8 @@ int main(void)
 		native_walk(fake);
 	if (rxe0 && rxe1)
 		soft_walk(rxe0, rxe1);
+	if (fake && rxe0)
+		mix_walk(fake, rxe0);
 	ibv_free_device_list(list);
 	printf("%d passed, %d failed\n", passed, failed);
 	return failed ? 1 : 0;
