@@ -571,3 +571,42 @@ pub fn no_native_devices() -> *mut *mut ibv_device {
     set_errno(libc::ENOSYS);
     std::ptr::null_mut()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A device, a context pointing at it and an object pointing at the
+    /// context, laid out as libibverbs' structs begin.
+    #[test]
+    fn objects_are_told_apart_by_their_device() {
+        let native_dev = Box::new(0u64);
+        let soft_dev = Box::new(0u64);
+        let dev_addr = std::ptr::from_ref(&*native_dev) as usize;
+        let soft_addr = std::ptr::from_ref(&*soft_dev) as usize;
+        remember_device(dev_addr);
+        remember_device(dev_addr);
+        assert_eq!(NATIVE_N.load(Ordering::Relaxed), 1);
+        let ctx = Box::new(dev_addr);
+        let soft_ctx = Box::new(soft_addr);
+        let obj = Box::new(std::ptr::from_ref(&*ctx) as usize);
+        let soft_obj = Box::new(std::ptr::from_ref(&*soft_ctx) as usize);
+        let addr = |b: &usize| std::ptr::from_ref(b) as usize;
+
+        assert_eq!(rxe_is_native(dev_addr, ARG_DEVICE), 1);
+        assert_eq!(rxe_is_native(soft_addr, ARG_DEVICE), 0);
+        assert_eq!(rxe_is_native(addr(&ctx), ARG_CONTEXT), 1);
+        assert_eq!(rxe_is_native(addr(&soft_ctx), ARG_CONTEXT), 0);
+        assert_eq!(rxe_is_native(addr(&obj), ARG_OBJECT), 1);
+        assert_eq!(rxe_is_native(addr(&soft_obj), ARG_OBJECT), 0);
+        assert!(is_native_object(addr(&obj) as *const c_void));
+        // NULL and small values are never followed.
+        for kind in [ARG_DEVICE, ARG_CONTEXT, ARG_OBJECT] {
+            assert_eq!(rxe_is_native(0, kind), 0);
+            assert_eq!(rxe_is_native(8, kind), 0);
+        }
+        // An object whose context field is NULL.
+        let orphan = Box::new(0usize);
+        assert_eq!(rxe_is_native(addr(&orphan), ARG_OBJECT), 0);
+    }
+}
