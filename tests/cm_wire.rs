@@ -45,6 +45,7 @@ struct Seen {
     dest_qp: u32,
     psn: u32,
     qkey: Option<u32>,
+    udp_src_port: u16,
     /// The CM MAD, if the packet went to QP 1.
     cm: Option<CmMad>,
 }
@@ -78,6 +79,7 @@ fn packets(file: &str) -> Vec<Seen> {
             dest_qp: repr.bth.dest_qp,
             psn: repr.bth.psn.value(),
             qkey: repr.deth.map(|d| d.qkey),
+            udp_src_port: f.udp_src_port,
             cm: None,
         };
         if repr.bth.dest_qp == GSI_QPN {
@@ -124,6 +126,29 @@ fn linux_tid(local_comm_id: u32) -> u64 {
 /// (`cma_get_roce_udp_flow_label`): a hash of the two ports.
 fn roce_flow_label(src_port: u16, dst_port: u16) -> u32 {
     (u32::from(src_port) * 31 + u32::from(dst_port)) & 0xf_ffff
+}
+
+/// The UDP source port Linux gives a RoCE v2 QP with this flow label
+/// (`rdma_flow_label_to_udp_sport`): the label folded into 14 bits, in the
+/// range 0xC000..=0xFFFF.
+fn udp_sport(flow_label: u32) -> u16 {
+    let low = flow_label & 0x3fff;
+    let high = (flow_label & 0xf_c000) >> 14;
+    ((low ^ high) | 0xc000) as u16
+}
+
+/// Both ends of an RC connection send its data from the UDP source port
+/// derived from the REQ's flow label.
+fn check_udp_port(v: &[Seen], req: &Req, qpns: [u32; 2]) {
+    let want = udp_sport(req.primary_path.flow_label);
+    let data: Vec<_> = v
+        .iter()
+        .filter(|s| s.cm.is_none() && qpns.contains(&s.dest_qp))
+        .collect();
+    assert!(!data.is_empty());
+    for s in data {
+        assert_eq!(s.udp_src_port, want, "frame {}", s.frame);
+    }
 }
 
 fn req_of(m: &CmMad) -> &Req {
@@ -348,6 +373,11 @@ fn rping_connects_moves_data_and_disconnects() {
     assert_eq!(from_a[0].psn, a_psn);
     assert_eq!(from_b[0].opcode, Opcode::RC_SEND_ONLY);
     assert_eq!(from_a[0].opcode, Opcode::RC_RDMA_READ_REQUEST);
+    // Both QPs send from UDP port 56620 (0xdd2c), the flow label folded.
+    check_udp_port(&v, r, [a_qpn, b_qpn]);
+    assert_eq!(udp_sport(r.primary_path.flow_label), 56620);
+    // The GSI QPs send from a port of their own.
+    assert!(m.iter().all(|(s, _)| s.udp_src_port == 55410));
 }
 
 #[test]
@@ -461,6 +491,8 @@ fn perftest_makes_two_connections() {
     assert_eq!((b2.len(), a2.len()), (10, 0));
     assert_eq!(b2[0].psn, second.1);
     assert!(b2.iter().all(|s| s.opcode == Opcode::RC_SEND_ONLY));
+    check_udp_port(&v, req_of(m[0].1), [first.0, first.2]);
+    check_udp_port(&v, req_of(m[3].1), [second.0, second.2]);
 }
 
 #[test]
