@@ -41,11 +41,13 @@ pub mod cm;
 pub mod error;
 pub mod gsi;
 pub mod rdma_cm;
+pub mod route;
 
 pub use cm::{AttributeId, CmMad, CmMessage};
 pub use error::{Error, Result};
 pub use gsi::{GsiMad, GSI_QKEY, GSI_QPN};
 pub use rdma_cm::{CmaHeader, PortSpace};
+pub use route::{cm_route, CmRoute};
 
 use crate::wire::field::*;
 use core::fmt;
