@@ -18,6 +18,16 @@
 //! unknown QP. In raw receive mode every process sees every packet anyway,
 //! so there others' packets are only skipped.
 //!
+//! QP 1, where the connection manager's MADs arrive, belongs to every
+//! process, so a MAD is routed on what it says ([`cm_route`]): a REQ or
+//! SIDR_REQ goes to the process that listens on its service ID (which
+//! claims the abstract names `rxe-rs/v1/ADDR/svc/SID` and
+//! `rxe-rs/v1/ADDR/svc/SID/PREFIX`, [`Share::claim_service`]); any other
+//! CM message to the process whose prefix tops the ID it names (each CM
+//! agent hands out communication IDs with its prefix on top). A MAD that no
+//! process owns (a REQ nobody listens for) is answered by the process that
+//! receives it, or in raw mode by the holder of the lowest held prefix.
+//!
 //! One process alone pays one byte comparison per packet for all this.
 //!
 //! What it does not guard against: another program of the same user can
@@ -26,6 +36,7 @@
 //! device sharing among one user's processes.
 
 use rxe_core::engine::{IcrcStatus, RecvMeta};
+use rxe_core::mad::{cm_route, CmRoute};
 use std::io;
 use std::net::{IpAddr, Ipv6Addr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -76,11 +87,27 @@ pub fn dest_prefix(payload: &[u8]) -> Option<u8> {
 }
 
 fn name(addr: IpAddr, prefix: u8) -> (libc::sockaddr_un, libc::socklen_t) {
+    abstract_name(&format!("rxe-rs/v1/{addr}/{prefix}"))
+}
+
+/// The name that says a process listens on service `sid` at `addr`
+/// (`holder`: the name that also says which prefix it holds).
+fn service_name(
+    addr: IpAddr,
+    sid: u64,
+    holder: Option<u8>,
+) -> (libc::sockaddr_un, libc::socklen_t) {
+    match holder {
+        None => abstract_name(&format!("rxe-rs/v1/{addr}/svc/{sid:016x}")),
+        Some(p) => abstract_name(&format!("rxe-rs/v1/{addr}/svc/{sid:016x}/{p}")),
+    }
+}
+
+fn abstract_name(text: &str) -> (libc::sockaddr_un, libc::socklen_t) {
     // SAFETY: sockaddr_un is plain data; all zeroes is valid.
     let mut sa: libc::sockaddr_un = unsafe { std::mem::zeroed() };
     sa.sun_family = libc::AF_UNIX as libc::sa_family_t;
     // Abstract namespace: a leading NUL, then the name (not NUL-terminated).
-    let text = format!("rxe-rs/v1/{addr}/{prefix}");
     for (d, b) in sa.sun_path[1..].iter_mut().zip(text.bytes()) {
         *d = b as libc::c_char;
     }
@@ -171,16 +198,69 @@ impl Share {
 
     /// Whether the name of `prefix` is bound (a `connect` to it succeeds).
     fn probe(&self, prefix: u8) -> bool {
-        // SAFETY: plain system call; a nonnegative result is ours.
-        let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
-        if fd < 0 {
-            return false;
-        }
-        // SAFETY: fd is open and ours.
-        let s = unsafe { OwnedFd::from_raw_fd(fd) };
         let (sa, len) = name(self.addr, prefix);
-        // SAFETY: sa is a valid sockaddr_un of `len` bytes.
-        unsafe { libc::connect(s.as_raw_fd(), (&sa as *const libc::sockaddr_un).cast(), len) == 0 }
+        is_bound(&sa, len)
+    }
+
+    /// Claims service `sid` (a CM listener's service ID) at this address
+    /// for this process: REQs and SIDR_REQs for it that another process
+    /// receives are passed on here. Fails with `AddrInUse` if a process
+    /// (this one included) holds it already, as a second listener on one
+    /// port fails with the kernel's rdma_cm. The claim ends when the
+    /// returned value is dropped or the process ends.
+    pub fn claim_service(&self, sid: u64) -> io::Result<ServiceClaim> {
+        let exclusive = bound_socket(service_name(self.addr, sid, None)).map_err(|e| {
+            if e.raw_os_error() == Some(libc::EADDRINUSE) {
+                io::Error::new(
+                    io::ErrorKind::AddrInUse,
+                    format!(
+                        "service {sid:#018x} at {} has a listener already",
+                        self.addr
+                    ),
+                )
+            } else {
+                e
+            }
+        })?;
+        let lookup = bound_socket(service_name(self.addr, sid, Some(self.prefix)))?;
+        Ok(ServiceClaim {
+            _exclusive: exclusive,
+            _lookup: lookup,
+        })
+    }
+
+    /// The prefix of the process listening on service `sid` at this
+    /// address (maybe this one), if any.
+    pub fn service_owner(&self, sid: u64) -> Option<u8> {
+        let (sa, len) = service_name(self.addr, sid, None);
+        if !is_bound(&sa, len) {
+            return None;
+        }
+        PREFIXES.into_iter().find(|&p| {
+            (p == self.prefix || self.is_held(p)) && {
+                let (sa, len) = service_name(self.addr, sid, Some(p));
+                is_bound(&sa, len)
+            }
+        })
+    }
+
+    /// The prefix whose holder should take a datagram: the owner of its
+    /// destination QP, or for a MAD to QP 1 the CM agent it names
+    /// ([`cm_route`]). `None`: whichever process receives it.
+    pub fn owner(&self, payload: &[u8]) -> Option<u8> {
+        match cm_route(payload) {
+            None => dest_prefix(payload),
+            Some(CmRoute::Agent(p)) => Some(p),
+            Some(CmRoute::Service(sid)) => self.service_owner(sid),
+            Some(CmRoute::Any) => None,
+        }
+    }
+
+    /// Whether this process answers a MAD that no agent owns, in raw mode
+    /// (where every process sees every packet): the holder of the lowest
+    /// held prefix does, so that one answer goes out, not one per process.
+    pub fn answers_unowned(&self) -> bool {
+        (*PREFIXES.start()..self.prefix).all(|p| !self.is_held(p))
     }
 
     /// Passes a datagram on to the holder of `prefix`.
@@ -269,6 +349,56 @@ impl Share {
     }
 }
 
+/// A process's claim on a service ID ([`Share::claim_service`]).
+#[derive(Debug)]
+pub struct ServiceClaim {
+    _exclusive: OwnedFd,
+    _lookup: OwnedFd,
+}
+
+/// Whether an abstract name is bound (a `connect` to it succeeds).
+fn is_bound(sa: &libc::sockaddr_un, len: libc::socklen_t) -> bool {
+    // SAFETY: plain system call; a nonnegative result is ours.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: fd is open and ours.
+    let s = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: sa is a valid sockaddr_un of `len` bytes.
+    unsafe { libc::connect(s.as_raw_fd(), (sa as *const libc::sockaddr_un).cast(), len) == 0 }
+}
+
+/// A datagram socket bound to an abstract name (never read: the name is
+/// the claim).
+fn bound_socket((sa, len): (libc::sockaddr_un, libc::socklen_t)) -> io::Result<OwnedFd> {
+    // SAFETY: plain system call; a nonnegative result is ours.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is open and ours.
+    let sock = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: sa is a valid sockaddr_un of `len` bytes.
+    let r = unsafe {
+        libc::bind(
+            sock.as_raw_fd(),
+            (&sa as *const libc::sockaddr_un).cast(),
+            len,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(sock)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -322,6 +452,63 @@ mod tests {
         assert_eq!(seen.len(), PREFIXES.len());
         let e = Share::claim(addr, 1).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::AddrInUse);
+    }
+
+    /// A CM MAD to QP 1 (attribute `attr`) with a 32-bit ID at data
+    /// offset 4 and a service ID at data offset 8.
+    fn mad_packet(attr: u16, id_at_4: u32, sid: u64) -> Vec<u8> {
+        let mut p = vec![0u8; 12 + 8 + 256 + 4];
+        p[0] = 0x64; // UD SEND ONLY
+        p[7] = 1; // to QP 1
+        let mad = &mut p[20..];
+        mad[0] = 1;
+        mad[1] = 0x07;
+        mad[2] = 2;
+        mad[16..18].copy_from_slice(&attr.to_be_bytes());
+        mad[24 + 4..24 + 8].copy_from_slice(&id_at_4.to_be_bytes());
+        mad[24 + 8..24 + 16].copy_from_slice(&sid.to_be_bytes());
+        p
+    }
+
+    #[test]
+    fn mads_go_to_the_listener_or_to_the_agent_their_id_names() {
+        let addr: IpAddr = "127.0.9.5".parse().unwrap();
+        let a = Share::claim(addr, 11).unwrap();
+        let b = Share::claim(addr, 12).unwrap();
+        let sid = 0x0106_1c06;
+        let req = mad_packet(0x10, 0, sid);
+        assert_eq!(a.owner(&req), None, "nobody listens yet");
+        let claim = b.claim_service(sid).unwrap();
+        assert_eq!(a.service_owner(sid), Some(b.prefix()));
+        assert_eq!(b.service_owner(sid), Some(b.prefix()));
+        assert_eq!(a.owner(&req), Some(b.prefix()));
+        // One listener per service and address, in this process or another.
+        let e = a.claim_service(sid).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AddrInUse);
+        assert!(e.to_string().contains("127.0.9.5"), "{e}");
+        assert_eq!(
+            b.claim_service(sid).unwrap_err().kind(),
+            io::ErrorKind::AddrInUse
+        );
+        // Answers and follow-ups go by the receiver's own ID.
+        let rep = mad_packet(0x13, u32::from(a.prefix()) << 24 | 0x1234, 0);
+        assert_eq!(b.owner(&rep), Some(a.prefix()));
+        // Other QPs by their prefix, as before.
+        let mut data = mad_packet(0x10, 0, sid);
+        data[5..8].copy_from_slice(&[0x42, 0, 9]);
+        assert_eq!(a.owner(&data), Some(0x42));
+        // The claim ends with its value.
+        drop(claim);
+        assert_eq!(a.service_owner(sid), None);
+        a.claim_service(sid).expect("free again");
+        // In raw mode, the lowest held prefix answers what nobody owns.
+        let (low, high) = if a.prefix() < b.prefix() {
+            (&a, &b)
+        } else {
+            (&b, &a)
+        };
+        assert!(low.answers_unowned());
+        assert!(!high.answers_unowned());
     }
 
     #[test]

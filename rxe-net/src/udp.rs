@@ -92,7 +92,7 @@
 //! know it: set [`rxe_core::engine::EngineConfig::udp_src_port`] to
 //! `Some(transport.src_port())`. Any source port is accepted on receive.
 
-use crate::share::{dest_prefix, Forward, Share};
+use crate::share::{Forward, ServiceClaim, Share};
 use rxe_core::engine::{IcrcStatus, RecvMeta, Transmit};
 use rxe_core::wire::{icrc, RoceFrame, BTH_LEN, ICRC_LEN, ROCE_V2_PORT};
 use std::fmt;
@@ -335,6 +335,13 @@ impl UdpTransport {
     /// process when several share the address ([`crate::share`]).
     pub fn qpn_prefix(&self) -> u8 {
         self.share.prefix()
+    }
+
+    /// Claims CM service `sid` at this address for this process, so that
+    /// REQs for it reach this transport whichever process sharing the
+    /// address receives them ([`Share::claim_service`]).
+    pub fn claim_service(&self, sid: u64) -> io::Result<ServiceClaim> {
+        self.share.claim_service(sid)
     }
 
     /// The bound socket address, `(addr, 4791)`.
@@ -626,11 +633,23 @@ impl UdpTransport {
                     ip_packet: None,
                 }
             };
-            if let Some(p) = dest_prefix(d.payload).filter(|&p| p != self.share.prefix()) {
+            let owner = self.share.owner(d.payload);
+            if raw_mode
+                && owner.is_none()
+                && d.payload.get(5..8) == Some(&[0, 0, 1])
+                && !self.share.answers_unowned()
+            {
+                // A MAD no agent owns: in raw mode every process sees it,
+                // and one answers (crate::share).
+                self.stats.rx_others += 1;
+                continue;
+            }
+            if let Some(p) = owner.filter(|&p| p != self.share.prefix()) {
                 // Another process's, if one holds the prefix: in raw mode it
                 // sees the packet itself; a plain socket's datagram is passed
-                // on. A prefix nobody holds (QP 1, a QP of a process gone)
-                // is the engine's to answer or count, as before sharing.
+                // on. A prefix nobody holds (a QP of a process gone, a MAD
+                // for an agent gone) is the engine's to answer or count, as
+                // before sharing.
                 if raw_mode {
                     if self.share.is_held(p) {
                         self.stats.rx_others += 1;
