@@ -13,8 +13,11 @@
 //! * [`types`]: the verbs vocabulary (QP types and states, attributes, work
 //!   requests, completions).
 //! * [`engine`]: the RC/UC/UD protocol engine with its memory-key tables.
+//! * [`cm`]: the Communication Manager protocol (connection set-up and
+//!   release, SIDR) over the CM MADs of [`mad`], one agent per address.
 #![forbid(unsafe_code)]
 
+pub mod cm;
 pub mod engine;
 pub mod mad;
 pub mod psn;
