@@ -1,7 +1,8 @@
-//! Every symbol of Debian bookworm's libibverbs1 44.0, with its version,
-//! bound to the function that implements it (`abi/libibverbs1-44.0.symbols`
-//! is the list; `tests/ibverbs_abi.rs` compares it with what the built
-//! library exports).
+//! Every symbol of Debian bookworm's libibverbs1 44.0 and librdmacm1 44.0,
+//! with its version, bound to the function that implements it
+//! (`abi/libibverbs1-44.0.symbols` and `abi/librdmacm1-44.0.symbols` are
+//! the lists; `tests/ibverbs_abi.rs` and `tests/rdmacm_abi.rs` compare them
+//! with what the built library exports).
 //!
 //! rustc gives a cdylib a version script of its own, so the versions are
 //! set here with `.symver`. A default version (`@@`) must name a symbol
@@ -22,6 +23,11 @@
 //! `errno` carried across the namespaces. `always` forwards every call once
 //! the library is loaded (verbs that name no object).
 
+#[allow(unused_imports)]
+use crate::rdmacm::{
+    addrinfo as cm_addrinfo, channel as cm_channel, connect as cm_connect, id as cm_id,
+    qp as cm_qp, rsocket as cm_rsocket,
+};
 #[allow(unused_imports)]
 use crate::*;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -226,6 +232,10 @@ version_nodes!(
     "IBVERBS_1.13",
     "IBVERBS_1.14",
     "IBVERBS_PRIVATE_34",
+    "RDMACM_1.0",
+    "RDMACM_1.1",
+    "RDMACM_1.2",
+    "RDMACM_1.3",
 );
 
 // The one data object: rdma-core's `bool verbs_allow_disassociate_destroy`,
@@ -421,4 +431,73 @@ export! {
     unsupported::verbs_register_driver_34 => "verbs_register_driver_34@@IBVERBS_PRIVATE_34",
     unsupported::verbs_set_ops => "verbs_set_ops@@IBVERBS_PRIVATE_34",
     unsupported::verbs_uninit_context => "verbs_uninit_context@@IBVERBS_PRIVATE_34",
+    // librdmacm (`rdmacm/`): the same object is librdmacm.so.1 too.
+    cm_rsocket::raccept => "raccept@@RDMACM_1.0",
+    cm_rsocket::rbind => "rbind@@RDMACM_1.0",
+    cm_rsocket::rclose => "rclose@@RDMACM_1.0",
+    cm_rsocket::rconnect => "rconnect@@RDMACM_1.0",
+    cm_connect::rdma_accept => "rdma_accept@@RDMACM_1.0",
+    cm_channel::rdma_ack_cm_event => "rdma_ack_cm_event@@RDMACM_1.0",
+    cm_id::rdma_bind_addr => "rdma_bind_addr@@RDMACM_1.0",
+    cm_connect::rdma_connect => "rdma_connect@@RDMACM_1.0",
+    cm_addrinfo::rdma_create_ep => "rdma_create_ep@@RDMACM_1.0",
+    cm_channel::rdma_create_event_channel => "rdma_create_event_channel@@RDMACM_1.0",
+    cm_id::rdma_create_id => "rdma_create_id@@RDMACM_1.0",
+    cm_qp::rdma_create_qp => "rdma_create_qp@@RDMACM_1.0",
+    cm_qp::rdma_create_qp_ex => "rdma_create_qp_ex@@RDMACM_1.0",
+    cm_qp::rdma_create_srq => "rdma_create_srq@@RDMACM_1.0",
+    cm_qp::rdma_create_srq_ex => "rdma_create_srq_ex@@RDMACM_1.0",
+    cm_addrinfo::rdma_destroy_ep => "rdma_destroy_ep@@RDMACM_1.0",
+    cm_channel::rdma_destroy_event_channel => "rdma_destroy_event_channel@@RDMACM_1.0",
+    cm_id::rdma_destroy_id => "rdma_destroy_id@@RDMACM_1.0",
+    cm_qp::rdma_destroy_qp => "rdma_destroy_qp@@RDMACM_1.0",
+    cm_qp::rdma_destroy_srq => "rdma_destroy_srq@@RDMACM_1.0",
+    cm_connect::rdma_disconnect => "rdma_disconnect@@RDMACM_1.0",
+    cm_channel::rdma_event_str => "rdma_event_str@@RDMACM_1.0",
+    cm_id::rdma_free_devices => "rdma_free_devices@@RDMACM_1.0",
+    cm_addrinfo::rdma_freeaddrinfo => "rdma_freeaddrinfo@@RDMACM_1.0",
+    cm_channel::rdma_get_cm_event => "rdma_get_cm_event@@RDMACM_1.0",
+    cm_id::rdma_get_devices => "rdma_get_devices@@RDMACM_1.0",
+    cm_id::rdma_get_dst_port => "rdma_get_dst_port@@RDMACM_1.0",
+    cm_id::rdma_get_request => "rdma_get_request@@RDMACM_1.0",
+    cm_id::rdma_get_src_port => "rdma_get_src_port@@RDMACM_1.0",
+    cm_addrinfo::rdma_getaddrinfo => "rdma_getaddrinfo@@RDMACM_1.0",
+    cm_connect::rdma_join_multicast => "rdma_join_multicast@@RDMACM_1.0",
+    cm_connect::rdma_leave_multicast => "rdma_leave_multicast@@RDMACM_1.0",
+    cm_connect::rdma_listen => "rdma_listen@@RDMACM_1.0",
+    cm_id::rdma_migrate_id => "rdma_migrate_id@@RDMACM_1.0",
+    cm_connect::rdma_notify => "rdma_notify@@RDMACM_1.0",
+    cm_connect::rdma_reject => "rdma_reject@@RDMACM_1.0",
+    cm_id::rdma_resolve_addr => "rdma_resolve_addr@@RDMACM_1.0",
+    cm_id::rdma_resolve_route => "rdma_resolve_route@@RDMACM_1.0",
+    cm_id::rdma_set_option => "rdma_set_option@@RDMACM_1.0",
+    cm_rsocket::rfcntl => "rfcntl@@RDMACM_1.0",
+    cm_rsocket::rgetpeername => "rgetpeername@@RDMACM_1.0",
+    cm_rsocket::rgetsockname => "rgetsockname@@RDMACM_1.0",
+    cm_rsocket::rgetsockopt => "rgetsockopt@@RDMACM_1.0",
+    cm_rsocket::riomap => "riomap@@RDMACM_1.0",
+    cm_rsocket::riounmap => "riounmap@@RDMACM_1.0",
+    cm_rsocket::riowrite => "riowrite@@RDMACM_1.0",
+    cm_rsocket::rlisten => "rlisten@@RDMACM_1.0",
+    cm_rsocket::rpoll => "rpoll@@RDMACM_1.0",
+    cm_rsocket::rread => "rread@@RDMACM_1.0",
+    cm_rsocket::rreadv => "rreadv@@RDMACM_1.0",
+    cm_rsocket::rrecv => "rrecv@@RDMACM_1.0",
+    cm_rsocket::rrecvfrom => "rrecvfrom@@RDMACM_1.0",
+    cm_rsocket::rrecvmsg => "rrecvmsg@@RDMACM_1.0",
+    cm_rsocket::rselect => "rselect@@RDMACM_1.0",
+    cm_rsocket::rsend => "rsend@@RDMACM_1.0",
+    cm_rsocket::rsendmsg => "rsendmsg@@RDMACM_1.0",
+    cm_rsocket::rsendto => "rsendto@@RDMACM_1.0",
+    cm_rsocket::rsetsockopt => "rsetsockopt@@RDMACM_1.0",
+    cm_rsocket::rshutdown => "rshutdown@@RDMACM_1.0",
+    cm_rsocket::rsocket => "rsocket@@RDMACM_1.0",
+    cm_rsocket::rwrite => "rwrite@@RDMACM_1.0",
+    cm_rsocket::rwritev => "rwritev@@RDMACM_1.0",
+    cm_connect::rdma_join_multicast_ex => "rdma_join_multicast_ex@@RDMACM_1.1",
+    cm_connect::rdma_establish => "rdma_establish@@RDMACM_1.2",
+    cm_id::rdma_init_qp_attr => "rdma_init_qp_attr@@RDMACM_1.2",
+    cm_id::rdma_get_remote_ece => "rdma_get_remote_ece@@RDMACM_1.3",
+    cm_connect::rdma_reject_ece => "rdma_reject_ece@@RDMACM_1.3",
+    cm_id::rdma_set_local_ece => "rdma_set_local_ece@@RDMACM_1.3",
 }

@@ -27,6 +27,9 @@
 //!   (NULL with `errno`, or the errno value) and never panics across the C
 //!   boundary: every entry point runs inside [`ffi::guard`]. `RXE_DEBUG=1`
 //!   prints why a call failed to standard error.
+//! * **librdmacm.** The same object is the drop-in `librdmacm.so.1`
+//!   ([`rdmacm`]): `rxe exec` links it under both sonames, and the loader
+//!   maps the file once.
 //! * **File descriptors.** Completion channels and `context->async_fd` are
 //!   pipes whose read end holds one byte per pending event, so `poll`,
 //!   `epoll`, `select` and `O_NONBLOCK` behave as on the kernel's.
@@ -51,6 +54,7 @@ mod mem;
 mod mw;
 mod native;
 mod qp;
+mod rdmacm;
 mod strings;
 mod unsupported;
 mod wr;

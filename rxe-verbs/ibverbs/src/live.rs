@@ -18,6 +18,11 @@ pub enum Kind {
     Srq,
     Ah,
     Mw,
+    /// librdmacm's objects (`rdmacm/`): an `rdma_event_channel`, an
+    /// `rdma_cm_id`, an `rdma_cm_event` taken and not yet acknowledged.
+    CmChannel,
+    CmId,
+    CmEvent,
 }
 
 fn table() -> &'static Mutex<HashMap<usize, Kind>> {

@@ -1,0 +1,1098 @@
+//! Communication identifiers (`rdma_cm_id`) up to a resolved route:
+//! `rdma_create_id`, `rdma_destroy_id`, `rdma_bind_addr`,
+//! `rdma_resolve_addr`, `rdma_resolve_route`, `rdma_migrate_id`,
+//! `rdma_set_option`, `rdma_get_src_port`/`rdma_get_dst_port`,
+//! `rdma_init_qp_attr`, `rdma_get_request`, the ECE calls, and
+//! `rdma_get_devices`/`rdma_free_devices`.
+//!
+//! The id's public fields are written as librdmacm writes them from the
+//! kernel's answers for a RoCE device: binding to a device's address sets
+//! `verbs` (the device's context for the process), `pd` (a PD the library
+//! keeps per device) and `port_num` (1); the route's `ibaddr` holds the
+//! RoCE v2 GIDs of both ends and P_Key 0xffff; a resolved route has one
+//! path record as the kernel's `cma_resolve_iboe_route` makes it.
+//!
+//! Port numbers live in a port space per `rdma_port_space`, as the kernel's
+//! do, but only within this process (another process's rdma_cm ports are
+//! not seen): port 0 picks a free one in 32768–60999, and a taken port on
+//! the same address (or the wildcard) is EADDRINUSE unless both ids set
+//! `RDMA_OPTION_ID_REUSEADDR`.
+
+use super::channel::{self, channel_of, Channel, Param, Pending};
+use super::{
+    canonical, cma_devices, dev_by_addr, entry, gid, init, is_loopback, read_sockaddr,
+    write_sockaddr, CmaDev,
+};
+use crate::context::EventCount;
+use crate::ffi::{guard, note, set_errno, Fail};
+use crate::live::{self, Kind};
+use crate::sys::*;
+use parking_lot::{Mutex, MutexGuard};
+use std::cell::UnsafeCell;
+use std::ffi::{c_int, c_void};
+use std::hash::{BuildHasher, Hasher};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::{Arc, OnceLock};
+
+/// Where an id is, as the kernel's `rdma_cm_state` counts it up to a
+/// route. The connection states come with the CM protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Phase {
+    Idle,
+    AddrBound,
+    AddrResolved,
+    RouteResolved,
+}
+
+/// A copy of `rdma_create_ep`'s QP attributes for the ids a passive
+/// endpoint's `rdma_get_request` returns.
+#[derive(Clone, Copy)]
+pub struct SavedQpAttr(pub ibv_qp_init_attr);
+
+// SAFETY: the pointers in it (CQs, SRQ, context) are the program's objects
+// of this library, only passed back to it.
+unsafe impl Send for SavedQpAttr {}
+
+/// What the library keeps about an id, behind its lock.
+pub struct IdState {
+    pub channel: Arc<Channel>,
+    /// Created without a channel: the channel is the id's own, and calls
+    /// complete before they return (librdmacm's synchronous mode).
+    pub sync: bool,
+    pub phase: Phase,
+    pub dev: Option<&'static CmaDev>,
+    pub src: Option<SocketAddr>,
+    pub dst: Option<SocketAddr>,
+    pub reuseaddr: bool,
+    pub afonly: bool,
+    pub tos: Option<u8>,
+    pub ack_timeout: Option<u8>,
+    path: Option<Box<ibv_sa_path_rec>>,
+    pub qp_init_attr: Option<SavedQpAttr>,
+    /// `ai_connect` of `rdma_create_ep`: private data put before the
+    /// program's on `rdma_connect`.
+    pub connect: Vec<u8>,
+    /// ECE (`rdma_set_local_ece`, `rdma_get_remote_ece`): vendor ID and options.
+    pub local_ece: (u32, u32),
+    pub remote_ece: (u32, u32),
+}
+
+impl std::fmt::Debug for IdState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("IdState")
+            .field("sync", &self.sync)
+            .field("phase", &self.phase)
+            .field("src", &self.src)
+            .field("dst", &self.dst)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An id: the program's `rdma_cm_id`, then ours.
+#[repr(C)]
+pub struct CmId {
+    pub id: UnsafeCell<rdma_cm_id>,
+    pub st: Mutex<IdState>,
+    /// Events about this id taken and acknowledged.
+    pub events: Arc<EventCount>,
+    /// The id's `qp_type` and `ps`, as at creation (the program's copy is
+    /// in the C struct).
+    qp_type: ibv_qp_type,
+    ps: rdma_port_space,
+}
+
+// SAFETY: the C struct is written only under `st`'s lock (and read by the
+// program as librdmacm's is); the rest is Send + Sync.
+unsafe impl Send for CmId {}
+// SAFETY: as above.
+unsafe impl Sync for CmId {}
+
+impl CmId {
+    /// The program's pointer.
+    pub fn c(&self) -> *mut rdma_cm_id {
+        self.id.get()
+    }
+    pub fn addr(&self) -> usize {
+        self.c() as usize
+    }
+    pub fn lock(&self) -> MutexGuard<'_, IdState> {
+        self.st.lock()
+    }
+    /// The id's `qp_type` and `ps` (written once, at creation).
+    pub fn kind(&self) -> (ibv_qp_type, rdma_port_space) {
+        (self.qp_type, self.ps)
+    }
+
+    /// Queues an event about this id on its channel.
+    pub fn queue(&self, st: &IdState, event: rdma_cm_event_type, status: c_int, param: Param) {
+        st.channel.push(Pending {
+            id: self.addr(),
+            listen_id: 0,
+            event,
+            status,
+            param,
+            count: self.events.clone(),
+        });
+    }
+
+    /// Writes the route's addresses and GIDs as librdmacm's
+    /// `ucma_query_route` copies them from the kernel.
+    fn write_route(&self, st: &IdState) {
+        let c = self.c();
+        // SAFETY: the id is ours and locked (st); the fields are plain data.
+        unsafe {
+            write_sockaddr(
+                (&raw mut (*c).route.addr.__bindgen_anon_1.src_storage).cast(),
+                st.src,
+            );
+            write_sockaddr(
+                (&raw mut (*c).route.addr.__bindgen_anon_2.dst_storage).cast(),
+                st.dst,
+            );
+            let ib = &mut (*c).route.addr.addr.ibaddr;
+            if st.dev.is_some() {
+                ib.sgid = st.src.map_or(ibv_gid { raw: [0; 16] }, |a| gid(a.ip()));
+                ib.dgid = st.dst.map_or(ibv_gid { raw: [0; 16] }, |a| gid(a.ip()));
+                ib.pkey = 0xffff;
+            } else {
+                ib.sgid = ibv_gid { raw: [0; 16] };
+                ib.dgid = ibv_gid { raw: [0; 16] };
+                ib.pkey = 0;
+            }
+        }
+    }
+
+    /// Gives the id its device: context, the library's PD, port 1.
+    fn attach(&self, st: &mut IdState, d: &'static CmaDev) -> Result<(), Fail> {
+        let op = d.open()?;
+        st.dev = Some(d);
+        let c = self.c();
+        // SAFETY: the id is ours and locked.
+        unsafe {
+            (*c).verbs = op.ctx;
+            (*c).pd = op.pd;
+            (*c).port_num = 1;
+        }
+        Ok(())
+    }
+}
+
+/// The id behind a program's pointer, checked to be a live one.
+pub fn id_of<'a>(p: *mut rdma_cm_id) -> Result<&'a CmId, Fail> {
+    if p.is_null() {
+        return Err(Fail::inval("id", "NULL"));
+    }
+    if !live::is(Kind::CmId, p as usize) {
+        return Err(Fail::inval(
+            "id",
+            "not an rdma_cm_id of rdma_create_id, or destroyed",
+        ));
+    }
+    // SAFETY: a live id is a Box<CmId> at this address.
+    Ok(unsafe { &*(p as *const CmId) })
+}
+
+/// librdmacm's `ucma_complete`: in synchronous mode, take the event the
+/// call queued (acknowledging the one before it) and turn its status into
+/// the call's result. An asynchronous id returns at once.
+pub fn complete(cm: &CmId) -> Result<(), Fail> {
+    let (sync, ch) = {
+        let st = cm.lock();
+        (st.sync, st.channel.clone())
+    };
+    if !sync {
+        return Ok(());
+    }
+    let c = cm.c();
+    // SAFETY: the id is live; `event` is the library's field.
+    let prev = unsafe { std::mem::replace(&mut (*c).event, std::ptr::null_mut()) };
+    if !prev.is_null() {
+        let _ = channel::ack_event(prev);
+    }
+    let e = channel::get_event(&ch)?;
+    // SAFETY: as above.
+    unsafe { (*c).event = e };
+    // SAFETY: an event just made.
+    let (event, status) = unsafe { ((*e).event, (*e).status) };
+    if status != 0 {
+        let errno = if event == RDMA_CM_EVENT_REJECTED {
+            libc::ECONNREFUSED
+        } else {
+            status.abs()
+        };
+        return Err(Fail::new(
+            errno,
+            format!("{} (status {status})", event_name(event)),
+        ));
+    }
+    Ok(())
+}
+
+fn event_name(e: rdma_cm_event_type) -> String {
+    // SAFETY: rdma_event_str returns a static NUL-terminated string.
+    unsafe { std::ffi::CStr::from_ptr(channel::rdma_event_str(e)) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+// ---------------------------------------------------------------------------
+// Port spaces
+// ---------------------------------------------------------------------------
+
+#[derive(Debug)]
+struct PortUse {
+    ps: rdma_port_space,
+    port: u16,
+    addr: IpAddr,
+    reuse: bool,
+    afonly: bool,
+    id: usize,
+}
+
+fn ports() -> &'static Mutex<Vec<PortUse>> {
+    static P: OnceLock<Mutex<Vec<PortUse>>> = OnceLock::new();
+    P.get_or_init(Default::default)
+}
+
+fn conflicts(a: &PortUse, addr: IpAddr, reuse: bool, afonly: bool) -> bool {
+    if a.reuse && reuse {
+        return false;
+    }
+    if a.addr.is_ipv4() != addr.is_ipv4() && (a.afonly || afonly) {
+        return false;
+    }
+    a.addr.is_unspecified() || addr.is_unspecified() || a.addr == addr
+}
+
+/// Takes `port` (0: a free one) on `addr` in port space `ps` for the id
+/// at `id`.
+fn claim(
+    ps: rdma_port_space,
+    addr: IpAddr,
+    port: u16,
+    reuse: bool,
+    afonly: bool,
+    id: usize,
+) -> Result<u16, Fail> {
+    let mut p = ports().lock();
+    let taken = |port: u16, p: &Vec<PortUse>| {
+        p.iter()
+            .any(|u| u.ps == ps && u.port == port && conflicts(u, addr, reuse, afonly))
+    };
+    let port = if port != 0 {
+        if taken(port, &p) {
+            return Err(Fail::new(
+                libc::EADDRINUSE,
+                format!("port {port} on {addr} is bound by another rdma_cm_id of this process"),
+            ));
+        }
+        port
+    } else {
+        const LOW: u32 = 32768;
+        const N: u32 = 60999 - LOW + 1;
+        let mut h = std::hash::RandomState::new().build_hasher();
+        h.write_usize(id);
+        let start = (h.finish() % u64::from(N)) as u32;
+        (0..N)
+            .map(|i| (LOW + (start + i) % N) as u16)
+            .find(|&port| !taken(port, &p))
+            .ok_or_else(|| Fail::new(libc::EADDRNOTAVAIL, "no free port in 32768-60999"))?
+    };
+    p.push(PortUse {
+        ps,
+        port,
+        addr,
+        reuse,
+        afonly,
+        id,
+    });
+    Ok(port)
+}
+
+fn release(id: usize) {
+    ports().lock().retain(|u| u.id != id);
+}
+
+fn rebind(id: usize, addr: IpAddr) {
+    for u in ports().lock().iter_mut().filter(|u| u.id == id) {
+        u.addr = addr;
+    }
+}
+
+// ---------------------------------------------------------------------------
+// Creating and destroying ids
+// ---------------------------------------------------------------------------
+
+/// librdmacm's `rdma_create_id2`: an id on `channel` (NULL: synchronous,
+/// on a channel of its own).
+pub fn create(
+    channel: *mut rdma_event_channel,
+    context: *mut c_void,
+    ps: rdma_port_space,
+    qp_type: ibv_qp_type,
+) -> Result<*mut rdma_cm_id, Fail> {
+    init()?;
+    let (ch, sync) = if channel.is_null() {
+        (Channel::create()?, true)
+    } else {
+        (channel_of(channel)?, false)
+    };
+    // SAFETY: rdma_cm_id is plain data; all zeroes is valid.
+    let mut cid: rdma_cm_id = unsafe { std::mem::zeroed() };
+    cid.channel = ch.ptr();
+    cid.context = context;
+    cid.ps = ps;
+    cid.qp_type = qp_type;
+    let b = Box::new(CmId {
+        id: UnsafeCell::new(cid),
+        st: Mutex::new(IdState {
+            channel: ch,
+            sync,
+            phase: Phase::Idle,
+            dev: None,
+            src: None,
+            dst: None,
+            reuseaddr: false,
+            afonly: false,
+            tos: None,
+            ack_timeout: None,
+            path: None,
+            qp_init_attr: None,
+            connect: Vec::new(),
+            local_ece: (0, 0),
+            remote_ece: (0, 0),
+        }),
+        events: Arc::new(EventCount::default()),
+        qp_type,
+        ps,
+    });
+    let raw = Box::into_raw(b);
+    live::add(Kind::CmId, raw as usize);
+    Ok(raw.cast())
+}
+
+pub unsafe extern "C" fn rdma_create_id(
+    channel: *mut rdma_event_channel,
+    id: *mut *mut rdma_cm_id,
+    context: *mut c_void,
+    ps: rdma_port_space,
+) -> c_int {
+    entry("rdma_create_id", || {
+        if id.is_null() {
+            return Err(Fail::inval("id", "NULL"));
+        }
+        let qp_type = match ps {
+            RDMA_PS_IPOIB | RDMA_PS_UDP => IBV_QPT_UD,
+            RDMA_PS_TCP | RDMA_PS_IB => IBV_QPT_RC,
+            _ => {
+                return Err(Fail::inval(
+                    "ps",
+                    format!("{ps:#x} (RDMA_PS_TCP, RDMA_PS_UDP, RDMA_PS_IPOIB or RDMA_PS_IB)"),
+                ))
+            }
+        };
+        let p = create(channel, context, ps, qp_type)?;
+        // SAFETY: checked non-NULL; the program's output.
+        unsafe { id.write(p) };
+        Ok(())
+    })
+}
+
+/// Frees an id: its port, its events not taken, its own channel. Waits
+/// until every event about it that was taken is acknowledged.
+pub fn destroy(p: *mut rdma_cm_id) -> Result<(), Fail> {
+    let cm = id_of(p)?;
+    if !live::remove(Kind::CmId, p as usize) {
+        return Err(Fail::inval("id", "destroyed already"));
+    }
+    release(p as usize);
+    let c = cm.c();
+    // SAFETY: the id is ours (removed from the registry: no other call finds it).
+    let ev = unsafe { std::mem::replace(&mut (*c).event, std::ptr::null_mut()) };
+    if !ev.is_null() {
+        let _ = channel::ack_event(ev);
+    }
+    let (ch, sync) = {
+        let st = cm.lock();
+        (st.channel.clone(), st.sync)
+    };
+    ch.withdraw(p as usize);
+    cm.events.wait_all_acked();
+    if sync {
+        ch.unregister();
+    }
+    // SAFETY: a Box<CmId> made by create(), no longer reachable.
+    drop(unsafe { Box::from_raw(p.cast::<CmId>()) });
+    Ok(())
+}
+
+pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
+    entry("rdma_destroy_id", || destroy(id))
+}
+
+// ---------------------------------------------------------------------------
+// Addresses
+// ---------------------------------------------------------------------------
+
+/// Whether this host has `ip` (a socket can be bound to it).
+fn host_has(ip: IpAddr) -> bool {
+    ip.is_loopback() || std::net::UdpSocket::bind((ip, 0)).is_ok()
+}
+
+/// `rdma_bind_addr` on a locked id.
+fn bind(cm: &CmId, st: &mut IdState, sa: SocketAddr) -> Result<(), Fail> {
+    if st.phase != Phase::Idle {
+        return Err(Fail::inval("id", "bound already"));
+    }
+    let ip = canonical(sa.ip());
+    let dev = if ip.is_unspecified() {
+        None
+    } else {
+        Some(dev_by_addr(ip).ok_or_else(|| {
+            if host_has(ip) {
+                Fail::new(
+                    libc::ENODEV,
+                    format!("{ip} is this host's but no soft device's (RXE_DEVICES)"),
+                )
+            } else {
+                Fail::new(
+                    libc::EADDRNOTAVAIL,
+                    format!("{ip} is not an address of this host"),
+                )
+            }
+        })?)
+    };
+    let (_, ps) = cm.kind();
+    let port = claim(ps, ip, sa.port(), st.reuseaddr, st.afonly, cm.addr())?;
+    if let Some(d) = dev {
+        if let Err(e) = cm.attach(st, d) {
+            release(cm.addr());
+            return Err(e);
+        }
+    }
+    let mut sa = sa;
+    sa.set_port(port);
+    st.src = Some(sa);
+    st.phase = Phase::AddrBound;
+    cm.write_route(st);
+    Ok(())
+}
+
+pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int {
+    entry("rdma_bind_addr", || {
+        let cm = id_of(id)?;
+        // SAFETY: the program's address.
+        let sa = unsafe { read_sockaddr(addr, "addr") }?;
+        let mut st = cm.lock();
+        bind(cm, &mut st, sa)
+    })
+}
+
+/// The wildcard address of `a`'s family.
+fn any_of(a: &SocketAddr) -> SocketAddr {
+    match a {
+        SocketAddr::V4(_) => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
+        SocketAddr::V6(_) => SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0),
+    }
+}
+
+/// The soft device that reaches `dst` from an unbound id: the device with
+/// that address; for a loopback (or wildcard) destination, the first
+/// device on loopback; otherwise the device on the address the host's
+/// routing table would send from. Err is the negative errno of
+/// RDMA_CM_EVENT_ADDR_ERROR.
+fn route_to(dst: IpAddr) -> Result<&'static CmaDev, (c_int, String)> {
+    let dst = canonical(dst);
+    if let Some(d) = dev_by_addr(dst) {
+        return Ok(d);
+    }
+    if dst.is_loopback() || dst.is_unspecified() {
+        return cma_devices()
+            .iter()
+            .find(|d| is_loopback(d.addr()) && canonical(d.addr()).is_ipv4() == dst.is_ipv4())
+            .ok_or_else(|| {
+                (
+                    -libc::ENODEV,
+                    format!("{dst} is on loopback and no soft device is"),
+                )
+            });
+    }
+    let sock = std::net::UdpSocket::bind(match dst {
+        IpAddr::V4(_) => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
+        IpAddr::V6(_) => SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0),
+    })
+    .map_err(|e| (-libc::ENETUNREACH, format!("no route to {dst}: {e}")))?;
+    sock.connect((dst, 4791))
+        .map_err(|e| (-libc::ENETUNREACH, format!("no route to {dst}: {e}")))?;
+    let src = sock
+        .local_addr()
+        .map_err(|e| (-libc::ENETUNREACH, format!("no route to {dst}: {e}")))?
+        .ip();
+    dev_by_addr(src).ok_or_else(|| {
+        (
+            -libc::ENODEV,
+            format!("the host reaches {dst} from {src}, and no soft device is on {src}"),
+        )
+    })
+}
+
+/// `a` in the address family of `like` (an IPv4 device address for an
+/// IPv6 id is IPv4-mapped).
+fn in_family(a: IpAddr, like: &SocketAddr) -> IpAddr {
+    match (a, like) {
+        (IpAddr::V4(v4), SocketAddr::V6(_)) => IpAddr::V6(v4.to_ipv6_mapped()),
+        _ => a,
+    }
+}
+
+fn resolve_addr(cm: &CmId, src: Option<SocketAddr>, dst: SocketAddr) -> Result<(), Fail> {
+    let mut st = cm.lock();
+    match st.phase {
+        Phase::Idle => {
+            if let Some(s) = src {
+                if s.is_ipv4() != dst.is_ipv4() {
+                    return Err(Fail::inval(
+                        "src_addr",
+                        "not of the destination's address family",
+                    ));
+                }
+            }
+            bind(cm, &mut st, src.unwrap_or_else(|| any_of(&dst)))?;
+        }
+        Phase::AddrBound => {}
+        _ => return Err(Fail::inval("id", "its address is resolved already")),
+    }
+    let bound = st.src.expect("a bound id has a source address");
+    if bound.is_ipv4() != dst.is_ipv4() {
+        return Err(Fail::inval(
+            "dst_addr",
+            "not of the address family the id is bound to",
+        ));
+    }
+    st.dst = Some(dst);
+    let dst_ip = canonical(dst.ip());
+    let found: Result<&'static CmaDev, (c_int, String)> = match st.dev {
+        Some(d) => {
+            let dev_ip = canonical(d.addr());
+            if dev_ip == dst_ip
+                || is_loopback(dev_ip) == (dst_ip.is_loopback() || dst_ip.is_unspecified())
+            {
+                Ok(d)
+            } else {
+                Err((
+                    -libc::ENETUNREACH,
+                    format!("{dst_ip} cannot be reached from {dev_ip} (one is on loopback, the other not)"),
+                ))
+            }
+        }
+        None => route_to(dst_ip),
+    };
+    let (event, status) = match found {
+        Ok(d) => {
+            if st.dev.is_none() {
+                match cm.attach(&mut st, d) {
+                    Ok(()) => {
+                        let ip = in_family(d.addr(), &bound);
+                        st.src = Some(SocketAddr::new(ip, bound.port()));
+                        rebind(cm.addr(), canonical(ip));
+                    }
+                    Err(f) => {
+                        note("rdma_resolve_addr", &f.why);
+                        cm.write_route(&st);
+                        cm.queue(&st, RDMA_CM_EVENT_ADDR_ERROR, -f.errno, Param::None);
+                        drop(st);
+                        return complete(cm);
+                    }
+                }
+            }
+            st.phase = Phase::AddrResolved;
+            (RDMA_CM_EVENT_ADDR_RESOLVED, 0)
+        }
+        Err((status, why)) => {
+            note(
+                "rdma_resolve_addr",
+                format!("RDMA_CM_EVENT_ADDR_ERROR: {why}"),
+            );
+            (RDMA_CM_EVENT_ADDR_ERROR, status)
+        }
+    };
+    cm.write_route(&st);
+    cm.queue(&st, event, status, Param::None);
+    drop(st);
+    complete(cm)
+}
+
+pub unsafe extern "C" fn rdma_resolve_addr(
+    id: *mut rdma_cm_id,
+    src_addr: *mut sockaddr,
+    dst_addr: *mut sockaddr,
+    _timeout_ms: c_int,
+) -> c_int {
+    entry("rdma_resolve_addr", || {
+        let cm = id_of(id)?;
+        // SAFETY: the program's addresses.
+        let dst = unsafe { read_sockaddr(dst_addr, "dst_addr") }?;
+        let src = if src_addr.is_null() {
+            None
+        } else {
+            // SAFETY: as above.
+            Some(unsafe { read_sockaddr(src_addr, "src_addr") }?)
+        };
+        resolve_addr(cm, src, dst)
+    })
+}
+
+/// The flow label the kernel gives a RoCE v2 path
+/// (`cma_get_roce_udp_flow_label`): the source's IPv6 flow label, else a
+/// hash of the two ports.
+fn flow_label(src: SocketAddr, dst: SocketAddr) -> u32 {
+    if let SocketAddr::V6(s6) = src {
+        let fl = s6.flowinfo() & 0xfffff;
+        if fl != 0 {
+            return fl;
+        }
+    }
+    (u32::from(src.port()) * 31 + u32::from(dst.port())) & 0xfffff
+}
+
+/// The path record of a resolved route, as the kernel's
+/// `cma_resolve_iboe_route` fills it for a RoCE v2 device.
+fn path(st: &IdState) -> Option<ibv_sa_path_rec> {
+    let (src, dst, d) = (st.src?, st.dst?, st.dev?);
+    let tos = st.tos.unwrap_or(0);
+    Some(ibv_sa_path_rec {
+        dgid: gid(dst.ip()),
+        sgid: gid(src.ip()),
+        dlid: 0,
+        slid: 0,
+        raw_traffic: 0,
+        flow_label: flow_label(src, dst).to_be(),
+        hop_limit: 64,
+        traffic_class: tos,
+        reversible: 1,
+        numb_path: 1,
+        pkey: 0xffff,
+        sl: 0,
+        mtu_selector: 2,
+        mtu: d.dev.rx.active_mtu() as u8,
+        rate_selector: 2,
+        rate: 0,
+        packet_life_time_selector: 2,
+        packet_life_time: 16,
+        preference: 0,
+    })
+}
+
+/// Gives a resolved address its route and queues ROUTE_RESOLVED.
+fn set_route(cm: &CmId, st: &mut IdState) -> Result<(), Fail> {
+    if st.phase != Phase::AddrResolved {
+        return Err(Fail::inval(
+            "id",
+            "its address is not resolved (rdma_resolve_addr first), or its route is resolved already",
+        ));
+    }
+    let rec = Box::new(path(st).ok_or_else(|| Fail::inval("id", "no addresses"))?);
+    let c = cm.c();
+    // SAFETY: the id is ours and locked; the record lives in st.path.
+    unsafe {
+        (*c).route.path_rec = std::ptr::from_ref(&*rec).cast_mut();
+        (*c).route.num_paths = 1;
+    }
+    st.path = Some(rec);
+    st.phase = Phase::RouteResolved;
+    cm.queue(st, RDMA_CM_EVENT_ROUTE_RESOLVED, 0, Param::None);
+    Ok(())
+}
+
+pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
+    entry("rdma_resolve_route", || {
+        let cm = id_of(id)?;
+        set_route(cm, &mut cm.lock())?;
+        complete(cm)
+    })
+}
+
+fn port_of(id: *mut rdma_cm_id, src: bool) -> u16 {
+    let Ok(cm) = id_of(id) else { return 0 };
+    let st = cm.lock();
+    let a = if src { st.src } else { st.dst };
+    a.map_or(0, |a| a.port().to_be())
+}
+
+pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
+    guard("rdma_get_src_port", 0, || port_of(id, true))
+}
+
+pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
+    guard("rdma_get_dst_port", 0, || port_of(id, false))
+}
+
+// ---------------------------------------------------------------------------
+// Options, channels, QP attributes
+// ---------------------------------------------------------------------------
+
+fn read_opt<T: Copy>(optval: *mut c_void, optlen: usize, name: &str) -> Result<T, Fail> {
+    if optlen != std::mem::size_of::<T>() {
+        return Err(Fail::inval(
+            "optlen",
+            format!("{optlen} for {name} (want {})", std::mem::size_of::<T>()),
+        ));
+    }
+    if optval.is_null() {
+        return Err(Fail::new(libc::EFAULT, format!("optval: NULL for {name}")));
+    }
+    // SAFETY: the program's value of optlen == size_of::<T>() bytes.
+    Ok(unsafe { optval.cast::<T>().read_unaligned() })
+}
+
+pub unsafe extern "C" fn rdma_set_option(
+    id: *mut rdma_cm_id,
+    level: c_int,
+    optname: c_int,
+    optval: *mut c_void,
+    optlen: usize,
+) -> c_int {
+    entry("rdma_set_option", || {
+        let cm = id_of(id)?;
+        let mut st = cm.lock();
+        match (level as u32, optname as u32) {
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS) => {
+                st.tos = Some(read_opt::<u8>(optval, optlen, "RDMA_OPTION_ID_TOS")?);
+            }
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR) => {
+                let on = read_opt::<c_int>(optval, optlen, "RDMA_OPTION_ID_REUSEADDR")? != 0;
+                if !(st.phase == Phase::Idle || (on && st.phase == Phase::AddrBound)) {
+                    return Err(Fail::inval("id", "REUSEADDR after the address is resolved"));
+                }
+                st.reuseaddr = on;
+                for u in ports().lock().iter_mut().filter(|u| u.id == cm.addr()) {
+                    u.reuse = on;
+                }
+            }
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY) => {
+                let on = read_opt::<c_int>(optval, optlen, "RDMA_OPTION_ID_AFONLY")? != 0;
+                if !matches!(st.phase, Phase::Idle | Phase::AddrBound) {
+                    return Err(Fail::inval("id", "AFONLY after the address is resolved"));
+                }
+                st.afonly = on;
+            }
+            (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) => {
+                let t = read_opt::<u8>(optval, optlen, "RDMA_OPTION_ID_ACK_TIMEOUT")?;
+                let (qp_type, _) = cm.kind();
+                if qp_type != IBV_QPT_RC
+                    && qp_type != IBV_QPT_XRC_SEND
+                    && qp_type != IBV_QPT_XRC_RECV
+                {
+                    return Err(Fail::inval("id", "ACK_TIMEOUT is for RC ids"));
+                }
+                st.ack_timeout = Some(t);
+            }
+            (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) => {
+                let one = std::mem::size_of::<ibv_path_data>();
+                if optlen == 0 || optlen % one != 0 {
+                    return Err(Fail::inval(
+                        "optlen",
+                        format!("{optlen} is not a multiple of sizeof(struct ibv_path_data) {one}"),
+                    ));
+                }
+                if optval.is_null() {
+                    return Err(Fail::new(libc::EFAULT, "optval: NULL"));
+                }
+                // A RoCE path is the addresses' own: the record given is
+                // taken as a request to resolve the route.
+                set_route(cm, &mut st)?;
+            }
+            (RDMA_OPTION_ID, n) => {
+                return Err(Fail::new(
+                    libc::ENOSYS,
+                    format!("RDMA_OPTION_ID option {n} (TOS, REUSEADDR, AFONLY, ACK_TIMEOUT are)"),
+                ))
+            }
+            (RDMA_OPTION_IB, n) => {
+                return Err(Fail::new(
+                    libc::ENOSYS,
+                    format!("RDMA_OPTION_IB option {n} (RDMA_OPTION_IB_PATH is)"),
+                ))
+            }
+            (l, _) => {
+                return Err(Fail::new(
+                    libc::ENOSYS,
+                    format!("option level {l} (RDMA_OPTION_ID, RDMA_OPTION_IB)"),
+                ))
+            }
+        }
+        Ok(())
+    })
+}
+
+pub unsafe extern "C" fn rdma_migrate_id(
+    id: *mut rdma_cm_id,
+    channel: *mut rdma_event_channel,
+) -> c_int {
+    entry("rdma_migrate_id", || {
+        let cm = id_of(id)?;
+        let to_sync = channel.is_null();
+        if to_sync && cm.lock().sync {
+            return Err(Fail::inval(
+                "channel",
+                "NULL, and the id is synchronous already",
+            ));
+        }
+        let new = if to_sync {
+            Channel::create()?
+        } else {
+            channel_of(channel)?
+        };
+        let c = cm.c();
+        {
+            let mut st = cm.lock();
+            let old = st.channel.clone();
+            if !Arc::ptr_eq(&old, &new) {
+                for p in old.withdraw(cm.addr()) {
+                    new.push(p);
+                }
+            }
+            if st.sync {
+                // SAFETY: the id is ours and locked.
+                let ev = unsafe { std::mem::replace(&mut (*c).event, std::ptr::null_mut()) };
+                if !ev.is_null() {
+                    let _ = channel::ack_event(ev);
+                }
+                old.unregister();
+            }
+            st.sync = to_sync;
+            st.channel = new.clone();
+            // SAFETY: as above.
+            unsafe { (*c).channel = new.ptr() };
+        }
+        cm.events.wait_all_acked();
+        Ok(())
+    })
+}
+
+/// The attributes that move an id's QP to `state` (rdma_init_qp_attr),
+/// as the kernel's `cma_ib_init_qp_attr` gives them for an id without a
+/// connection: P_Key index 0, port 1, and the Q_Key of a UD id
+/// (RDMA_UDP_QKEY in the UDP and IB port spaces) or no remote access for
+/// a connected one.
+pub fn qp_attr(cm: &CmId, state: ibv_qp_state) -> Result<(ibv_qp_attr, c_int), Fail> {
+    let st = cm.lock();
+    if st.dev.is_none() {
+        return Err(Fail::inval(
+            "id",
+            "not bound to a device (rdma_bind_addr to a device's address, or rdma_resolve_addr)",
+        ));
+    }
+    if let Some(r) = super::connect::conn_qp_attr(cm, &st, state) {
+        return r;
+    }
+    let (qp_type, ps) = cm.kind();
+    // SAFETY: ibv_qp_attr is plain data; all zeroes is valid.
+    let mut a: ibv_qp_attr = unsafe { std::mem::zeroed() };
+    a.qp_state = state;
+    a.pkey_index = 0;
+    a.port_num = 1;
+    let mut mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+    if qp_type == IBV_QPT_UD {
+        a.qkey = if ps == RDMA_PS_UDP || ps == RDMA_PS_IB {
+            RDMA_UDP_QKEY
+        } else {
+            0
+        };
+        mask |= IBV_QP_QKEY;
+    } else {
+        a.qp_access_flags = 0;
+        mask |= IBV_QP_ACCESS_FLAGS;
+    }
+    Ok((a, mask as c_int))
+}
+
+pub unsafe extern "C" fn rdma_init_qp_attr(
+    id: *mut rdma_cm_id,
+    qp_attr: *mut ibv_qp_attr,
+    qp_attr_mask: *mut c_int,
+) -> c_int {
+    entry("rdma_init_qp_attr", || {
+        let cm = id_of(id)?;
+        if qp_attr.is_null() {
+            return Err(Fail::inval("qp_attr", "NULL"));
+        }
+        if qp_attr_mask.is_null() {
+            return Err(Fail::inval("qp_attr_mask", "NULL"));
+        }
+        // SAFETY: the program's attributes.
+        let state = unsafe { (*qp_attr).qp_state };
+        let (a, mask) = self::qp_attr(cm, state)?;
+        // SAFETY: checked non-NULL; the program's outputs.
+        unsafe {
+            qp_attr.write(a);
+            qp_attr_mask.write(mask);
+        }
+        Ok(())
+    })
+}
+
+/// librdmacm's `rdma_get_request`: the next connection request on a
+/// synchronous listening id, with the QP of `rdma_create_ep`'s attributes
+/// made on it. Requests come with the CM protocol; until then the call
+/// waits on the id's channel (or fails with EAGAIN if it is non-blocking).
+pub unsafe extern "C" fn rdma_get_request(
+    listen: *mut rdma_cm_id,
+    id: *mut *mut rdma_cm_id,
+) -> c_int {
+    entry("rdma_get_request", || {
+        let cm = id_of(listen)?;
+        if id.is_null() {
+            return Err(Fail::inval("id", "NULL"));
+        }
+        let (sync, ch, saved) = {
+            let st = cm.lock();
+            (st.sync, st.channel.clone(), st.qp_init_attr)
+        };
+        if !sync {
+            return Err(Fail::inval(
+                "listen",
+                "not a synchronous id (created without a channel, or by rdma_create_ep)",
+            ));
+        }
+        let c = cm.c();
+        // SAFETY: the id is live; `event` is the library's field.
+        let prev = unsafe { std::mem::replace(&mut (*c).event, std::ptr::null_mut()) };
+        if !prev.is_null() {
+            let _ = channel::ack_event(prev);
+        }
+        let e = channel::get_event(&ch)?;
+        // SAFETY: an event just made.
+        let (event, status, new) = unsafe { ((*e).event, (*e).status, (*e).id) };
+        let fail = |f: Fail| {
+            // SAFETY: the listening id is live.
+            unsafe { (*c).event = e };
+            Err(f)
+        };
+        if event == RDMA_CM_EVENT_REJECTED {
+            return fail(Fail::new(libc::ECONNREFUSED, "rejected"));
+        }
+        if status != 0 {
+            return fail(Fail::new(status.abs(), format!("event status {status}")));
+        }
+        if event != RDMA_CM_EVENT_CONNECT_REQUEST {
+            return fail(Fail::inval("listen", format!("got {}", event_name(event))));
+        }
+        if let Some(SavedQpAttr(mut attr)) = saved {
+            // SAFETY: the listening id is live; its pd field.
+            let pd = unsafe { (*c).pd };
+            // SAFETY: the new id of a connection request and a copy of the attributes.
+            if unsafe { super::qp::rdma_create_qp(new, pd, &mut attr) } != 0 {
+                let errno = std::io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EINVAL);
+                return fail(Fail::new(errno, "creating the request's QP"));
+            }
+        }
+        // SAFETY: the new id is live (the event holds it); the program's output.
+        unsafe {
+            (*new).event = e;
+            id.write(new);
+        }
+        Ok(())
+    })
+}
+
+pub unsafe extern "C" fn rdma_set_local_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
+    entry("rdma_set_local_ece", || {
+        let cm = id_of(id)?;
+        // SAFETY: the program's ECE.
+        let e = unsafe { ece.as_ref() }.ok_or_else(|| Fail::inval("ece", "NULL"))?;
+        // SAFETY: the id is live.
+        if unsafe { !(*cm.c()).qp.is_null() } {
+            return Err(Fail::inval(
+                "id",
+                "has a QP (set ECE before rdma_create_qp)",
+            ));
+        }
+        if e.vendor_id == 0 || e.comp_mask != 0 {
+            return Err(Fail::inval("ece", "vendor_id 0 or comp_mask not 0"));
+        }
+        cm.lock().local_ece = (e.vendor_id, e.options);
+        Ok(())
+    })
+}
+
+pub unsafe extern "C" fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
+    entry("rdma_get_remote_ece", || {
+        let cm = id_of(id)?;
+        if ece.is_null() {
+            return Err(Fail::inval("ece", "NULL"));
+        }
+        // SAFETY: the id is live.
+        if unsafe { !(*cm.c()).qp.is_null() } {
+            return Err(Fail::inval("id", "has a QP"));
+        }
+        let (vendor_id, options) = cm.lock().remote_ece;
+        // SAFETY: checked non-NULL; the program's output.
+        unsafe {
+            ece.write(ibv_ece {
+                vendor_id,
+                options,
+                comp_mask: 0,
+            })
+        };
+        Ok(())
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Devices
+// ---------------------------------------------------------------------------
+
+/// The soft devices' contexts, opened once for the process (a device that
+/// cannot be opened, its address taken by another program, is left out, as
+/// librdmacm leaves out a dead device).
+pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut ibv_context {
+    guard("rdma_get_devices", std::ptr::null_mut(), || {
+        let set = |n: c_int| {
+            if !num_devices.is_null() {
+                // SAFETY: the program's place for the count.
+                unsafe { num_devices.write(n) };
+            }
+        };
+        if let Err(f) = init() {
+            note("rdma_get_devices", &f.why);
+            set_errno(f.errno);
+            set(0);
+            return std::ptr::null_mut();
+        }
+        let ctxs: Vec<*mut ibv_context> = cma_devices()
+            .iter()
+            .filter_map(|d| match d.open() {
+                Ok(o) => Some(o.ctx),
+                Err(f) => {
+                    note("rdma_get_devices", &f.why);
+                    None
+                }
+            })
+            .collect();
+        // SAFETY: n + 1 pointers, freed by rdma_free_devices.
+        let list = unsafe { libc::calloc(ctxs.len() + 1, std::mem::size_of::<*mut ibv_context>()) }
+            .cast::<*mut ibv_context>();
+        if list.is_null() {
+            set_errno(libc::ENOMEM);
+            set(0);
+            return list;
+        }
+        for (i, c) in ctxs.iter().enumerate() {
+            // SAFETY: i < n of the n + 1 slots.
+            unsafe { list.add(i).write(*c) };
+        }
+        set(ctxs.len() as c_int);
+        list
+    })
+}
+
+/// Frees the list; the contexts stay open for the process, as librdmacm's do.
+pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut ibv_context) {
+    guard("rdma_free_devices", (), || {
+        // SAFETY: the list of rdma_get_devices (calloc), or NULL.
+        unsafe { libc::free(list.cast()) }
+    })
+}
