@@ -16,7 +16,7 @@ use crate::native::NContext;
 use crate::progress::Receiver;
 use crate::provider::DeviceKind;
 use parking_lot::{Condvar, Mutex, MutexGuard};
-use rxe_core::engine::{AsyncEvent, CqId, Engine, EngineConfig, Transmit};
+use rxe_core::engine::{AsyncEvent, CqId, Engine, EngineConfig, IcrcStatus, Transmit};
 use rxe_net::udp::{RecvMode, UdpTransport, Waiter, BATCH};
 use std::collections::{HashMap, VecDeque};
 use std::net::Ipv6Addr;
@@ -87,6 +87,10 @@ pub(crate) struct Shared {
     /// Packets sent, whose buffers go back to the engine at the next
     /// collect (`Engine::recycle`). Innermost lock, like `outq`.
     pub spent: Mutex<Vec<Transmit>>,
+    /// rdma_cm: the device's CM agent and ids. Lock order: after `engine`.
+    pub cm: Mutex<crate::cm::CmPort>,
+    /// Ids that went, for the next pump of `cm` (innermost lock).
+    pub cm_gone: Mutex<Vec<crate::cm::Gone>>,
     /// How long, in nanoseconds, a thread waiting for completions keeps
     /// looking at the socket before it sleeps ([`Context::set_poll_spin`]).
     pub spin_ns: AtomicU64,
@@ -102,6 +106,7 @@ impl Shared {
     /// queued packets to send.
     pub fn collect(&self, engine: &mut Engine, by_receiver: bool) -> bool {
         let now = Instant::now();
+        crate::cm::CmPort::pump(self, engine, now);
         for t in self.spent.lock().drain(..) {
             engine.recycle(t);
         }
@@ -285,6 +290,13 @@ impl Shared {
                     if let Some(c) = &self.capture {
                         c.received(&d.meta, d.payload, d.ip_packet);
                     }
+                    if Shared::is_gsi(d.payload) {
+                        // QP 1: the connection manager's (crate::cm).
+                        if d.meta.icrc != IcrcStatus::Bad {
+                            self.cm.lock().received(d.meta.src, d.payload);
+                        }
+                        return;
+                    }
                     e.handle_datagram(now, d.meta, d.payload)
                 })
                 .unwrap_or(0);
@@ -435,7 +447,15 @@ impl Context {
         })?;
         config.port_mtu = device.active_mtu();
         config.max_in_flight = in_flight_budget(&link, config.port_mtu.bytes());
+        let cm = crate::cm::CmPort::new(
+            device.addr(),
+            link.src_port(),
+            link.qpn_prefix(),
+            device.node_guid(),
+        );
         let shared = Arc::new(Shared {
+            cm: Mutex::new(cm),
+            cm_gone: Mutex::new(Vec::new()),
             engine: Mutex::new(Engine::new(config)),
             progress: Condvar::new(),
             link: Mutex::new(link),
@@ -462,11 +482,13 @@ impl Context {
                 what: "spawn the progress thread".into(),
                 source,
             })?;
+        let inner = Arc::new(Inner {
+            shared,
+            thread: Some(thread),
+        });
+        inner.shared.cm.lock().set_device(Arc::downgrade(&inner));
         Ok(Context {
-            imp: CtxImp::Soft(Arc::new(Inner {
-                shared,
-                thread: Some(thread),
-            })),
+            imp: CtxImp::Soft(inner),
         })
     }
 

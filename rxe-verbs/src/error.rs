@@ -11,6 +11,9 @@ pub enum Error {
     /// The engine refused the call (the message names the argument).
     #[error(transparent)]
     Engine(#[from] EngineError),
+    /// The connection manager refused a command (rdma_cm).
+    #[error(transparent)]
+    Cm(#[from] rxe_core::cm::CmError),
     /// A work request in a list was refused; the ones before it were posted.
     #[error("work request {index} (wr_id {wr_id}) refused: {source}")]
     BadWorkRequest {

@@ -57,6 +57,7 @@
 #![deny(unsafe_code)]
 
 mod capture;
+pub mod cm;
 mod context;
 mod cq;
 mod device;

@@ -167,11 +167,14 @@ pub(crate) fn run(shared: Arc<Shared>) {
     let mut got = 0;
     while !shared.stop.load(Ordering::Acquire) {
         let now = Instant::now();
-        let until_timer = shared
-            .engine
-            .lock()
-            .next_timeout()
-            .map(|t| t.saturating_duration_since(now));
+        let engine_timer = shared.engine.lock().next_timeout();
+        // The connection manager's timers (REQ retries, timewait...).
+        let cm_timer = shared.cm.lock().next_timeout();
+        let until_timer = match (engine_timer, cm_timer) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+        .map(|t| t.saturating_duration_since(now));
         if shared.receiver.app_is_receiving(now) {
             // An application thread has the socket: timers only.
             let nap = until_timer.map_or(TIMER_TICK, |d| d.min(TIMER_TICK));

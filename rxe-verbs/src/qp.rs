@@ -234,6 +234,15 @@ impl QueuePair {
     }
 
     /// The transport.
+    /// The soft device and QP number behind this QP (`None` on a native
+    /// device).
+    pub(crate) fn soft_parts(&self) -> Option<(Arc<Inner>, u32)> {
+        match &self.imp {
+            QpImp::Soft(q) => Some((q.ctx.clone(), q.qpn)),
+            QpImp::Native(_) => None,
+        }
+    }
+
     pub fn qp_type(&self) -> QpType {
         self.qp_type
     }

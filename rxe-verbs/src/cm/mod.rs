@@ -1,0 +1,585 @@
+//! Connection management (`rdma_cm`): connect RC QPs by IP address and
+//! port instead of exchanging QP numbers by hand, over the Communication
+//! Manager protocol that the kernel's rdma_cm and every RoCE NIC speak.
+//!
+//! The shape is librdmacm's, so a C program's logic carries over:
+//!
+//! ```text
+//!   passive side                          active side
+//!   CmId::new(&chan, TCP)                 CmId::new(&chan, TCP)
+//!   id.bind(&ctx, 7471); id.listen()
+//!                                         id.connect(&ctx, dst, &qp, &param)
+//!        <---------------- REQ ----------------
+//!   event ConnectRequest (a new CmId)
+//!   new_id.accept(Some(&qp), &param)
+//!        ----------------- REP --------------->
+//!                                         (QP to RTR and RTS, RTU sent)
+//!        <---------------- RTU ----------------
+//!   event Established                     event Established
+//!   ... traffic on the QPs ...
+//!   id.disconnect()  --- DREQ -->          event Disconnected
+//!                    <-- DREP ---          id.disconnect()
+//!   event Disconnected
+//! ```
+//!
+//! Each soft device runs one CM agent (`rxe_core::cm::CmAgent`), fed with
+//! the MADs that arrive on its QP 1 and with time by the device's progress
+//! thread; what the agent decides is carried out there too: the QP state
+//! changes librdmacm makes (to RTR and RTS when the REP arrives, before the
+//! RTU goes out) and the events for the application's [`EventChannel`].
+//! Several processes on one address each run an agent; the transport
+//! routes each MAD to the right one (`rxe_net::share`).
+//!
+//! What rdma_cm adds to the CM, as the kernel does it: the service ID is
+//! the port space and the port (`PortSpace::service_id`), and the REQ's
+//! private data starts with a 36-byte header holding both ends' IP
+//! addresses and the active side's port, which is taken off before the
+//! passive side sees the private data (so a REQ carries at most 56 bytes of
+//! the application's).
+
+mod port;
+
+pub(crate) use port::{CmPort, Gone};
+
+use crate::context::{CtxImp, Inner};
+use crate::error::{invalid, Error};
+use crate::{Context, QueuePair};
+use parking_lot::{Condvar, Mutex};
+use rxe_core::cm::{CmQpType, ConnId, ConnectParams};
+use rxe_core::mad::cm::RejReason;
+use rxe_core::mad::rdma_cm::CMA_HEADER_LEN;
+use rxe_core::mad::CmaHeader;
+use rxe_core::types::QpType;
+use std::collections::VecDeque;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+pub use rxe_core::mad::PortSpace;
+
+/// What happened to a [`CmId`] (`enum rdma_cm_event_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    /// A REQ for a listening id: `event.id` is a new id for the connection
+    /// (`RDMA_CM_EVENT_CONNECT_REQUEST`); accept or reject it.
+    ConnectRequest,
+    /// The REP, for an active id without a QP: call [`CmId::establish`]
+    /// (`RDMA_CM_EVENT_CONNECT_RESPONSE`).
+    ConnectResponse,
+    /// The connection could not be set up locally (a QP change failed)
+    /// (`RDMA_CM_EVENT_CONNECT_ERROR`).
+    ConnectError,
+    /// The peer never answered (`RDMA_CM_EVENT_UNREACHABLE`).
+    Unreachable,
+    /// The peer refused; `status` is the REJ's reason
+    /// (`RDMA_CM_EVENT_REJECTED`; 8: nobody listens on that port).
+    Rejected,
+    /// The connection is up (`RDMA_CM_EVENT_ESTABLISHED`).
+    Established,
+    /// The connection is down (`RDMA_CM_EVENT_DISCONNECTED`): the peer
+    /// disconnected (call [`CmId::disconnect`] to answer), or our
+    /// disconnect was answered or timed out.
+    Disconnected,
+    /// The connection's timewait ended (`RDMA_CM_EVENT_TIMEWAIT_EXIT`).
+    TimewaitExit,
+}
+
+/// What the peer asked for or answered (`struct rdma_conn_param`, as an
+/// event carries it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ConnParam {
+    /// The application's private data.
+    pub private_data: Vec<u8>,
+    /// RDMA READs/atomics the sender serves at once.
+    pub responder_resources: u8,
+    /// RDMA READs/atomics the sender has outstanding at once.
+    pub initiator_depth: u8,
+    /// Transport retries (3 bits; ignored in an accept).
+    pub retry_count: u8,
+    /// RNR retries (3 bits, 7 = infinite).
+    pub rnr_retry_count: u8,
+    /// The sender's QP receives from an SRQ.
+    pub srq: bool,
+    /// The sender's QP number (in events).
+    pub qp_num: u32,
+}
+
+impl ConnParam {
+    /// librdmacm's usual values: one READ each way, 7 retries, infinite
+    /// RNR retries, no private data.
+    pub fn new() -> Self {
+        ConnParam {
+            responder_resources: 1,
+            initiator_depth: 1,
+            retry_count: 7,
+            rnr_retry_count: 7,
+            ..ConnParam::default()
+        }
+    }
+}
+
+/// One event (`struct rdma_cm_event`).
+#[derive(Debug, Clone)]
+pub struct Event {
+    /// What happened.
+    pub kind: EventKind,
+    /// The id it happened to (for `ConnectRequest`, the new id).
+    pub id: CmId,
+    /// For `ConnectRequest`: the listening id.
+    pub listen_id: Option<CmId>,
+    /// 0, the REJ's reason for `Rejected`, or a negative errno
+    /// (`-ETIMEDOUT` for `Unreachable`).
+    pub status: i32,
+    /// The peer's parameters and private data.
+    pub param: ConnParam,
+}
+
+/// Takes an event channel's news (see [`EventChannel::set_notify`]).
+pub type EventNotify = Box<dyn Fn() + Send + Sync>;
+
+/// Where a [`CmId`]'s events arrive (`struct rdma_event_channel`).
+#[derive(Clone)]
+pub struct EventChannel {
+    inner: Arc<ChannelInner>,
+}
+
+pub(crate) struct ChannelInner {
+    q: Mutex<VecDeque<Event>>,
+    cond: Condvar,
+    notify: OnceLock<EventNotify>,
+}
+
+impl ChannelInner {
+    pub(crate) fn push(&self, e: Event) {
+        self.q.lock().push_back(e);
+        self.cond.notify_all();
+        if let Some(f) = self.notify.get() {
+            f();
+        }
+    }
+}
+
+impl std::fmt::Debug for EventChannel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EventChannel")
+            .field("queued", &self.inner.q.lock().len())
+            .finish()
+    }
+}
+
+impl Default for EventChannel {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl EventChannel {
+    /// A new channel (`rdma_create_event_channel`).
+    pub fn new() -> Self {
+        EventChannel {
+            inner: Arc::new(ChannelInner {
+                q: Mutex::new(VecDeque::new()),
+                cond: Condvar::new(),
+                notify: OnceLock::new(),
+            }),
+        }
+    }
+
+    /// The next event, waiting up to `timeout` (`rdma_get_cm_event`).
+    pub fn get_event(&self, timeout: Duration) -> Option<Event> {
+        let deadline = Instant::now() + timeout;
+        let mut q = self.inner.q.lock();
+        loop {
+            if let Some(e) = q.pop_front() {
+                return Some(e);
+            }
+            if self.inner.cond.wait_until(&mut q, deadline).timed_out() {
+                return q.pop_front();
+            }
+        }
+    }
+
+    /// Calls `f` after every event queued from now on (the C library makes
+    /// `channel->fd` readable with it). Set once.
+    pub fn set_notify(&self, f: EventNotify) -> Result<(), Error> {
+        self.inner
+            .notify
+            .set(f)
+            .map_err(|_| invalid("notify", "the channel has a hook already"))
+    }
+}
+
+/// An rdma_cm identifier (`struct rdma_cm_id`): one end of a connection,
+/// or a listener. Clones are the same id; it goes away (with a REJ or DREQ
+/// to the peer if it was connecting or connected) when the last one is
+/// dropped or [`CmId::destroy`] is called.
+#[derive(Clone)]
+pub struct CmId {
+    pub(crate) inner: Arc<IdInner>,
+}
+
+pub(crate) struct IdInner {
+    pub(crate) channel: Arc<ChannelInner>,
+    pub(crate) ps: PortSpace,
+    pub(crate) st: Mutex<IdState>,
+}
+
+/// What an id is bound to and doing.
+#[derive(Default)]
+pub(crate) struct IdState {
+    /// The device.
+    pub dev: Option<Arc<Inner>>,
+    /// Local address and port.
+    pub local: Option<SocketAddr>,
+    /// The peer's address and port.
+    pub remote: Option<SocketAddr>,
+    /// The connection, once there is one.
+    pub conn: Option<ConnId>,
+    /// The QP number of the connection's QP, on `dev`.
+    pub qpn: Option<u32>,
+    /// Listening on this service ID.
+    pub listening: Option<u64>,
+    /// Destroyed: no more events.
+    pub gone: bool,
+    /// The id bound the port itself (an incoming connection's id shares
+    /// its listener's).
+    pub owns_port: bool,
+}
+
+impl std::fmt::Debug for CmId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let st = self.inner.st.lock();
+        f.debug_struct("CmId")
+            .field("local", &st.local)
+            .field("remote", &st.remote)
+            .field("conn", &st.conn)
+            .field("qpn", &st.qpn)
+            .finish()
+    }
+}
+
+impl PartialEq for CmId {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.inner, &other.inner)
+    }
+}
+
+impl Eq for CmId {}
+
+impl CmId {
+    /// A new id whose events go to `channel`, in port space `ps`
+    /// (`rdma_create_id`; [`PortSpace::TCP`] for RC connections).
+    pub fn new(channel: &EventChannel, ps: PortSpace) -> Result<CmId, Error> {
+        if ps != PortSpace::TCP {
+            return Err(crate::error::unsupported(format!(
+                "port space {:#06x}: connections use the TCP port space; UDP (SIDR) is not done yet",
+                ps.0
+            )));
+        }
+        Ok(CmId {
+            inner: Arc::new(IdInner {
+                channel: channel.inner.clone(),
+                ps,
+                st: Mutex::new(IdState::default()),
+            }),
+        })
+    }
+
+    pub(crate) fn from_inner(inner: Arc<IdInner>) -> CmId {
+        CmId { inner }
+    }
+
+    /// The port space.
+    pub fn port_space(&self) -> PortSpace {
+        self.inner.ps
+    }
+
+    /// Local address and port, once bound.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        self.inner.st.lock().local
+    }
+
+    /// The peer's address and port, once connecting or connected.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        self.inner.st.lock().remote
+    }
+
+    /// The QP number of the connection's QP, once it has one.
+    pub fn qp_num(&self) -> Option<u32> {
+        self.inner.st.lock().qpn
+    }
+
+    /// The device the id is bound to.
+    pub fn context(&self) -> Option<Context> {
+        self.inner.st.lock().dev.clone().map(|d| Context {
+            imp: CtxImp::Soft(d),
+        })
+    }
+
+    /// Binds the id to `ctx`'s address and `port` (0: a free one) in its
+    /// port space (`rdma_bind_addr`); returns the port. `AddrInUse` if
+    /// another id of this process has that port on the device.
+    pub fn bind(&self, ctx: &Context, port: u16) -> Result<u16, Error> {
+        let dev = soft(ctx)?;
+        let mut st = self.inner.st.lock();
+        if st.dev.is_some() {
+            return Err(invalid("id", "bound already"));
+        }
+        let port = dev.shared.cm.lock().bind_port(self.inner.ps, port)?;
+        st.local = Some(SocketAddr::new(dev.shared.device.addr(), port));
+        st.dev = Some(dev);
+        st.owns_port = true;
+        Ok(port)
+    }
+
+    /// Takes connection requests for the bound port (`rdma_listen`): each
+    /// arrives as a [`EventKind::ConnectRequest`] with a new id.
+    /// `AddrInUse` if another process listens on it at this address.
+    pub fn listen(&self) -> Result<(), Error> {
+        let (dev, port) = {
+            let st = self.inner.st.lock();
+            match (&st.dev, st.local) {
+                (Some(d), Some(l)) if st.conn.is_none() => (d.clone(), l.port()),
+                _ => return Err(invalid("id", "bind it first (and not connected)")),
+            }
+        };
+        let sid = self.inner.ps.service_id(port);
+        CmPort::listen(&dev.shared, sid, &self.inner)?;
+        self.inner.st.lock().listening = Some(sid);
+        Ok(())
+    }
+
+    /// Connects to `dst` with `qp` (`rdma_resolve_addr`, `rdma_resolve_route`
+    /// and `rdma_connect` in one): binds the id to `ctx` if it is not bound
+    /// yet, moves the QP to INIT, and sends the REQ. The QP is moved to RTR
+    /// and RTS when the REP arrives, and [`EventKind::Established`] follows;
+    /// or [`EventKind::Rejected`] or [`EventKind::Unreachable`].
+    pub fn connect(
+        &self,
+        ctx: &Context,
+        dst: SocketAddr,
+        qp: &QueuePair,
+        param: &ConnParam,
+    ) -> Result<(), Error> {
+        let (qp_dev, qpn) = qp
+            .soft_parts()
+            .ok_or_else(|| crate::error::unsupported("rdma_cm on a native device's QP"))?;
+        let qp_type = match qp.qp_type() {
+            QpType::Rc => CmQpType::Rc,
+            QpType::Uc => CmQpType::Uc,
+            QpType::Ud => {
+                return Err(crate::error::unsupported(
+                    "UD QPs through rdma_cm (SIDR) are not done yet",
+                ))
+            }
+        };
+        if param.private_data.len() > 92 - CMA_HEADER_LEN {
+            return Err(invalid(
+                "param.private_data",
+                format!(
+                    "{} bytes: a REQ carries at most {} after rdma_cm's header",
+                    param.private_data.len(),
+                    92 - CMA_HEADER_LEN
+                ),
+            ));
+        }
+        if self.local_addr().is_none() {
+            self.bind(ctx, 0)?;
+        }
+        let (dev, local) = {
+            let st = self.inner.st.lock();
+            if st.conn.is_some() || st.listening.is_some() || st.gone {
+                return Err(invalid("id", "connected, listening or destroyed already"));
+            }
+            match (&st.dev, st.local) {
+                (Some(d), Some(l)) => (d.clone(), l),
+                _ => return Err(invalid("id", "not bound")),
+            }
+        };
+        if !Arc::ptr_eq(&dev, &qp_dev) {
+            return Err(invalid("qp", "the QP is on another device than the id"));
+        }
+        let mut pd = vec![0u8; CMA_HEADER_LEN];
+        CmaHeader {
+            src_port: local.port(),
+            src: local.ip(),
+            dst: dst.ip(),
+        }
+        .emit(&mut pd)
+        .map_err(|e| invalid("dst", e.to_string()))?;
+        pd.extend_from_slice(&param.private_data);
+        let sid = self.inner.ps.service_id(dst.port());
+        let conn = dev.shared.with_engine(|e| {
+            port::to_init(e, qpn, qp_type)?;
+            let mut p = ConnectParams::new(sid, dst.ip(), qpn, rand::random::<u32>() & 0xff_ffff);
+            p.qp_type = qp_type;
+            p.responder_resources = param.responder_resources;
+            p.initiator_depth = param.initiator_depth;
+            p.retry_count = param.retry_count.min(7);
+            p.rnr_retry_count = param.rnr_retry_count.min(7);
+            p.srq = param.srq;
+            p.path_mtu = dev.shared.device.active_mtu();
+            p.flow_label = port::flow_label(local.port(), dst.port());
+            p.private_data = pd;
+            dev.shared
+                .cm
+                .lock()
+                .connect(Instant::now(), &p, &self.inner)
+        })?;
+        let mut st = self.inner.st.lock();
+        st.conn = Some(conn);
+        st.qpn = Some(qpn);
+        st.remote = Some(dst);
+        Ok(())
+    }
+
+    /// Accepts the connection request this id came with (`rdma_accept`):
+    /// moves `qp` to RTR and RTS (if given) and sends the REP;
+    /// [`EventKind::Established`] follows when the RTU arrives.
+    pub fn accept(&self, qp: Option<&QueuePair>, param: &ConnParam) -> Result<(), Error> {
+        if param.private_data.len() > 196 {
+            return Err(invalid(
+                "param.private_data",
+                format!(
+                    "{} bytes: a REP carries at most 196",
+                    param.private_data.len()
+                ),
+            ));
+        }
+        let (dev, conn) = self.dev_conn()?;
+        let qpn = match qp {
+            Some(qp) => {
+                let (qp_dev, qpn) = qp
+                    .soft_parts()
+                    .ok_or_else(|| crate::error::unsupported("rdma_cm on a native device's QP"))?;
+                if !Arc::ptr_eq(&dev, &qp_dev) {
+                    return Err(invalid("qp", "the QP is on another device than the id"));
+                }
+                Some((qpn, qp.qp_type()))
+            }
+            None => None,
+        };
+        dev.shared.with_engine(|e| {
+            dev.shared
+                .cm
+                .lock()
+                .accept(e, Instant::now(), conn, qpn, param)
+        })?;
+        self.inner.st.lock().qpn = qpn.map(|q| q.0);
+        Ok(())
+    }
+
+    /// Refuses the connection request this id came with (`rdma_reject`),
+    /// with up to 148 bytes of private data; the peer gets
+    /// [`EventKind::Rejected`] with status 28 (consumer defined).
+    pub fn reject(&self, private_data: &[u8]) -> Result<(), Error> {
+        let (dev, conn) = self.dev_conn()?;
+        dev.shared.with_engine(|_| {
+            dev.shared.cm.lock().reject(
+                Instant::now(),
+                conn,
+                RejReason::CONSUMER_DEFINED,
+                private_data,
+            )
+        })
+    }
+
+    /// Sends the RTU after a [`EventKind::ConnectResponse`] (an active id
+    /// without a QP; `rdma_establish`).
+    pub fn establish(&self) -> Result<(), Error> {
+        let (dev, conn) = self.dev_conn()?;
+        dev.shared
+            .with_engine(|_| dev.shared.cm.lock().establish(Instant::now(), conn))
+    }
+
+    /// Disconnects (`rdma_disconnect`): moves the QP to ERR (what was
+    /// posted completes with flush errors) and sends the DREQ, or the DREP
+    /// if the peer disconnected first.
+    pub fn disconnect(&self) -> Result<(), Error> {
+        let (dev, conn) = self.dev_conn()?;
+        let qpn = self.inner.st.lock().qpn;
+        dev.shared.with_engine(|e| {
+            if let Some(qpn) = qpn {
+                port::to_err(e, qpn);
+            }
+            dev.shared.cm.lock().disconnect(Instant::now(), conn)
+        })
+    }
+
+    /// Ends the id now (`rdma_destroy_id`): a connection being set up is
+    /// rejected, an established one disconnected, a listener stops.
+    pub fn destroy(&self) {
+        if let Some(dev) = self.inner.leave(&mut self.inner.st.lock()) {
+            // Carry it out now (the progress thread would, soon).
+            dev.shared.with_engine(|_| ());
+        }
+    }
+
+    fn dev_conn(&self) -> Result<(Arc<Inner>, ConnId), Error> {
+        let st = self.inner.st.lock();
+        match (&st.dev, st.conn) {
+            (Some(d), Some(c)) if !st.gone => Ok((d.clone(), c)),
+            _ => Err(invalid("id", "not connecting or connected")),
+        }
+    }
+}
+
+impl IdInner {
+    /// Marks the id gone and leaves a note for the device's next pump
+    /// (which ends its connection, listening and port); the device, if the
+    /// id had one. Takes no engine or CM lock, so an id may go anywhere,
+    /// even while the device's CM runs.
+    fn leave(&self, st: &mut IdState) -> Option<Arc<Inner>> {
+        if st.gone {
+            return None;
+        }
+        st.gone = true;
+        let dev = st.dev.clone()?;
+        dev.shared.cm_gone.lock().push(port::Gone {
+            conn: st.conn.take(),
+            listening: st.listening.take(),
+            port: st
+                .local
+                .filter(|_| st.owns_port)
+                .map(|l| (self.ps, l.port())),
+        });
+        dev.shared.waiter.wake();
+        Some(dev)
+    }
+}
+
+impl Drop for IdInner {
+    fn drop(&mut self) {
+        let mut st = std::mem::take(self.st.get_mut());
+        self.leave(&mut st);
+    }
+}
+
+impl Context {
+    /// What the device's connection manager received, sent and dropped
+    /// (`None` on a native device, whose CM is the kernel's).
+    pub fn cm_counters(&self) -> Option<rxe_core::cm::CmCounters> {
+        match &self.imp {
+            CtxImp::Soft(i) => Some(i.shared.cm.lock().counters()),
+            CtxImp::Native(_) => None,
+        }
+    }
+}
+
+/// The soft device behind a context.
+fn soft(ctx: &Context) -> Result<Arc<Inner>, Error> {
+    match &ctx.imp {
+        CtxImp::Soft(i) => Ok(i.clone()),
+        CtxImp::Native(_) => Err(crate::error::unsupported(
+            "rdma_cm on a native device (use the system's librdmacm)",
+        )),
+    }
+}
+
+/// An address and port as rdma_cm's header carries them.
+pub(crate) fn peer_of(cma: Option<&CmaHeader>, from: IpAddr) -> SocketAddr {
+    match cma {
+        Some(h) => SocketAddr::new(h.src, h.src_port),
+        None => SocketAddr::new(from, 0),
+    }
+}

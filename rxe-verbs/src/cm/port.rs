@@ -1,0 +1,597 @@
+//! A soft device's side of rdma_cm: its CM agent, the MADs of its QP 1,
+//! the ids it serves, and what the agent's events mean for QPs and
+//! applications.
+//!
+//! Locks: the device's `engine`, then its `cm` ([`CmPort`]); the id states
+//! are never locked here, so an application call may hold its id while it
+//! goes through the engine. An id dropped anywhere (even while this runs)
+//! only leaves a note in `Shared::cm_gone`, which the next pump reads.
+
+use super::{peer_of, ChannelInner, CmId, ConnParam, Event, EventKind, IdInner, IdState};
+use crate::context::{Inner, Shared};
+use crate::error::{invalid, Error};
+use parking_lot::Mutex;
+use rxe_core::cm::{
+    AcceptParams, CmAgent, CmConfig, CmEvent, CmQpType, ConnId, ConnectParams, QpParams,
+};
+use rxe_core::engine::{Engine, Transmit};
+use rxe_core::mad::cm::RejReason;
+use rxe_core::mad::rdma_cm::CMA_HEADER_LEN;
+use rxe_core::mad::{GsiMad, PortSpace, GSI_QPN};
+use rxe_core::psn::Psn;
+use rxe_core::types::{Access, AddressVector, QpAttr, QpAttrMask, QpState};
+use rxe_core::wire::icrc;
+use std::collections::{HashMap, HashSet};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Weak};
+use std::time::Instant;
+
+/// A connection the device's agent has, and whose it is.
+struct Rec {
+    id: Weak<IdInner>,
+    /// The QP to move through the states, if the id has one.
+    qpn: Option<u32>,
+    /// What the peer sent in its REP (active side), for the Established
+    /// event.
+    rep_param: Option<ConnParam>,
+}
+
+/// What an id left behind when it went (`Shared::cm_gone`).
+pub(crate) struct Gone {
+    pub conn: Option<ConnId>,
+    pub listening: Option<u64>,
+    pub port: Option<(PortSpace, u16)>,
+}
+
+/// One device's rdma_cm state (in `Shared::cm`).
+pub(crate) struct CmPort {
+    agent: CmAgent,
+    /// The device's address, and the UDP port its packets leave from.
+    addr: IpAddr,
+    src_port: u16,
+    /// MADs that arrived on QP 1, for the next pump.
+    inbox: Vec<(IpAddr, Vec<u8>)>,
+    /// Ports bound in each port space.
+    ports: HashSet<(u16, u16)>,
+    listeners: HashMap<u64, (Weak<IdInner>, rxe_net::share::ServiceClaim)>,
+    conns: HashMap<ConnId, Rec>,
+    /// The device, for the ids of incoming connections (set at open).
+    dev: Weak<Inner>,
+    /// The next PSN of the GSI QP's sends.
+    gsi_psn: u32,
+}
+
+impl CmPort {
+    /// The port of a device at `addr` whose transport gives QP numbers (and
+    /// so communication IDs) the prefix `prefix`.
+    pub fn new(addr: IpAddr, src_port: u16, prefix: u8, guid: u64) -> CmPort {
+        let mut cfg = CmConfig::new(addr, guid, rand::random());
+        cfg.comm_id_prefix = Some(prefix);
+        CmPort {
+            agent: CmAgent::new(cfg),
+            addr,
+            src_port,
+            inbox: Vec::new(),
+            ports: HashSet::new(),
+            listeners: HashMap::new(),
+            conns: HashMap::new(),
+            dev: Weak::new(),
+            gsi_psn: 0,
+        }
+    }
+
+    /// Remembers the device (once, at open).
+    pub fn set_device(&mut self, dev: Weak<Inner>) {
+        self.dev = dev;
+    }
+
+    /// A MAD packet (BTH to ICRC) that arrived on QP 1.
+    pub fn received(&mut self, from: IpAddr, packet: &[u8]) {
+        // A flood of MADs nobody reads must not grow without bound: the
+        // CM retries what is lost.
+        if self.inbox.len() < 4096 {
+            self.inbox.push((from, packet.to_vec()));
+        }
+    }
+
+    /// When the agent next needs the time.
+    pub fn next_timeout(&self) -> Option<Instant> {
+        self.agent.poll_timeout()
+    }
+
+    /// The agent's counters (for tests and `rxe` tools).
+    pub fn counters(&self) -> rxe_core::cm::CmCounters {
+        self.agent.counters().clone()
+    }
+
+    /// Takes `port` in port space `ps` (0: a free one from the dynamic
+    /// range, as the kernel's rdma_cm takes one).
+    pub fn bind_port(&mut self, ps: PortSpace, port: u16) -> Result<u16, Error> {
+        if port != 0 {
+            if !self.ports.insert((ps.0, port)) {
+                return Err(Error::Io {
+                    what: format!("bind port {port}"),
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::AddrInUse,
+                        format!("port {port} is bound already on {}", self.addr),
+                    ),
+                });
+            }
+            return Ok(port);
+        }
+        for _ in 0..1000 {
+            let p = 32768 + (rand::random::<u16>() % 28232);
+            if self.ports.insert((ps.0, p)) {
+                return Ok(p);
+            }
+        }
+        Err(Error::Busy("no free port in 32768..61000"))
+    }
+
+    /// Gives `port` back.
+    pub fn release_port(&mut self, ps: PortSpace, port: u16) {
+        self.ports.remove(&(ps.0, port));
+    }
+
+    /// Starts listening on `sid` for `id`: claims the service at the
+    /// address (for processes sharing it) and tells the agent.
+    pub fn listen(shared: &Shared, sid: u64, id: &Arc<IdInner>) -> Result<(), Error> {
+        let claim = shared
+            .link
+            .lock()
+            .claim_service(sid)
+            .map_err(|source| Error::Io {
+                what: format!("listen on service {sid:#018x}"),
+                source,
+            })?;
+        let _e = shared.engine.lock();
+        let mut cm = shared.cm.lock();
+        cm.agent.listen(sid)?;
+        cm.listeners.insert(sid, (Arc::downgrade(id), claim));
+        Ok(())
+    }
+
+    /// Sends a REQ for `id`.
+    pub fn connect(
+        &mut self,
+        now: Instant,
+        p: &ConnectParams,
+        id: &Arc<IdInner>,
+    ) -> Result<ConnId, Error> {
+        let conn = self.agent.connect(now, p)?;
+        self.conns.insert(
+            conn,
+            Rec {
+                id: Arc::downgrade(id),
+                qpn: Some(p.local_qpn),
+                rep_param: None,
+            },
+        );
+        Ok(conn)
+    }
+
+    /// Accepts `conn`: moves the QP to RTR and RTS and sends the REP.
+    pub fn accept(
+        &mut self,
+        e: &mut Engine,
+        now: Instant,
+        conn: ConnId,
+        qp: Option<(u32, rxe_core::types::QpType)>,
+        param: &ConnParam,
+    ) -> Result<(), Error> {
+        let Some((qpn, qp_type)) = qp else {
+            return Err(crate::error::unsupported(
+                "rdma_accept without a QP (give the id a QP first)",
+            ));
+        };
+        let state = e.query_qp(qpn)?.0.state;
+        if !matches!(state, QpState::Reset | QpState::Init) {
+            return Err(invalid(
+                "qp",
+                format!("in state {state:?}: accept takes a new QP"),
+            ));
+        }
+        let qp_type = cm_qp_type(qp_type)?;
+        let mut ap = AcceptParams::new(qpn, rand::random::<u32>() & 0xff_ffff);
+        ap.responder_resources = param.responder_resources;
+        ap.initiator_depth = param.initiator_depth;
+        ap.rnr_retry_count = param.rnr_retry_count.min(7);
+        ap.srq = param.srq;
+        ap.private_data = param.private_data.clone();
+        let qp = self.agent.accept(now, conn, &ap)?;
+        if let Some(r) = self.conns.get_mut(&conn) {
+            r.qpn = Some(qpn);
+        }
+        if let Err(err) = to_init(e, qpn, qp_type).and_then(|()| to_rtr_rts(e, &qp)) {
+            let _ = self
+                .agent
+                .reject(now, conn, RejReason::CONSUMER_DEFINED, &[], &[]);
+            return Err(err);
+        }
+        Ok(())
+    }
+
+    /// Refuses `conn`.
+    pub fn reject(
+        &mut self,
+        now: Instant,
+        conn: ConnId,
+        reason: RejReason,
+        private_data: &[u8],
+    ) -> Result<(), Error> {
+        Ok(self.agent.reject(now, conn, reason, &[], private_data)?)
+    }
+
+    /// Sends the RTU (an active id without a QP, after ConnectResponse).
+    pub fn establish(&mut self, now: Instant, conn: ConnId) -> Result<(), Error> {
+        Ok(self.agent.ready_to_use(now, conn, &[])?)
+    }
+
+    /// Sends the DREQ, or the DREP to the peer's.
+    pub fn disconnect(&mut self, now: Instant, conn: ConnId) -> Result<(), Error> {
+        Ok(self.agent.disconnect(now, conn, &[])?)
+    }
+
+    /// An id went: end its connection and its listening.
+    pub fn forget(&mut self, now: Instant, conn: Option<ConnId>, listening: Option<u64>) {
+        if let Some(c) = conn {
+            if self.agent.state(c).is_some() {
+                let _ = self.agent.destroy(now, c);
+            }
+            if let Some(r) = self.conns.get_mut(&c) {
+                r.id = Weak::new();
+            }
+        }
+        if let Some(sid) = listening {
+            let _ = self.agent.unlisten(sid);
+            self.listeners.remove(&sid);
+        }
+    }
+
+    /// Runs the agent: takes in the MADs that arrived, runs its timers,
+    /// carries out what it decided (QP changes, events for the ids' channels)
+    /// and puts the MADs it sends on the device's send queue. Called with
+    /// the engine locked, from every collect.
+    pub fn pump(shared: &Shared, e: &mut Engine, now: Instant) {
+        let gone = std::mem::take(&mut *shared.cm_gone.lock());
+        let mut cm = shared.cm.lock();
+        for g in gone {
+            cm.forget(now, g.conn, g.listening);
+            if let Some((ps, port)) = g.port {
+                cm.release_port(ps, port);
+            }
+        }
+        for (from, packet) in std::mem::take(&mut cm.inbox) {
+            cm.agent.handle_gsi_packet(now, from, &packet);
+        }
+        if cm.agent.poll_timeout().is_some_and(|t| t <= now) {
+            cm.agent.handle_timeout(now);
+        }
+        let mut deliver: Vec<(Arc<ChannelInner>, Event)> = Vec::new();
+        while let Some(ev) = cm.agent.poll_event() {
+            cm.on_event(e, now, ev, &mut deliver);
+        }
+        let mut sent = Vec::new();
+        while let Some(t) = cm.agent.poll_transmit() {
+            if let Some(t) = cm.packet(&t) {
+                sent.push(t);
+            }
+        }
+        drop(cm);
+        if !sent.is_empty() {
+            shared.outq.lock().extend(sent);
+        }
+        for (ch, ev) in deliver {
+            ch.push(ev);
+        }
+    }
+
+    /// The UDP packet carrying one of the agent's MADs.
+    fn packet(&mut self, t: &rxe_core::cm::Transmit) -> Option<Transmit> {
+        let g = GsiMad::new(&t.mad, Psn::new(self.gsi_psn));
+        self.gsi_psn = (self.gsi_psn + 1) & 0xff_ffff;
+        let repr = g.to_packet(GSI_QPN);
+        let mut payload = vec![0u8; repr.buffer_len()];
+        let n = repr.emit(&mut payload).ok()?;
+        let icrc_at = n - icrc::ICRC_LEN;
+        let crc = icrc::compute_udp(self.addr, t.dst, self.src_port, &payload[..icrc_at]).ok()?;
+        payload[icrc_at..n].copy_from_slice(&crc.to_le_bytes());
+        payload.truncate(n);
+        Some(Transmit {
+            src: self.addr,
+            dst: t.dst,
+            src_port: self.src_port,
+            traffic_class: 0,
+            hop_limit: 64,
+            payload,
+        })
+    }
+
+    /// One event of the agent: what it means for the QP and the id.
+    fn on_event(
+        &mut self,
+        e: &mut Engine,
+        now: Instant,
+        ev: CmEvent,
+        out: &mut Vec<(Arc<ChannelInner>, Event)>,
+    ) {
+        match ev {
+            CmEvent::ConnectRequest {
+                conn,
+                from,
+                req,
+                cma,
+            } => {
+                let listener = self
+                    .listeners
+                    .get(&req.service_id)
+                    .and_then(|(w, _)| w.upgrade());
+                let (Some(listener), Some(dev)) = (listener, self.dev.upgrade()) else {
+                    let _ = self
+                        .agent
+                        .reject(now, conn, RejReason::INVALID_SERVICE_ID, &[], &[]);
+                    return;
+                };
+                let port = PortSpace::from_service_id(req.service_id).map_or(0, |(_, p)| p);
+                let child = Arc::new(IdInner {
+                    channel: listener.channel.clone(),
+                    ps: listener.ps,
+                    st: Mutex::new(IdState {
+                        dev: Some(dev),
+                        local: Some(SocketAddr::new(self.addr, port)),
+                        remote: Some(peer_of(cma.as_ref(), from)),
+                        conn: Some(conn),
+                        ..IdState::default()
+                    }),
+                });
+                self.conns.insert(
+                    conn,
+                    Rec {
+                        id: Arc::downgrade(&child),
+                        qpn: None,
+                        rep_param: None,
+                    },
+                );
+                let data = req.private_data.as_slice();
+                let skip = if cma.is_some() { CMA_HEADER_LEN } else { 0 };
+                let param = ConnParam {
+                    private_data: data[skip.min(data.len())..].to_vec(),
+                    responder_resources: req.responder_resources,
+                    initiator_depth: req.initiator_depth,
+                    retry_count: req.retry_count,
+                    rnr_retry_count: req.rnr_retry_count,
+                    srq: req.srq,
+                    qp_num: req.local_qpn,
+                };
+                out.push((
+                    listener.channel.clone(),
+                    Event {
+                        kind: EventKind::ConnectRequest,
+                        id: CmId::from_inner(child),
+                        listen_id: Some(CmId::from_inner(listener)),
+                        status: 0,
+                        param,
+                    },
+                ));
+            }
+            CmEvent::ConnectResponse { conn, rep, qp } => {
+                let param = ConnParam {
+                    private_data: rep.private_data.as_slice().to_vec(),
+                    responder_resources: rep.responder_resources,
+                    initiator_depth: rep.initiator_depth,
+                    retry_count: 0,
+                    rnr_retry_count: rep.rnr_retry_count,
+                    srq: rep.srq,
+                    qp_num: rep.local_qpn,
+                };
+                let Some(rec) = self.conns.get_mut(&conn) else {
+                    return;
+                };
+                rec.rep_param = Some(param.clone());
+                match rec.qpn {
+                    Some(_) => match to_rtr_rts(e, &qp) {
+                        Ok(()) => {
+                            let _ = self.agent.ready_to_use(now, conn, &[]);
+                        }
+                        Err(err) => {
+                            let _ =
+                                self.agent
+                                    .reject(now, conn, RejReason::CONSUMER_DEFINED, &[], &[]);
+                            self.event(conn, EventKind::ConnectError, -libc::EINVAL, param, out);
+                            let _ = err;
+                        }
+                    },
+                    None => self.event(conn, EventKind::ConnectResponse, 0, param, out),
+                }
+            }
+            CmEvent::Established {
+                conn, private_data, ..
+            } => {
+                let param = match self.conns.get(&conn).and_then(|r| r.rep_param.clone()) {
+                    Some(p) => p,
+                    None => ConnParam {
+                        private_data,
+                        ..ConnParam::default()
+                    },
+                };
+                self.event(conn, EventKind::Established, 0, param, out);
+            }
+            CmEvent::Rejected {
+                conn,
+                reason,
+                private_data,
+                ..
+            } => {
+                let param = ConnParam {
+                    private_data,
+                    ..ConnParam::default()
+                };
+                self.event(conn, EventKind::Rejected, i32::from(reason.0), param, out);
+                self.tidy(conn);
+            }
+            CmEvent::Unreachable { conn, .. } => {
+                self.event(
+                    conn,
+                    EventKind::Unreachable,
+                    -libc::ETIMEDOUT,
+                    ConnParam::default(),
+                    out,
+                );
+                self.tidy(conn);
+            }
+            CmEvent::Disconnected {
+                conn, private_data, ..
+            } => {
+                let param = ConnParam {
+                    private_data,
+                    ..ConnParam::default()
+                };
+                self.event(conn, EventKind::Disconnected, 0, param, out);
+            }
+            CmEvent::TimewaitExit { conn } => {
+                self.event(conn, EventKind::TimewaitExit, 0, ConnParam::default(), out);
+                self.conns.remove(&conn);
+            }
+            // SIDR (UD QPs through rdma_cm) is not served yet: the agent
+            // answers a SIDR_REQ for a service nobody listens on itself.
+            CmEvent::SidrRequest { .. }
+            | CmEvent::SidrReply { .. }
+            | CmEvent::SidrUnreachable { .. } => {}
+        }
+    }
+
+    /// Queues an event for the id of `conn`, if it is still there.
+    fn event(
+        &self,
+        conn: ConnId,
+        kind: EventKind,
+        status: i32,
+        param: ConnParam,
+        out: &mut Vec<(Arc<ChannelInner>, Event)>,
+    ) {
+        let Some(id) = self.conns.get(&conn).and_then(|r| r.id.upgrade()) else {
+            return;
+        };
+        out.push((
+            id.channel.clone(),
+            Event {
+                kind,
+                id: CmId::from_inner(id),
+                listen_id: None,
+                status,
+                param,
+            },
+        ));
+    }
+
+    /// Forgets `conn` once the agent has.
+    fn tidy(&mut self, conn: ConnId) {
+        if self.agent.state(conn).is_none() {
+            self.conns.remove(&conn);
+        }
+    }
+}
+
+/// The CM's name for a QP type.
+fn cm_qp_type(t: rxe_core::types::QpType) -> Result<CmQpType, Error> {
+    match t {
+        rxe_core::types::QpType::Rc => Ok(CmQpType::Rc),
+        rxe_core::types::QpType::Uc => Ok(CmQpType::Uc),
+        rxe_core::types::QpType::Ud => Err(crate::error::unsupported(
+            "UD QPs through rdma_cm (SIDR) are not done yet",
+        )),
+    }
+}
+
+/// rdma_cm's flow label for RoCE: the two ports hashed (the kernel's
+/// `cma_get_roce_udp_flow_label`).
+pub(crate) fn flow_label(src_port: u16, dst_port: u16) -> u32 {
+    (u32::from(src_port) * 31 + u32::from(dst_port)) & 0xf_ffff
+}
+
+/// RESET → INIT, as librdmacm leaves a new QP (a QP in INIT already stays).
+pub(crate) fn to_init(e: &mut Engine, qpn: u32, qp_type: CmQpType) -> Result<(), Error> {
+    if e.query_qp(qpn)?.0.state == QpState::Init {
+        return Ok(());
+    }
+    let a = QpAttr {
+        state: QpState::Init,
+        pkey_index: 0,
+        port: 1,
+        access: match qp_type {
+            CmQpType::Rc => {
+                Access::LOCAL_WRITE
+                    | Access::REMOTE_WRITE
+                    | Access::REMOTE_READ
+                    | Access::REMOTE_ATOMIC
+            }
+            CmQpType::Uc => Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+        },
+        ..QpAttr::default()
+    };
+    let m =
+        QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::ACCESS_FLAGS;
+    Ok(e.modify_qp(qpn, &a, m)?)
+}
+
+/// INIT → RTR → RTS with what the REQ and REP say.
+fn to_rtr_rts(e: &mut Engine, p: &QpParams) -> Result<(), Error> {
+    let mut av = AddressVector::to(p.remote_addr);
+    av.flow_label = p.flow_label;
+    av.hop_limit = p.hop_limit;
+    av.traffic_class = p.traffic_class;
+    let rc = p.qp_type == CmQpType::Rc;
+    let mut a = QpAttr {
+        state: QpState::Rtr,
+        av: Some(av),
+        path_mtu: p.path_mtu,
+        dest_qpn: p.remote_qpn,
+        rq_psn: Psn::new(p.rq_psn),
+        ..QpAttr::default()
+    };
+    let mut m = QpAttrMask::STATE
+        | QpAttrMask::AV
+        | QpAttrMask::PATH_MTU
+        | QpAttrMask::DEST_QPN
+        | QpAttrMask::RQ_PSN;
+    if rc {
+        a.max_dest_rd_atomic = p.max_dest_rd_atomic;
+        a.min_rnr_timer = 12;
+        m |= QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER;
+    }
+    e.modify_qp(p.local_qpn, &a, m)?;
+    let mut a = QpAttr {
+        state: QpState::Rts,
+        sq_psn: Psn::new(p.sq_psn),
+        ..QpAttr::default()
+    };
+    let mut m = QpAttrMask::STATE | QpAttrMask::SQ_PSN;
+    if rc {
+        a.timeout = p.timeout;
+        a.retry_cnt = p.retry_count;
+        a.rnr_retry = p.rnr_retry;
+        a.max_rd_atomic = p.max_rd_atomic;
+        m |= QpAttrMask::TIMEOUT
+            | QpAttrMask::RETRY_CNT
+            | QpAttrMask::RNR_RETRY
+            | QpAttrMask::MAX_QP_RD_ATOMIC;
+    }
+    Ok(e.modify_qp(p.local_qpn, &a, m)?)
+}
+
+/// Moves the QP to ERR (rdma_disconnect's first step), ignoring a QP that
+/// is gone.
+pub(crate) fn to_err(e: &mut Engine, qpn: u32) {
+    let a = QpAttr {
+        state: QpState::Err,
+        ..QpAttr::default()
+    };
+    let _ = e.modify_qp(qpn, &a, QpAttrMask::STATE);
+}
+
+impl Shared {
+    /// Whether a datagram is a MAD for QP 1 (a UD SEND ONLY to QP 1).
+    pub(crate) fn is_gsi(payload: &[u8]) -> bool {
+        payload.len() > 8 && payload[0] == 0x64 && payload[5..8] == [0, 0, 1]
+    }
+}
