@@ -13,6 +13,15 @@
 #   big-endian pcap, nanosecond pcap, raw-IP / SLL / SLL2 pcap, and pcapng
 #   (either byte order; enhanced, simple and obsolete packet blocks; an
 #   if_tsresol option; two sections).
+# * mad_parser: the CM frames of the captures (UD SEND ONLY to QP 1):
+#   each frame with selector 0 (Ethernet), its IP packet with selector 3
+#   (raw IP), and its bare 256-byte MAD behind the selector of its
+#   message's attribute (so the CM-body reading starts from the real
+#   message).
+# * cm_agent: each CM MAD of the captures as a "raw MAD into agent B from
+#   A" operation (84 00 ff + 256 bytes), all of a capture's MADs in one
+#   input, and a few operation scripts (connect, deliver, timers,
+#   disconnect) that make a whole connection between the two agents.
 # * responder, requester: nothing; their inputs are structured (the
 #   `arbitrary` crate) and they find their way from an empty corpus.
 #
@@ -25,8 +34,8 @@ set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 out=
 case "${1:-}" in
-    "") targets="frame_parser capture_reader" ;;
-    frame_parser | capture_reader) targets=$1; out=${2:-} ;;
+    "") targets="frame_parser capture_reader mad_parser cm_agent" ;;
+    frame_parser | capture_reader | mad_parser | cm_agent) targets=$1; out=${2:-} ;;
     responder | requester) echo "seed-corpus: $1 starts from an empty corpus"; exit 0 ;;
     *) targets=frame_parser; out=$1 ;;
 esac
@@ -127,11 +136,70 @@ def first(recs, budget=3500):
         used += len(frame) + 16
     return out
 
+def cm_mad(frame):
+    """(IP packet, MAD) if the frame is a RoCE v2 UD SEND ONLY to QP 1."""
+    et, ip = ip_of(frame)
+    if et == 0x0800 and len(ip) >= 20:
+        hl = (ip[0] & 0x0F) * 4
+    elif et == 0x86DD:
+        hl = 40
+    else:
+        return None
+    udp = ip[hl:]
+    if len(udp) < 8 + 12 + 8 + 256 or struct.unpack_from("!H", udp, 2)[0] != 4791:
+        return None
+    bth = udp[8:]
+    if bth[0] != 0x64 or bth[5:8] != b"\0\0\1":
+        return None
+    return ip, bytes(bth[20:20 + 256])
+
+# CM attribute IDs in mad_parser's selector order (REQ ... APR).
+CM_ATTRS = [0x10, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18, 0x19, 0x1A]
+
+def cm_agent_scripts():
+    """Operation scripts for cm_agent (see its doc): connect from A,
+    deliver what is on the wire, let time pass, disconnect."""
+    connect = bytes([0x06, 0x00]) + bytes([0, 0, 0, 0x31]) + bytes([0, 0x10, 0, 0]) + bytes([0x6F, 20, 0])
+    deliver = bytes([0x00, 0x00])
+    lose = bytes([0x01, 0x00])
+    dup = bytes([0x02, 0x00])
+    wait = bytes([0x05, 0xFF, 30])  # about 4.5 minutes
+    later = bytes([0x05, 0x10, 22])  # about 67 ms
+    disc_a = bytes([0x06, 0x07, 0x00, 0x00])
+    disc_b = bytes([0x86, 0x07, 0x00, 0x00])
+    sidr = bytes([0x06, 0x09, 0x00, 0x0F, 20, 0])
+    yield connect + deliver * 4
+    yield connect + deliver * 4 + disc_a + deliver * 3 + wait
+    yield connect + deliver * 4 + disc_b + deliver * 3 + wait
+    yield connect + deliver * 4 + disc_a + disc_b + deliver * 4 + wait
+    yield connect + lose + later * 70 + deliver * 4
+    yield connect + dup + deliver * 6 + disc_a + dup + deliver * 6
+    yield connect + later * 20 + deliver * 8
+    yield sidr + deliver * 2
+    yield sidr + lose + wait
+
 n_files = n_frames = 0
+if target == "cm_agent":
+    for s in cm_agent_scripts():
+        put(s)
 for path in sorted(glob.glob(os.path.join(pcaps, "*.pcap"))):
     n_files += 1
     recs = list(records(path))
     n_frames += len(recs)
+    if target in ("mad_parser", "cm_agent"):
+        mads = [m for m in (cm_mad(f) for _, _, _, f in recs) if m]
+        for (ip, mad), (_, _, _, frame) in zip(mads, [r for r in recs if cm_mad(r[3])]):
+            if target == "mad_parser":
+                put(bytes([SEL_ETHERNET]) + frame)
+                put(bytes([SEL_RAW_IP]) + ip)
+                attr = struct.unpack_from("!H", mad, 16)[0]
+                sel = CM_ATTRS.index(attr) if attr in CM_ATTRS else 0
+                put(bytes([sel]) + mad)
+            else:
+                put(bytes([0x84, 0x00, 0xFF]) + mad)
+        if target == "cm_agent" and mads:
+            put(b"".join(bytes([0x84, 0x00, 0xFF]) + m for _, m in mads))
+        continue
     if target == "frame_parser":
         for _, _, _, frame in recs:
             put(bytes([SEL_ETHERNET]) + frame)
