@@ -1341,6 +1341,38 @@ proptest! {
         }
     }
 
+    /// Heavy loss (most MADs dropped, with 2 CM retries): a connection may
+    /// fail, but never twice over, and every end says how it ended: the
+    /// active side is established or reports the failure, and a passive
+    /// side that accepted is established or reports its REP unanswered.
+    #[test]
+    fn heavy_loss_ends_cleanly(fates in prop::collection::vec(
+                                   prop_oneof![1 => Just(Fate::Deliver), 3 => Just(Fate::Drop),
+                                               1 => Just(Fate::Duplicate)], 0..30)) {
+        let mut n = Net::new(2);
+        n.agents[1].listen(SID).unwrap();
+        let mut it = fates.into_iter();
+        n.rule = Box::new(move |_| it.next().unwrap_or(Fate::Drop));
+        let mut p = ConnectParams::new(SID, n.addr(1), 0x31, 0x10);
+        p.max_cm_retries = 2;
+        n.connect_with(0, &p);
+        n.settle();
+        let ea = n.established(0).len();
+        let eb = n.established(1).len();
+        prop_assert!(ea <= 1 && eb <= 1, "{}", n.dump());
+        let a_failed = n.count(0, |e| matches!(e, CmEvent::Unreachable { .. } | CmEvent::Rejected { .. }));
+        prop_assert_eq!(ea + a_failed, 1, "{}", n.dump());
+        let accepted = n.count(1, |e| matches!(e, CmEvent::ConnectRequest { .. }));
+        let b_failed = n.count(1, |e| matches!(e, CmEvent::Unreachable { .. }));
+        prop_assert!(accepted <= 1);
+        prop_assert_eq!(eb + b_failed, accepted, "{}", n.dump());
+        // Only established connections remain (a half-open one, established
+        // on the active side while the passive side gave up its REP, is
+        // possible, as with Linux: the first data packet will fail).
+        prop_assert_eq!(n.agents[0].connection_count(), ea);
+        prop_assert_eq!(n.agents[1].connection_count(), eb);
+    }
+
     /// Arbitrary MADs (mutated real ones and noise) into an agent with a
     /// connection in every state: no panic, nothing established twice.
     #[test]
