@@ -461,8 +461,9 @@ fn pyverbs_moves_data_over_rc() {
 }
 
 /// `rxe exec --print-env` prints the two variables a user sets to do the
-/// same without the wrapper, and they work: `ibv_devices` run with just
-/// them lists the devices.
+/// same without the wrapper (its directory holds `libibverbs.so.1` and
+/// `librdmacm.so.1`, both the drop-in), and they work: `ibv_devices` run
+/// with just them lists the devices.
 #[test]
 fn rxe_exec_print_env_is_enough_without_the_wrapper() {
     if !have("ibv_devices") {
@@ -484,11 +485,14 @@ fn rxe_exec_print_env_is_enough_without_the_wrapper() {
     };
     assert_eq!(var("RXE_DEVICES"), "rxe0=127.0.4.90,rxe1=::1");
     let dir = PathBuf::from(var("LD_LIBRARY_PATH"));
-    let link = dir.join("libibverbs.so.1");
-    assert_eq!(
-        std::fs::canonicalize(&link).unwrap(),
-        std::fs::canonicalize(rxe_bin().with_file_name("libibverbs.so")).unwrap()
-    );
+    // One file under both sonames: the drop-in is libibverbs and librdmacm.
+    for name in ["libibverbs.so.1", "librdmacm.so.1"] {
+        assert_eq!(
+            std::fs::canonicalize(dir.join(name)).unwrap(),
+            std::fs::canonicalize(rxe_bin().with_file_name("libibverbs.so")).unwrap(),
+            "{name}"
+        );
+    }
     let listed = Command::new("ibv_devices")
         .env("LD_LIBRARY_PATH", &dir)
         .env("RXE_DEVICES", var("RXE_DEVICES"))

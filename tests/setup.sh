@@ -6,8 +6,8 @@
 # everything present it prints one line and takes well under a second.
 #
 #   * Debian packages (apt-get; `apt-get update` only when one is missing):
-#     ibverbs-utils perftest libibverbs-dev python3-pyverbs rdmacm-utils
-#     binutils (objdump) gcc. python3-pyverbs is for Debian's /usr/bin/python3,
+#     ibverbs-utils perftest libibverbs-dev librdmacm-dev python3-pyverbs
+#     rdmacm-utils binutils (objdump) gcc. python3-pyverbs is for Debian's /usr/bin/python3,
 #     which need not be the `python3` on PATH.
 #   * scapy (`scapy.contrib.roce`, the scapy cross-check in
 #     tests/scapy_crosscheck.rs) for the interpreter the tests use:
@@ -24,7 +24,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."   # not tests/: its scapy/ folder is not the package
 
 PY=${RXE_PYTHON:-python3}
-DEB_PACKAGES=(ibverbs-utils perftest libibverbs-dev python3-pyverbs
+DEB_PACKAGES=(ibverbs-utils perftest libibverbs-dev librdmacm-dev python3-pyverbs
               rdmacm-utils binutils gcc)
 
 say() { echo "setup: $*" >&2; }

@@ -789,7 +789,7 @@ pub unsafe extern "C" fn rdma_set_option(
             }
             (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) => {
                 let one = std::mem::size_of::<ibv_path_data>();
-                if optlen == 0 || optlen % one != 0 {
+                if optlen == 0 || !optlen.is_multiple_of(one) {
                     return Err(Fail::inval(
                         "optlen",
                         format!("{optlen} is not a multiple of sizeof(struct ibv_path_data) {one}"),

@@ -1,14 +1,16 @@
 //! `rxe exec -d ADDR [-d ADDR ...] -- PROGRAM [ARGS...]`: runs an
-//! unmodified libibverbs program over rxe-rs.
+//! unmodified libibverbs or librdmacm program over rxe-rs.
 //!
 //! It puts the drop-in library (`libibverbs.so`, built by the workspace's
 //! `cargo build`, next to this executable) first in the dynamic loader's
-//! path under the name programs link against, `libibverbs.so.1`, names the
-//! soft devices `rxe0`, `rxe1`, ... on the given addresses, and replaces
-//! itself with the program. The environment it sets, for doing the same
-//! without it (docs/drop-in.md):
+//! path under the names programs link against, `libibverbs.so.1` and
+//! `librdmacm.so.1` (the one file is both libraries: the loader maps it
+//! once), names the soft devices `rxe0`, `rxe1`, ... on the given
+//! addresses, and replaces itself with the program. The environment it
+//! sets, for doing the same without it (docs/drop-in.md):
 //!
-//! * `LD_LIBRARY_PATH=DIR` where `DIR/libibverbs.so.1` is the drop-in
+//! * `LD_LIBRARY_PATH=DIR` where `DIR/libibverbs.so.1` and
+//!   `DIR/librdmacm.so.1` are symbolic links to the drop-in
 //!   (`rxe exec --print-env` prints the exact lines);
 //! * `RXE_DEVICES=rxe0=ADDR,rxe1=ADDR,...`.
 
@@ -63,8 +65,12 @@ fn library(args: &Args) -> Result<PathBuf, String> {
     }
 }
 
-/// A directory holding `libibverbs.so.1` -> `lib`: `rxe-lib/` beside the
-/// library when it can be made there, else one in the temporary directory.
+/// The names the drop-in stands in for, each a symbolic link to it.
+const SONAMES: [&str; 2] = ["libibverbs.so.1", "librdmacm.so.1"];
+
+/// A directory holding `libibverbs.so.1` and `librdmacm.so.1` -> `lib`:
+/// `rxe-lib/` beside the library when it can be made there, else one in
+/// the temporary directory.
 fn loader_dir(lib: &Path) -> Result<PathBuf, String> {
     let lib = lib
         .canonicalize()
@@ -81,21 +87,24 @@ fn loader_dir(lib: &Path) -> Result<PathBuf, String> {
         }
     }
     Err(format!(
-        "cannot make a directory for libibverbs.so.1 ({last})"
+        "cannot make a directory for libibverbs.so.1 and librdmacm.so.1 ({last})"
     ))
 }
 
 fn link_in(dir: &Path, lib: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(dir)?;
-    let link = dir.join("libibverbs.so.1");
-    if std::fs::read_link(&link).is_ok_and(|t| t == lib) {
-        return Ok(());
+    for name in SONAMES {
+        let link = dir.join(name);
+        if std::fs::read_link(&link).is_ok_and(|t| t == lib) {
+            continue;
+        }
+        // Replace whatever is there (another build's link) atomically.
+        let tmp = dir.join(format!(".{name}.{}", std::process::id()));
+        let _ = std::fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(lib, &tmp)?;
+        std::fs::rename(&tmp, &link)?;
     }
-    // Replace whatever is there (another build's link) atomically.
-    let tmp = dir.join(format!(".libibverbs.so.1.{}", std::process::id()));
-    let _ = std::fs::remove_file(&tmp);
-    std::os::unix::fs::symlink(lib, &tmp)?;
-    std::fs::rename(&tmp, &link)
+    Ok(())
 }
 
 /// The environment the program gets.

@@ -1,0 +1,268 @@
+//! The drop-in librdmacm (the same `libibverbs.so` as the drop-in
+//! libibverbs, `rxe-verbs/ibverbs/src/rdmacm/`) driven from C.
+//!
+//! [`c_program_walks_rdmacm_over_the_drop_in_library`]: a C program of our
+//! own (`tests/c/rdmacm_walk.c`), compiled against Debian's
+//! `<rdma/rdma_cma.h>` and linked with `-lrdmacm -libverbs` as any
+//! librdmacm program is, runs with `LD_LIBRARY_PATH` on a scratch directory
+//! where both `librdmacm.so.1` and `libibverbs.so.1` are symlinks to the
+//! drop-in (what `rxe exec` makes), and soft devices rxe0=127.0.6.1 and
+//! rxe1=127.0.6.2. It checks that the loader mapped the one file for both
+//! names, then walks every call that needs no connection manager protocol
+//! and its errors: devices, event channels (`poll`, `epoll`, `O_NONBLOCK`,
+//! a blocked `rdma_get_cm_event` woken by another thread), ids and port
+//! spaces, address and route resolution with their events (and
+//! ADDR_ERROR), synchronous ids, `rdma_migrate_id`, options, QPs and SRQs
+//! in the states librdmacm leaves them, `rdma_init_qp_attr`,
+//! `rdma_getaddrinfo`, `rdma_create_ep`, ECE, and ENOSYS from the calls that
+//! need the CM protocol. It prints `ok NAME` or `FAIL NAME: ...` per check
+//! and `N passed, M failed` last.
+//!
+//! [`debian_rdmacm_utils_load_and_fail_cleanly`]: Debian's unmodified
+//! `rping`, `ucmatose` and `udaddy` (rdmacm-utils, linked with BIND_NOW
+//! against librdmacm.so.1 and libibverbs.so.1) run through `rxe exec`:
+//! every symbol binds, and each stops with the ENOSYS of `rdma_listen` or
+//! `rdma_connect`, without a signal, until the CM protocol is in.
+//!
+//! A missing C compiler or librdmacm-dev fails the test unless
+//! `RXE_SKIP_IBVERBS_TESTS=1` says to skip (`bash tests/setup.sh` installs
+//! them). Addresses 127.0.6.x, rdma_cm ports 19600-19699.
+
+use rxe_tests::tests_dir;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long the walk may run before it counts as hung.
+const LIMIT: Duration = Duration::from_secs(60);
+
+const DEVICES: &str = "rxe0=127.0.6.1,rxe1=127.0.6.2";
+
+/// The fewest `ok` lines a complete run prints (it prints about 240).
+const MIN_OK: usize = 220;
+
+fn skip_allowed(why: &str) -> bool {
+    if std::env::var("RXE_SKIP_IBVERBS_TESTS").is_ok_and(|v| v == "1") {
+        eprintln!("skipped: {why} (RXE_SKIP_IBVERBS_TESTS=1)");
+        return true;
+    }
+    panic!(
+        "{why}: install a C compiler and librdmacm-dev (`bash tests/setup.sh`), \
+         or set RXE_SKIP_IBVERBS_TESTS=1 to skip"
+    );
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR")).join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).expect("create the scratch directory");
+    d
+}
+
+/// Whether `cc` builds a librdmacm program (`Err` says why not).
+fn toolchain(dir: &Path) -> Result<(), String> {
+    let src = dir.join("probe.c");
+    std::fs::write(
+        &src,
+        "#include <rdma/rdma_cma.h>\n\
+         int main(void) { return rdma_create_event_channel() != 0; }\n",
+    )
+    .expect("write the probe");
+    let out = Command::new("cc")
+        .arg("-o")
+        .arg(dir.join("probe"))
+        .arg(&src)
+        .args(["-lrdmacm", "-libverbs"])
+        .output()
+        .map_err(|e| format!("cannot run cc: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "cc cannot build against <rdma/rdma_cma.h> with -lrdmacm -libverbs:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// A directory with `libibverbs.so.1` and `librdmacm.so.1` -> the drop-in,
+/// as `rxe exec` makes it; returns it and the library's real path.
+fn libdir(dir: &Path) -> (PathBuf, PathBuf) {
+    let real = std::fs::canonicalize(rxe_tests::dropin_library()).expect("canonicalize");
+    let libdir = dir.join("lib");
+    std::fs::create_dir_all(&libdir).unwrap();
+    for name in ["libibverbs.so.1", "librdmacm.so.1"] {
+        std::os::unix::fs::symlink(&real, libdir.join(name)).expect("symlink");
+    }
+    (libdir, real)
+}
+
+fn drain<R: Read + Send + 'static>(mut r: R) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = r.read_to_end(&mut b);
+        String::from_utf8_lossy(&b).into_owned()
+    })
+}
+
+/// Runs `cmd` (killed after `limit`): (exit status, stdout, stderr).
+fn run(mut cmd: Command, limit: Duration) -> (Option<std::process::ExitStatus>, String, String) {
+    let mut child = cmd
+        .env_remove("LD_PRELOAD")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {cmd:?}: {e}"));
+    let out = drain(child.stdout.take().unwrap());
+    let err = drain(child.stderr.take().unwrap());
+    let start = Instant::now();
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break Some(s);
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    (status, out.join().unwrap(), err.join().unwrap())
+}
+
+#[test]
+fn c_program_walks_rdmacm_over_the_drop_in_library() {
+    let dir = scratch("rdmacm_walk");
+    if let Err(why) = toolchain(&dir) {
+        if skip_allowed(&why) {
+            return;
+        }
+    }
+    let (libdir, real) = libdir(&dir);
+    let exe = dir.join("rdmacm_walk");
+    let out = Command::new("cc")
+        .args(["-Wall", "-Werror", "-O1", "-g", "-o"])
+        .arg(&exe)
+        .arg(tests_dir().join("c").join("rdmacm_walk.c"))
+        .args(["-lrdmacm", "-libverbs", "-lpthread"])
+        .output()
+        .expect("run cc");
+    assert!(
+        out.status.success(),
+        "cc -Wall -Werror tests/c/rdmacm_walk.c failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut cmd = Command::new(&exe);
+    cmd.arg(&real)
+        .env("LD_LIBRARY_PATH", &libdir)
+        .env("RXE_DEVICES", DEVICES)
+        .env("RXE_DEBUG", "1");
+    let (status, out, err) = run(cmd, LIMIT);
+    let whole = format!("---- stdout ----\n{out}\n---- stderr ----\n{err}");
+    let oks = out.lines().filter(|l| l.starts_with("ok ")).count();
+    let fails: Vec<&str> = out.lines().filter(|l| l.starts_with("FAIL")).collect();
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "rdmacm_walk did not exit 0 ({status:?})\n{whole}"
+    );
+    assert!(
+        fails.is_empty(),
+        "{} checks failed: {fails:#?}\n{whole}",
+        fails.len()
+    );
+    assert!(
+        oks >= MIN_OK,
+        "only {oks} checks passed (want at least {MIN_OK}): the walk stopped early?\n{whole}"
+    );
+    let last = out
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap_or("");
+    assert_eq!(last, format!("{oks} passed, 0 failed"), "{whole}");
+}
+
+/// The `rxe` executable, built beside the library.
+fn rxe_bin() -> PathBuf {
+    rxe_tests::cargo_build(&["--release", "-p", "rxe-verbs", "--bin", "rxe"])
+        .into_iter()
+        .find(|f| f.file_name().is_some_and(|n| n == "rxe"))
+        .expect("cargo reported no rxe executable")
+}
+
+#[test]
+fn debian_rdmacm_utils_load_and_fail_cleanly() {
+    // (program, arguments, the call that fails, whether it then waits for
+    // good: rping's client joins its CQ thread without cancelling it when
+    // rdma_connect fails, so it hangs there, with any librdmacm).
+    let programs: [(&str, &[&str], &str, bool); 6] = [
+        (
+            "rping",
+            &["-s", "-a", "127.0.6.3", "-p", "19660"],
+            "rdma_listen",
+            false,
+        ),
+        (
+            "rping",
+            &["-c", "-a", "127.0.6.3", "-p", "19661", "-C", "1"],
+            "rdma_connect",
+            true,
+        ),
+        (
+            "ucmatose",
+            &["-b", "127.0.6.3", "-p", "19662"],
+            "rdma_listen",
+            false,
+        ),
+        (
+            "ucmatose",
+            &["-s", "127.0.6.3", "-p", "19663"],
+            "rdma_connect",
+            false,
+        ),
+        ("udaddy", &["-b", "127.0.6.3"], "rdma_listen", false),
+        ("udaddy", &["-s", "127.0.6.3"], "rdma_connect", false),
+    ];
+    let found: Vec<_> = programs
+        .iter()
+        .filter(|(p, ..)| Path::new("/usr/bin").join(p).exists())
+        .collect();
+    if found.len() < programs.len() && skip_allowed("Debian's rdmacm-utils are not installed") {
+        return;
+    }
+    let rxe = rxe_bin();
+    for (prog, args, call, hangs) in found {
+        let mut cmd = Command::new(&rxe);
+        cmd.args(["exec", "-d", "127.0.6.3", "--"])
+            .arg(prog)
+            .args(*args)
+            .env("RXE_DEBUG", "1");
+        let limit = Duration::from_secs(if *hangs { 5 } else { 30 });
+        let (status, out, err) = run(cmd, limit);
+        let whole = format!(
+            "{prog} {args:?}: {status:?}\n---- stdout ----\n{out}\n---- stderr ----\n{err}"
+        );
+        eprintln!("{whole}");
+        assert!(
+            !err.contains("symbol lookup error") && !err.contains("undefined symbol"),
+            "{whole}"
+        );
+        assert!(
+            err.contains(&format!(
+                "rxe-ibverbs: {call}: {call} needs the connection manager"
+            )),
+            "{prog} did not stop at {call}'s ENOSYS\n{whole}"
+        );
+        assert!(
+            format!("{out}{err}").contains("Function not implemented"),
+            "{prog} did not report ENOSYS\n{whole}"
+        );
+        if *hangs {
+            continue;
+        }
+        let status = status.unwrap_or_else(|| panic!("hung\n{whole}"));
+        assert!(status.code().is_some(), "{prog} died of a signal\n{whole}");
+    }
+}
