@@ -12,11 +12,14 @@
 //! * [`udp`]: RoCE v2 through the kernel's UDP stack, unprivileged
 //!   (`sendmmsg`/`recvmmsg` on a socket bound to port 4791), with an
 //!   optional raw-socket receive mode that checks every IPv4 ICRC.
-// `udp` and `share` make system calls through `libc`; nothing else may use
-// unsafe code.
+//! * [`route`]: the link MTU towards a peer and the RoCE path MTU it allows.
+// `udp`, `share` and `route` make system calls through `libc`; nothing else
+// may use unsafe code.
 #![deny(unsafe_code)]
 
 pub mod capture;
+#[allow(unsafe_code)]
+pub mod route;
 #[allow(unsafe_code)]
 pub mod share;
 pub mod sim;

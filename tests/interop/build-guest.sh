@@ -1,7 +1,8 @@
 #!/bin/bash
 # build-guest.sh - build the interop test guest: a stock Debian kernel (with
 # the rdma_rxe module) and a small initramfs holding busybox, rdma-core's
-# tools, perftest, tcpdump and our own verbs program (guest/rxe_peer.c).
+# tools, perftest, rdmacm-utils (rping, ucmatose, udaddy), tcpdump and our own verbs
+# program (guest/rxe_peer.c).
 #
 # Everything comes from Debian packages: the kernel .deb is fetched with
 # `apt-get download` and unpacked with `dpkg -x` (never installed, the host
@@ -66,7 +67,7 @@ put_elf() {   # an executable or library and every library ldd lists for it
 }
 
 # --- 3. kernel modules: rdma_rxe and its dependencies, virtio, 9p, crc32 ---------
-MODS="virtio_pci virtio_net 9pnet_virtio 9p crc32_generic crc32_pclmul rdma_rxe ib_uverbs"
+MODS="virtio_pci virtio_net 9pnet_virtio 9p crc32_generic crc32_pclmul rdma_rxe ib_uverbs rdma_ucm"
 for m in $MODS; do
     modprobe -d "$KDIR" -S "$KVER" --show-depends "$m" 2>/dev/null | awk '$1=="insmod"{print $2}'
 done | sort -u | while read -r ko; do
@@ -79,6 +80,7 @@ depmod -b "$R" "$KVER"
 # --- 4. userspace -----------------------------------------------------------------
 BINS="ibv_devinfo ibv_devices ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong
       ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat
+      rping ucmatose udaddy
       rdma ip kmod tcpdump bash timeout"
 for b in $BINS; do
     p=$(command -v "$b") || { echo "build-guest: $b is not installed on the host" >&2; exit 1; }

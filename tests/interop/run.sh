@@ -241,6 +241,8 @@ wait_listen() {  # PORT: until something listens on it in the netns (10 s)
 #   HOSTCHK   function run on success with the host log as $1 (adds to NOTE/fail)
 #   GTIMEOUT  guest command timeout (90)
 #   HTIMEOUT  host command timeout (120)
+#   CM_WAIT   seconds to give an rdma_cm server (which listens on no TCP
+#             port) before its client starts
 #   GLISTEN=1 guest server: start the host client only once the guest
 #             listens on $PORT (Debian's clients do not retry their connect)
 scenario() {
@@ -273,7 +275,7 @@ scenario() {
             for _ in $(seq 600); do [ -e "$SHARE/$mark" ] && break; sleep 0.05; done
         else
             gjob "$id" "$(guest_script "$gcmd" "${GTIMEOUT:-90}")"
-            sleep 0.3
+            sleep "${CM_WAIT:-0.3}"
         fi
         timeout "${HTIMEOUT:-120}" ip netns exec "$NS" "$@" >"$hlog" 2>&1; hrc=$?
         if [ "$hrc" != 0 ]; then
@@ -286,7 +288,12 @@ scenario() {
     else
         timeout "${HTIMEOUT:-120}" ip netns exec "$NS" "$@" >"$hlog" 2>&1 &
         HOST_PID=$!
-        if wait_listen "$PORT"; then
+        if [ -n "${CM_WAIT:-}" ]; then
+            # an rdma_cm server listens with the CM, on no TCP port
+            sleep "$CM_WAIT"
+            gjob "$id" "$(guest_script "$gcmd" "${GTIMEOUT:-90}")"
+            gwait "$id" 130 >"$glog" 2>&1; grc=$?
+        elif wait_listen "$PORT"; then
             gjob "$id" "$(guest_script "$gcmd" "${GTIMEOUT:-90}")"
             gwait "$id" 130 >"$glog" 2>&1; grc=$?
         else
@@ -418,7 +425,7 @@ scenario() {
 gkill() {  # JOB
     grun "$1" 20 'killall -q ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong rxe_peer ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat backend_exchange rxe; true' >/dev/null 2>&1
 }
-reset_opts() { ALLOW="" EXPECT="" ONLY_OPS="" ONE_WAY="" MAXLEN="" MAXLEN_EQ="" HOSTCHK="" GTIMEOUT="" HTIMEOUT="" GLISTEN="" EXTRA_NOTE=""; }
+reset_opts() { ALLOW="" EXPECT="" ONLY_OPS="" ONE_WAY="" MAXLEN="" MAXLEN_EQ="" HOSTCHK="" GTIMEOUT="" HTIMEOUT="" GLISTEN="" EXTRA_NOTE="" CM_WAIT=""; }
 reset_opts
 
 # The drop-in (DROPIN=1 in front of pp_pair/pt_pair): on the host the same
@@ -768,6 +775,32 @@ DROPIN=1 pt_pair read_bw 4096 1024 50
 DROPIN=1 pt_pair send_bw 4096 1024 50
 DROPIN=1 pt_pair atomic_bw 8 1024 100 -A FETCH_AND_ADD
 DROPIN=1 pt_pair send_lat 64 1024 50
+
+say "== rdma_cm: rping with the CM's MADs on QP 1, path MTU 1024 ($(elapsed)s)"
+# `rxe rping` (rxe_verbs::cm) against librdmacm's rping on the kernel's rdma_cm,
+# both directions: REQ/REP/RTU, the RDMA READ and WRITE pings with the data
+# checked (-V), then DREQ/DREP.
+check_rping() {  # host log, guest log: three pings seen by each side
+    local h g
+    h=$(grep -c 'ping data: rdma-ping-' "$1"); g=$(grep -c 'ping data: rdma-ping-' "$2")
+    [ "$h" -ge 3 ] && [ "$g" -ge 3 ] || { say "     rping: $h pings in the host log, $g in the guest log (3 each expected)"; return 1; }
+}
+for s in 64 2000; do
+    CM_WAIT=1 HOSTCHK=check_rping EXPECT="$HOST_IP|UD_SEND_ONLY
+$GUEST_IP|UD_SEND_ONLY
+$GUEST_IP|RC_RDMA_READ_REQUEST
+$GUEST_IP|RC_RDMA_WRITE"
+    scenario "cm-rping-s$s-ks" "rdma_cm: rping kernel-server→rxe-rs-client size=$s" guest \
+        "rping -s -a $GUEST_IP -C 3 -S $s -v" \
+        "$RXE" rping -c -a "$GUEST_IP" -I "$HOST_IP" -C 3 -S "$s" -v -V --timeout 60
+    CM_WAIT=1 HOSTCHK=check_rping EXPECT="$HOST_IP|UD_SEND_ONLY
+$GUEST_IP|UD_SEND_ONLY
+$HOST_IP|RC_RDMA_READ_REQUEST
+$HOST_IP|RC_RDMA_WRITE"
+    scenario "cm-rping-s$s-rs" "rdma_cm: rping rxe-rs-server→kernel-client size=$s" host \
+        "rping -c -a $HOST_IP -C 3 -S $s -v -V" \
+        "$RXE" rping -s -a "$HOST_IP" -S "$s" -v --timeout 60
+done
 
 say "== loss: nftables drops a few RoCE frames ($(elapsed)s)"
 PORT=18516

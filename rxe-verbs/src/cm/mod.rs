@@ -418,7 +418,10 @@ impl CmId {
             p.retry_count = param.retry_count.min(7);
             p.rnr_retry_count = param.rnr_retry_count.min(7);
             p.srq = param.srq;
-            p.path_mtu = dev.shared.device.active_mtu();
+            // The route's MTU, as the kernel's rdma_cm takes it from the net
+            // device: a 1500-byte link gives 1024.
+            p.path_mtu =
+                rxe_net::route::path_mtu(local.ip(), dst.ip(), dev.shared.device.active_mtu());
             p.flow_label = port::flow_label(local.port(), dst.port());
             p.private_data = pd;
             dev.shared

@@ -23,7 +23,7 @@ IP=$(arg rxe.ip); MTU=$(arg rxe.mtu)
 : "${MTU:=1500}"
 log() { echo "[guest $(cut -d' ' -f1 /proc/uptime)] $*"; }
 
-for m in virtio_pci virtio_net 9pnet_virtio 9p crc32_pclmul crc32_generic rdma_rxe ib_uverbs; do
+for m in virtio_pci virtio_net 9pnet_virtio 9p crc32_pclmul crc32_generic rdma_rxe ib_uverbs rdma_ucm; do
     modprobe "$m" 2>/dev/null || log "modprobe $m failed (maybe built in)"
 done
 ip link set lo up

@@ -18,6 +18,7 @@ mod dump;
 mod exec;
 mod perf;
 mod pingpong;
+mod rping;
 
 /// rxe-rs: a userspace RoCE v2 stack.
 #[derive(Debug, Parser)]
@@ -48,6 +49,9 @@ enum Command {
     /// your own) over rxe-rs, with soft devices rxe0, rxe1, ... on the
     /// given addresses.
     Exec(exec::Args),
+    /// librdmacm's rping over rxe-rs's rdma_cm: connect with the CM, then
+    /// ping-pong RDMA READs and WRITEs (-s server, -c client).
+    Rping(rping::Args),
 }
 
 fn main() -> ExitCode {
@@ -58,5 +62,6 @@ fn main() -> ExitCode {
         Command::Pingpong(args) => pingpong::run(&args),
         Command::Perf(args) => perf::run(&args),
         Command::Exec(args) => exec::run(&args),
+        Command::Rping(args) => rping::run(&args),
     }
 }
