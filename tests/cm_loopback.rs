@@ -314,3 +314,144 @@ fn many_connections_to_one_listener() {
         peer.0.mr.with_bytes(|b| assert_eq!(b[..64], [i as u8; 64]));
     }
 }
+
+// ---- rxe rping, as separate processes -------------------------------------
+
+/// The `rxe` executable (built on first use; `RXE_BIN` overrides).
+fn rxe_bin() -> &'static std::path::Path {
+    static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(p) = std::env::var_os("RXE_BIN") {
+            return p.into();
+        }
+        rxe_tests::cargo_build(&["-p", "rxe-verbs", "--bin", "rxe"])
+            .into_iter()
+            .find(|f| f.file_name().is_some_and(|n| n == "rxe"))
+            .expect("cargo built no rxe executable")
+    })
+}
+
+/// A running `rxe rping`, its output going to files (a pipe nobody reads
+/// while it runs would fill and stop it).
+struct Rping {
+    child: std::process::Child,
+    out: std::path::PathBuf,
+    err: std::path::PathBuf,
+}
+
+fn rping(args: &[&str]) -> Rping {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let base = std::env::temp_dir().join(format!("rxe-cm-loopback-{}-{n}", std::process::id()));
+    let (out, err) = (base.with_extension("out"), base.with_extension("err"));
+    let child = std::process::Command::new(rxe_bin())
+        .arg("rping")
+        .args(args)
+        .args(["--timeout", "20"])
+        .stdout(std::fs::File::create(&out).unwrap())
+        .stderr(std::fs::File::create(&err).unwrap())
+        .spawn()
+        .expect("start rxe rping");
+    Rping { child, out, err }
+}
+
+/// Waits for an rping (killing it after 60 s, or at once if `kill`):
+/// whether it succeeded, its stdout and its stderr.
+fn finish(mut r: Rping, kill: bool) -> (bool, String, String) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    if kill {
+        let _ = r.child.kill();
+    }
+    while r.child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = r.child.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let ok = r.child.wait().unwrap().success();
+    let out = std::fs::read_to_string(&r.out).unwrap_or_default();
+    let err = std::fs::read_to_string(&r.err).unwrap_or_default();
+    let _ = std::fs::remove_file(&r.out);
+    let _ = std::fs::remove_file(&r.err);
+    (ok, out, err)
+}
+
+/// The client's pings as rping prints them: `ping data: rdma-ping-N: ...`,
+/// N from 0, with rping's rolling letters.
+fn check_pings(out: &str, prefix: &str, count: usize) {
+    let lines: Vec<&str> = out.lines().filter(|l| l.starts_with(prefix)).collect();
+    assert_eq!(
+        lines.len(),
+        count,
+        "pings in: {}",
+        &out[..out.len().min(300)]
+    );
+    for (i, l) in lines.iter().enumerate() {
+        let want = format!("{prefix}rdma-ping-{i}: {}", (b'A' + i as u8) as char);
+        assert!(l.starts_with(&want), "line {i}: {l}");
+    }
+}
+
+// 127.0.7.20-21
+#[test]
+fn rxe_rping_client_and_server_processes() {
+    let srv = rping(&["-s", "-a", "127.0.7.20", "-p", "7174", "-S", "4000", "-v"]);
+    std::thread::sleep(Duration::from_millis(300));
+    let cli = rping(&[
+        "-c",
+        "-a",
+        "127.0.7.20",
+        "-I",
+        "127.0.7.21",
+        "-p",
+        "7174",
+        "-C",
+        "20",
+        "-S",
+        "4000",
+        "-v",
+        "-V",
+    ]);
+    let (ok, out, err) = finish(cli, false);
+    assert!(ok, "client: {err}");
+    check_pings(&out, "ping data: ", 20);
+    let (ok, out, err) = finish(srv, false);
+    assert!(ok, "server: {err}");
+    check_pings(&out, "server ping data: ", 20);
+}
+
+// 127.0.7.22-23
+#[test]
+fn rping_processes_sharing_addresses_find_their_peers() {
+    // Two servers on one address (two processes, ports 7174 and 7175), and
+    // three clients: two on a second address, one on the servers' own
+    // address. Each REQ must reach the process listening on its port, and
+    // each REP, RTU, DREQ and DREP the process whose connection it names,
+    // whichever of the processes sharing an address the kernel hands it to.
+    let a = "127.0.7.22";
+    let s1 = rping(&["-s", "-a", a, "-p", "7174", "-v", "-P"]);
+    let s2 = rping(&["-s", "-a", a, "-p", "7175", "-v", "-P"]);
+    std::thread::sleep(Duration::from_millis(300));
+    // Port 7174 has a listener already, in another process: refused.
+    let (ok, _, err) = finish(rping(&["-s", "-a", a, "-p", "7174"]), false);
+    assert!(!ok && err.contains("listener"), "{err}");
+    let clients: Vec<_> = [("127.0.7.23", "7174"), ("127.0.7.23", "7175"), (a, "7174")]
+        .into_iter()
+        .map(|(src, port)| rping(&["-c", "-a", a, "-I", src, "-p", port, "-C", "5", "-v", "-V"]))
+        .collect();
+    for c in clients {
+        let (ok, out, err) = finish(c, false);
+        assert!(ok, "client: {err}");
+        check_pings(&out, "ping data: ", 5);
+    }
+    // The servers heard their clients: 10 pings on 7174, 5 on 7175.
+    for (s, n) in [(s1, 10), (s2, 5)] {
+        let (_, out, _) = finish(s, true);
+        let pings = out
+            .lines()
+            .filter(|l| l.starts_with("server ping data:"))
+            .count();
+        assert_eq!(pings, n, "{out}");
+    }
+}

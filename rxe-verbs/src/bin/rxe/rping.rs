@@ -196,6 +196,11 @@ fn wait_event(ch: &EventChannel, want: EventKind, t: Duration) -> Result<Event, 
     Ok(e)
 }
 
+fn wait_event_any(ch: &EventChannel, t: Duration) -> Result<Event, String> {
+    ch.get_event(t)
+        .ok_or_else(|| format!("no cma event in {t:?}"))
+}
+
 /// rping's ping text for round `ping`, starting the letters at `start`.
 fn ping_text(ping: u64, start: u8, size: usize) -> Vec<u8> {
     let mut b = format!("rdma-ping-{ping}: ").into_bytes();
@@ -293,8 +298,14 @@ fn server(a: &Args) -> Result<(), String> {
     if a.debug {
         eprintln!("rdma_listen on {}:{}", a.addr, a.port);
     }
+    // Requests that came while a client was being served (-P serves one
+    // after another; the CM tells a client kept waiting to wait longer).
+    let mut pending = std::collections::VecDeque::new();
     loop {
-        let req = wait_event(&ch, EventKind::ConnectRequest, Duration::from_secs(3600))?;
+        let req = match pending.pop_front() {
+            Some(e) => e,
+            None => wait_event(&ch, EventKind::ConnectRequest, Duration::from_secs(3600))?,
+        };
         let res = Res::new(&ctx, a.size).map_err(|e| e.to_string())?;
         let id = req.id;
         id.accept(Some(&res.qp), &ConnParam::new())
@@ -302,11 +313,23 @@ fn server(a: &Args) -> Result<(), String> {
         // The QP is in RTS now: post the receive (a SEND that comes first
         // gets an RNR NAK and is retried).
         res.post_recv().map_err(|e| e.to_string())?;
-        wait_event(&ch, EventKind::Established, t)?;
+        loop {
+            let e = wait_event_any(&ch, t)?;
+            match e.kind {
+                EventKind::Established if e.id == id => break,
+                EventKind::ConnectRequest => pending.push_back(e),
+                k => {
+                    return Err(format!(
+                        "cma event {k:?}, error {} (waiting for Established)",
+                        e.status
+                    ))
+                }
+            }
+        }
         if a.debug {
             eprintln!("accepted a connection from {:?}", id.peer_addr());
         }
-        serve(a, &ch, &id, &res, t)?;
+        serve(a, &ch, &id, &res, t, &mut pending)?;
         id.disconnect()
             .map_err(|e| format!("rdma_disconnect: {e}"))?;
         if !a.persistent {
@@ -316,10 +339,17 @@ fn server(a: &Args) -> Result<(), String> {
 }
 
 /// One client's pings, until it disconnects.
-fn serve(a: &Args, ch: &EventChannel, id: &CmId, res: &Res, t: Duration) -> Result<(), String> {
+fn serve(
+    a: &Args,
+    ch: &EventChannel,
+    id: &CmId,
+    res: &Res,
+    t: Duration,
+    pending: &mut std::collections::VecDeque<Event>,
+) -> Result<(), String> {
     loop {
         // The client's start buffer, or its goodbye.
-        if !wait_recv_or_disconnect(ch, id, res, t)? {
+        if !wait_recv_or_disconnect(ch, id, res, t, pending)? {
             return Ok(());
         }
         let (addr, rkey, len) = res.peer_info().map_err(|e| e.to_string())?;
@@ -347,7 +377,7 @@ fn serve(a: &Args, ch: &EventChannel, id: &CmId, res: &Res, t: Duration) -> Resu
             .map_err(|e| e.to_string())?;
         wait_wc(res, WcOpcode::Send, t)?;
         // Where to write it back.
-        if !wait_recv_or_disconnect(ch, id, res, t)? {
+        if !wait_recv_or_disconnect(ch, id, res, t, pending)? {
             return Ok(());
         }
         let (addr, rkey, rlen) = res.peer_info().map_err(|e| e.to_string())?;
@@ -372,6 +402,7 @@ fn wait_recv_or_disconnect(
     id: &CmId,
     res: &Res,
     t: Duration,
+    pending: &mut std::collections::VecDeque<Event>,
 ) -> Result<bool, String> {
     let deadline = Instant::now() + t;
     loop {
@@ -391,13 +422,13 @@ fn wait_recv_or_disconnect(
             continue;
         }
         if let Some(e) = ch.get_event(Duration::ZERO) {
-            if e.kind == EventKind::Disconnected && e.id == *id {
-                return Ok(false);
+            match e.kind {
+                EventKind::Disconnected if e.id == *id => return Ok(false),
+                EventKind::ConnectRequest => pending.push_back(e),
+                // What the ids of clients gone before have to say.
+                EventKind::TimewaitExit | EventKind::Disconnected => {}
+                k => return Err(format!("unexpected cma event {k:?}, error {}", e.status)),
             }
-            return Err(format!(
-                "unexpected cma event {:?}, error {}",
-                e.kind, e.status
-            ));
         }
         if Instant::now() > deadline {
             return Err(format!("no word from the client in {t:?}"));
