@@ -100,8 +100,12 @@ pub struct ConnParam {
     pub rnr_retry_count: u8,
     /// The sender's QP receives from an SRQ.
     pub srq: bool,
-    /// The sender's QP number (in events).
+    /// The sender's QP number (in events); in [`CmId::connect_without_qp`]
+    /// and [`CmId::accept`] without a QP, the number of the QP the
+    /// application moves itself.
     pub qp_num: u32,
+    /// End-to-end flow control (the REQ's or REP's flag; in events).
+    pub flow_control: bool,
 }
 
 impl ConnParam {
@@ -244,6 +248,12 @@ pub(crate) struct IdState {
     /// The id bound the port itself (an incoming connection's id shares
     /// its listener's).
     pub owns_port: bool,
+    /// Traffic class of the connection's packets (`set_tos`).
+    pub tos: u8,
+    /// The QP's ACK timeout, in place of the CM's (`set_ack_timeout`).
+    pub ack_timeout: Option<u8>,
+    /// Another id may bind the same port (`set_reuse_addr`).
+    pub reuse_addr: bool,
 }
 
 impl std::fmt::Debug for CmId {
@@ -265,6 +275,12 @@ impl PartialEq for CmId {
 }
 
 impl Eq for CmId {}
+
+impl std::hash::Hash for CmId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        std::ptr::hash(Arc::as_ptr(&self.inner), state);
+    }
+}
 
 impl CmId {
     /// A new id whose events go to `channel`, in port space `ps`
@@ -316,16 +332,44 @@ impl CmId {
         })
     }
 
+    /// The traffic class (IP TOS byte) of the connection's packets, for a
+    /// later [`CmId::connect`] (`rdma_set_option(RDMA_OPTION_ID_TOS)`).
+    pub fn set_tos(&self, tos: u8) {
+        self.inner.st.lock().tos = tos;
+    }
+
+    /// The QP's local ACK timeout (5-bit exponent: 4.096 µs × 2^t) in
+    /// place of the one the CM negotiates, for the QP attributes this id
+    /// gives from now on (`rdma_set_option(RDMA_OPTION_ID_ACK_TIMEOUT)`).
+    pub fn set_ack_timeout(&self, timeout: u8) -> Result<(), Error> {
+        if timeout > 31 {
+            return Err(invalid("timeout", format!("{timeout} is more than 31")));
+        }
+        self.inner.st.lock().ack_timeout = Some(timeout);
+        Ok(())
+    }
+
+    /// Lets other ids of this process that also allow it bind the same
+    /// port (`RDMA_OPTION_ID_REUSEADDR`); set before [`CmId::bind`].
+    pub fn set_reuse_addr(&self, on: bool) {
+        self.inner.st.lock().reuse_addr = on;
+    }
+
     /// Binds the id to `ctx`'s address and `port` (0: a free one) in its
     /// port space (`rdma_bind_addr`); returns the port. `AddrInUse` if
-    /// another id of this process has that port on the device.
+    /// another id of this process has that port on the device (unless
+    /// both set [`CmId::set_reuse_addr`]).
     pub fn bind(&self, ctx: &Context, port: u16) -> Result<u16, Error> {
         let dev = soft(ctx)?;
         let mut st = self.inner.st.lock();
         if st.dev.is_some() {
             return Err(invalid("id", "bound already"));
         }
-        let port = dev.shared.cm.lock().bind_port(self.inner.ps, port)?;
+        let port = dev
+            .shared
+            .cm
+            .lock()
+            .bind_port(self.inner.ps, port, st.reuse_addr)?;
         st.local = Some(SocketAddr::new(dev.shared.device.addr(), port));
         st.dev = Some(dev);
         st.owns_port = true;
@@ -373,6 +417,38 @@ impl CmId {
                 ))
             }
         };
+        self.connect_inner(ctx, dst, Some(qp_dev), qpn, qp_type, param)
+    }
+
+    /// Connects to `dst` for a QP the application moves itself (an RC QP
+    /// numbered `param.qp_num` on `ctx`'s device; `rdma_connect` on an id
+    /// without a QP): sends the REQ; when the REP arrives,
+    /// [`EventKind::ConnectResponse`] says to move the QP to RTR and RTS
+    /// with [`CmId::init_qp_attr`], then call [`CmId::establish`].
+    pub fn connect_without_qp(
+        &self,
+        ctx: &Context,
+        dst: SocketAddr,
+        param: &ConnParam,
+    ) -> Result<(), Error> {
+        if param.qp_num == 0 || param.qp_num > 0xff_ffff {
+            return Err(invalid(
+                "param.qp_num",
+                format!("{:#x}: the QP's number (24 bits, not 0)", param.qp_num),
+            ));
+        }
+        self.connect_inner(ctx, dst, None, param.qp_num, CmQpType::Rc, param)
+    }
+
+    fn connect_inner(
+        &self,
+        ctx: &Context,
+        dst: SocketAddr,
+        qp_dev: Option<Arc<Inner>>,
+        qpn: u32,
+        qp_type: CmQpType,
+        param: &ConnParam,
+    ) -> Result<(), Error> {
         if param.private_data.len() > 92 - CMA_HEADER_LEN {
             return Err(invalid(
                 "param.private_data",
@@ -386,17 +462,17 @@ impl CmId {
         if self.local_addr().is_none() {
             self.bind(ctx, 0)?;
         }
-        let (dev, local) = {
+        let (dev, local, tos, ack_timeout) = {
             let st = self.inner.st.lock();
             if st.conn.is_some() || st.listening.is_some() || st.gone {
                 return Err(invalid("id", "connected, listening or destroyed already"));
             }
             match (&st.dev, st.local) {
-                (Some(d), Some(l)) => (d.clone(), l),
+                (Some(d), Some(l)) => (d.clone(), l, st.tos, st.ack_timeout),
                 _ => return Err(invalid("id", "not bound")),
             }
         };
-        if !Arc::ptr_eq(&dev, &qp_dev) {
+        if qp_dev.as_ref().is_some_and(|q| !Arc::ptr_eq(&dev, q)) {
             return Err(invalid("qp", "the QP is on another device than the id"));
         }
         let mut pd = vec![0u8; CMA_HEADER_LEN];
@@ -409,8 +485,11 @@ impl CmId {
         .map_err(|e| invalid("dst", e.to_string()))?;
         pd.extend_from_slice(&param.private_data);
         let sid = self.inner.ps.service_id(dst.port());
+        let moves_qp = qp_dev.is_some();
         let conn = dev.shared.with_engine(|e| {
-            port::to_init(e, qpn, qp_type)?;
+            if moves_qp {
+                port::to_init(e, qpn, qp_type)?;
+            }
             let mut p = ConnectParams::new(sid, dst.ip(), qpn, rand::random::<u32>() & 0xff_ffff);
             p.qp_type = qp_type;
             p.responder_resources = param.responder_resources;
@@ -418,6 +497,10 @@ impl CmId {
             p.retry_count = param.retry_count.min(7);
             p.rnr_retry_count = param.rnr_retry_count.min(7);
             p.srq = param.srq;
+            p.traffic_class = tos;
+            if let Some(t) = ack_timeout {
+                p.local_ack_timeout = t;
+            }
             // The route's MTU, as the kernel's rdma_cm takes it from the net
             // device: a 1500-byte link gives 1024.
             p.path_mtu =
@@ -427,18 +510,20 @@ impl CmId {
             dev.shared
                 .cm
                 .lock()
-                .connect(Instant::now(), &p, &self.inner)
+                .connect(Instant::now(), &p, &self.inner, moves_qp, ack_timeout)
         })?;
         let mut st = self.inner.st.lock();
         st.conn = Some(conn);
-        st.qpn = Some(qpn);
+        st.qpn = moves_qp.then_some(qpn);
         st.remote = Some(dst);
         Ok(())
     }
 
     /// Accepts the connection request this id came with (`rdma_accept`):
-    /// moves `qp` to RTR and RTS (if given) and sends the REP;
-    /// [`EventKind::Established`] follows when the RTU arrives.
+    /// moves `qp` to RTR and RTS and sends the REP;
+    /// [`EventKind::Established`] follows when the RTU arrives. Without a
+    /// QP, the REP names `param.qp_num`, a QP the application moved to RTR
+    /// and RTS itself with [`CmId::init_qp_attr`].
     pub fn accept(&self, qp: Option<&QueuePair>, param: &ConnParam) -> Result<(), Error> {
         if param.private_data.len() > 196 {
             return Err(invalid(
@@ -462,11 +547,12 @@ impl CmId {
             }
             None => None,
         };
+        let ack_timeout = self.inner.st.lock().ack_timeout;
         dev.shared.with_engine(|e| {
             dev.shared
                 .cm
                 .lock()
-                .accept(e, Instant::now(), conn, qpn, param)
+                .accept(e, Instant::now(), conn, qpn, param, ack_timeout)
         })?;
         self.inner.st.lock().qpn = qpn.map(|q| q.0);
         Ok(())
@@ -493,6 +579,39 @@ impl CmId {
         let (dev, conn) = self.dev_conn()?;
         dev.shared
             .with_engine(|_| dev.shared.cm.lock().establish(Instant::now(), conn))
+    }
+
+    /// The QP attributes that move this id's QP to `state` (INIT, RTR or
+    /// RTS) for its connection (`rdma_init_qp_attr`), for an application
+    /// that moves its QP itself: the passive side after
+    /// [`EventKind::ConnectRequest`], the active side after
+    /// [`EventKind::ConnectResponse`]. Apply them with
+    /// [`QueuePair::modify`].
+    pub fn init_qp_attr(
+        &self,
+        state: rxe_core::types::QpState,
+    ) -> Result<(rxe_core::types::QpAttr, rxe_core::types::QpAttrMask), Error> {
+        let (dev, conn) = self.dev_conn()?;
+        let r = dev.shared.cm.lock().init_qp_attr(conn, state);
+        r.ok_or_else(|| {
+            invalid(
+                "state",
+                format!("{state:?}: not known for this connection yet (INIT, RTR, RTS once the REQ and REP are)"),
+            )
+        })
+    }
+
+    /// The passive side's QP received a message before the RTU came
+    /// (`rdma_notify(IBV_EVENT_COMM_EST)`): the connection is established
+    /// ([`EventKind::Established`]) and the REP no longer resent.
+    pub fn notify_established(&self) -> Result<(), Error> {
+        let (dev, conn) = self.dev_conn()?;
+        dev.shared.with_engine(|_| {
+            dev.shared
+                .cm
+                .lock()
+                .notify_established(Instant::now(), conn)
+        })
     }
 
     /// Disconnects (`rdma_disconnect`): moves the QP to ERR (what was

@@ -21,7 +21,8 @@ use rxe_core::mad::{GsiMad, PortSpace, GSI_QPN};
 use rxe_core::psn::Psn;
 use rxe_core::types::{Access, AddressVector, QpAttr, QpAttrMask, QpState};
 use rxe_core::wire::icrc;
-use std::collections::{HashMap, HashSet};
+use rxe_core::mad::cm::Req;
+use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Weak};
 use std::time::Instant;
@@ -34,6 +35,14 @@ struct Rec {
     /// What the peer sent in its REP (active side), for the Established
     /// event.
     rep_param: Option<ConnParam>,
+    /// Our starting PSN: the REQ's (active side), or the REP's to come
+    /// (passive side, chosen when the REQ arrives so that
+    /// [`CmPort::init_qp_attr`] can give RTR attributes before `accept`).
+    psn: u32,
+    /// Passive side until `accept`: who sent the REQ, and the REQ.
+    req: Option<(IpAddr, Box<Req>)>,
+    /// The id's `set_ack_timeout`, in place of the REQ's ACK timeout.
+    ack_timeout: Option<u8>,
 }
 
 /// What an id left behind when it went (`Shared::cm_gone`).
@@ -51,8 +60,9 @@ pub(crate) struct CmPort {
     src_port: u16,
     /// MADs that arrived on QP 1, for the next pump.
     inbox: Vec<(IpAddr, Vec<u8>)>,
-    /// Ports bound in each port space.
-    ports: HashSet<(u16, u16)>,
+    /// Ports bound in each port space: how many ids hold each, and
+    /// whether they all allow sharing it.
+    ports: HashMap<(u16, u16), (u32, bool)>,
     listeners: HashMap<u64, (Weak<IdInner>, rxe_net::share::ServiceClaim)>,
     conns: HashMap<ConnId, Rec>,
     /// The device, for the ids of incoming connections (set at open).
@@ -72,7 +82,7 @@ impl CmPort {
             addr,
             src_port,
             inbox: Vec::new(),
-            ports: HashSet::new(),
+            ports: HashMap::new(),
             listeners: HashMap::new(),
             conns: HashMap::new(),
             dev: Weak::new(),
@@ -105,10 +115,12 @@ impl CmPort {
     }
 
     /// Takes `port` in port space `ps` (0: a free one from the dynamic
-    /// range, as the kernel's rdma_cm takes one).
-    pub fn bind_port(&mut self, ps: PortSpace, port: u16) -> Result<u16, Error> {
+    /// range, as the kernel's rdma_cm takes one). A port taken already is
+    /// shared if both binds allow it (`reuse`).
+    pub fn bind_port(&mut self, ps: PortSpace, port: u16, reuse: bool) -> Result<u16, Error> {
         if port != 0 {
-            if !self.ports.insert((ps.0, port)) {
+            let e = self.ports.entry((ps.0, port)).or_insert((0, reuse));
+            if e.0 > 0 && !(e.1 && reuse) {
                 return Err(Error::Io {
                     what: format!("bind port {port}"),
                     source: std::io::Error::new(
@@ -117,11 +129,14 @@ impl CmPort {
                     ),
                 });
             }
+            e.0 += 1;
+            e.1 &= reuse;
             return Ok(port);
         }
         for _ in 0..1000 {
             let p = 32768 + (rand::random::<u16>() % 28232);
-            if self.ports.insert((ps.0, p)) {
+            if let std::collections::hash_map::Entry::Vacant(v) = self.ports.entry((ps.0, p)) {
+                v.insert((1, reuse));
                 return Ok(p);
             }
         }
@@ -130,7 +145,12 @@ impl CmPort {
 
     /// Gives `port` back.
     pub fn release_port(&mut self, ps: PortSpace, port: u16) {
-        self.ports.remove(&(ps.0, port));
+        if let std::collections::hash_map::Entry::Occupied(mut o) = self.ports.entry((ps.0, port)) {
+            o.get_mut().0 -= 1;
+            if o.get().0 == 0 {
+                o.remove();
+            }
+        }
     }
 
     /// Starts listening on `sid` for `id`: claims the service at the
@@ -151,20 +171,27 @@ impl CmPort {
         Ok(())
     }
 
-    /// Sends a REQ for `id`.
+    /// Sends a REQ for `id`; `moves_qp`: the library moves the QP to RTR
+    /// and RTS when the REP comes (else the application does, after
+    /// [`EventKind::ConnectResponse`]).
     pub fn connect(
         &mut self,
         now: Instant,
         p: &ConnectParams,
         id: &Arc<IdInner>,
+        moves_qp: bool,
+        ack_timeout: Option<u8>,
     ) -> Result<ConnId, Error> {
         let conn = self.agent.connect(now, p)?;
         self.conns.insert(
             conn,
             Rec {
                 id: Arc::downgrade(id),
-                qpn: Some(p.local_qpn),
+                qpn: moves_qp.then_some(p.local_qpn),
                 rep_param: None,
+                psn: p.starting_psn,
+                req: None,
+                ack_timeout,
             },
         );
         Ok(conn)
@@ -178,21 +205,35 @@ impl CmPort {
         conn: ConnId,
         qp: Option<(u32, rxe_core::types::QpType)>,
         param: &ConnParam,
+        ack_timeout: Option<u8>,
     ) -> Result<(), Error> {
-        let Some((qpn, qp_type)) = qp else {
-            return Err(crate::error::unsupported(
-                "rdma_accept without a QP (give the id a QP first)",
-            ));
+        let (qpn, qp_type) = match qp {
+            Some((qpn, t)) => {
+                let state = e.query_qp(qpn)?.0.state;
+                if !matches!(state, QpState::Reset | QpState::Init) {
+                    return Err(invalid(
+                        "qp",
+                        format!("in state {state:?}: accept takes a new QP"),
+                    ));
+                }
+                (qpn, Some(cm_qp_type(t)?))
+            }
+            None if param.qp_num != 0 && param.qp_num <= 0xff_ffff => (param.qp_num, None),
+            None => {
+                return Err(invalid(
+                    "param.qp_num",
+                    "no QP given: the number of the QP the application moves itself",
+                ))
+            }
         };
-        let state = e.query_qp(qpn)?.0.state;
-        if !matches!(state, QpState::Reset | QpState::Init) {
-            return Err(invalid(
-                "qp",
-                format!("in state {state:?}: accept takes a new QP"),
-            ));
+        let Some(rec) = self.conns.get_mut(&conn) else {
+            return Err(invalid("id", "its connection is gone"));
+        };
+        if ack_timeout.is_some() {
+            rec.ack_timeout = ack_timeout;
         }
-        let qp_type = cm_qp_type(qp_type)?;
-        let mut ap = AcceptParams::new(qpn, rand::random::<u32>() & 0xff_ffff);
+        let ack_timeout = rec.ack_timeout;
+        let mut ap = AcceptParams::new(qpn, rec.psn);
         ap.responder_resources = param.responder_resources;
         ap.initiator_depth = param.initiator_depth;
         ap.rnr_retry_count = param.rnr_retry_count.min(7);
@@ -200,9 +241,15 @@ impl CmPort {
         ap.private_data = param.private_data.clone();
         let qp = self.agent.accept(now, conn, &ap)?;
         if let Some(r) = self.conns.get_mut(&conn) {
-            r.qpn = Some(qpn);
+            r.qpn = qp_type.map(|_| qpn);
+            r.req = None;
         }
-        if let Err(err) = to_init(e, qpn, qp_type).and_then(|()| to_rtr_rts(e, &qp)) {
+        let Some(qp_type) = qp_type else {
+            return Ok(());
+        };
+        if let Err(err) =
+            to_init(e, qpn, qp_type).and_then(|()| to_rtr_rts(e, &with_timeout(qp, ack_timeout)))
+        {
             let _ = self
                 .agent
                 .reject(now, conn, RejReason::CONSUMER_DEFINED, &[], &[]);
@@ -225,6 +272,50 @@ impl CmPort {
     /// Sends the RTU (an active id without a QP, after ConnectResponse).
     pub fn establish(&mut self, now: Instant, conn: ConnId) -> Result<(), Error> {
         Ok(self.agent.ready_to_use(now, conn, &[])?)
+    }
+
+    /// The passive side's QP got a message before the RTU
+    /// (`IBV_EVENT_COMM_EST`): the connection is established.
+    pub fn notify_established(&mut self, now: Instant, conn: ConnId) -> Result<(), Error> {
+        Ok(self.agent.notify_established(now, conn)?)
+    }
+
+    /// What `rdma_init_qp_attr` gives for `conn` and `state`: INIT with the
+    /// connection's access rights, RTR and RTS from the REQ and REP (or,
+    /// on the passive side before `accept`, from the REQ alone, with the
+    /// PSN the REP will carry). `None` if not known yet (an active side
+    /// before the REP).
+    pub fn init_qp_attr(&self, conn: ConnId, state: QpState) -> Option<(QpAttr, QpAttrMask)> {
+        let rec = self.conns.get(&conn)?;
+        let params = match self.agent.qp_params(conn) {
+            Some(p) => Some(p),
+            None => rec
+                .req
+                .as_ref()
+                .and_then(|(from, req)| params_from_req(*from, req, rec.psn)),
+        };
+        match state {
+            QpState::Init => {
+                let t = params.map_or(CmQpType::Rc, |p| p.qp_type);
+                let a = QpAttr {
+                    state: QpState::Init,
+                    pkey_index: 0,
+                    port: 1,
+                    access: remote_access(t),
+                    ..QpAttr::default()
+                };
+                Some((
+                    a,
+                    QpAttrMask::STATE
+                        | QpAttrMask::PKEY_INDEX
+                        | QpAttrMask::PORT
+                        | QpAttrMask::ACCESS_FLAGS,
+                ))
+            }
+            QpState::Rtr => Some(rtr_attr(&with_timeout(params?, rec.ack_timeout))),
+            QpState::Rts => Some(rts_attr(&with_timeout(params?, rec.ack_timeout))),
+            _ => None,
+        }
     }
 
     /// Sends the DREQ, or the DREP to the peer's.
@@ -350,6 +441,9 @@ impl CmPort {
                         id: Arc::downgrade(&child),
                         qpn: None,
                         rep_param: None,
+                        psn: rand::random::<u32>() & 0xff_ffff,
+                        req: Some((from, req.clone())),
+                        ack_timeout: None,
                     },
                 );
                 let data = req.private_data.as_slice();
@@ -362,6 +456,7 @@ impl CmPort {
                     rnr_retry_count: req.rnr_retry_count,
                     srq: req.srq,
                     qp_num: req.local_qpn,
+                    flow_control: req.end_to_end_flow_control,
                 };
                 out.push((
                     listener.channel.clone(),
@@ -383,11 +478,13 @@ impl CmPort {
                     rnr_retry_count: rep.rnr_retry_count,
                     srq: rep.srq,
                     qp_num: rep.local_qpn,
+                    flow_control: rep.end_to_end_flow_control,
                 };
                 let Some(rec) = self.conns.get_mut(&conn) else {
                     return;
                 };
                 rec.rep_param = Some(param.clone());
+                let qp = with_timeout(qp, rec.ack_timeout);
                 match rec.qpn {
                     Some(_) => match to_rtr_rts(e, &qp) {
                         Ok(()) => {
@@ -509,24 +606,28 @@ pub(crate) fn flow_label(src_port: u16, dst_port: u16) -> u32 {
     (u32::from(src_port) * 31 + u32::from(dst_port)) & 0xf_ffff
 }
 
-/// RESET → INIT, as librdmacm leaves a new QP (a QP in INIT already stays).
-pub(crate) fn to_init(e: &mut Engine, qpn: u32, qp_type: CmQpType) -> Result<(), Error> {
-    if e.query_qp(qpn)?.0.state == QpState::Init {
-        return Ok(());
+/// The access rights of a connected QP (the kernel's
+/// `cm_init_qp_init_attr`: remote writes, and reads and atomics on RC).
+fn remote_access(qp_type: CmQpType) -> Access {
+    match qp_type {
+        CmQpType::Rc => {
+            Access::LOCAL_WRITE
+                | Access::REMOTE_WRITE
+                | Access::REMOTE_READ
+                | Access::REMOTE_ATOMIC
+        }
+        CmQpType::Uc => Access::LOCAL_WRITE | Access::REMOTE_WRITE,
     }
+}
+
+/// RESET → INIT, or INIT → INIT (librdmacm leaves a new QP in INIT with
+/// no remote access), with the connection's access rights.
+pub(crate) fn to_init(e: &mut Engine, qpn: u32, qp_type: CmQpType) -> Result<(), Error> {
     let a = QpAttr {
         state: QpState::Init,
         pkey_index: 0,
         port: 1,
-        access: match qp_type {
-            CmQpType::Rc => {
-                Access::LOCAL_WRITE
-                    | Access::REMOTE_WRITE
-                    | Access::REMOTE_READ
-                    | Access::REMOTE_ATOMIC
-            }
-            CmQpType::Uc => Access::LOCAL_WRITE | Access::REMOTE_WRITE,
-        },
+        access: remote_access(qp_type),
         ..QpAttr::default()
     };
     let m =
@@ -534,13 +635,47 @@ pub(crate) fn to_init(e: &mut Engine, qpn: u32, qp_type: CmQpType) -> Result<(),
     Ok(e.modify_qp(qpn, &a, m)?)
 }
 
-/// INIT → RTR → RTS with what the REQ and REP say.
-fn to_rtr_rts(e: &mut Engine, p: &QpParams) -> Result<(), Error> {
+/// `p` with the id's ACK timeout, if it set one.
+fn with_timeout(mut p: QpParams, ack_timeout: Option<u8>) -> QpParams {
+    if let Some(t) = ack_timeout {
+        p.timeout = t;
+    }
+    p
+}
+
+/// The QP attributes of the passive side before `accept`: the REQ's, with
+/// our starting PSN and the depths it asked for.
+fn params_from_req(from: IpAddr, req: &Req, psn: u32) -> Option<QpParams> {
+    let path = &req.primary_path;
+    Some(QpParams {
+        qp_type: match req.transport_service_type {
+            rxe_core::mad::cm::TransportServiceType::Uc => CmQpType::Uc,
+            _ => CmQpType::Rc,
+        },
+        local_qpn: 0,
+        remote_qpn: req.local_qpn,
+        sq_psn: req.starting_psn,
+        rq_psn: psn,
+        path_mtu: req.mtu()?,
+        max_rd_atomic: req.responder_resources,
+        max_dest_rd_atomic: req.initiator_depth,
+        retry_count: req.retry_count,
+        rnr_retry: req.rnr_retry_count,
+        timeout: path.local_ack_timeout,
+        remote_addr: from,
+        remote_gid: path.local_gid,
+        flow_label: path.flow_label,
+        hop_limit: path.hop_limit,
+        traffic_class: path.traffic_class,
+    })
+}
+
+/// INIT → RTR with what the REQ and REP say.
+fn rtr_attr(p: &QpParams) -> (QpAttr, QpAttrMask) {
     let mut av = AddressVector::to(p.remote_addr);
     av.flow_label = p.flow_label;
     av.hop_limit = p.hop_limit;
     av.traffic_class = p.traffic_class;
-    let rc = p.qp_type == CmQpType::Rc;
     let mut a = QpAttr {
         state: QpState::Rtr,
         av: Some(av),
@@ -554,19 +689,23 @@ fn to_rtr_rts(e: &mut Engine, p: &QpParams) -> Result<(), Error> {
         | QpAttrMask::PATH_MTU
         | QpAttrMask::DEST_QPN
         | QpAttrMask::RQ_PSN;
-    if rc {
+    if p.qp_type == CmQpType::Rc {
         a.max_dest_rd_atomic = p.max_dest_rd_atomic;
         a.min_rnr_timer = 12;
         m |= QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER;
     }
-    e.modify_qp(p.local_qpn, &a, m)?;
+    (a, m)
+}
+
+/// RTR → RTS with what the REQ and REP say.
+fn rts_attr(p: &QpParams) -> (QpAttr, QpAttrMask) {
     let mut a = QpAttr {
         state: QpState::Rts,
         sq_psn: Psn::new(p.sq_psn),
         ..QpAttr::default()
     };
     let mut m = QpAttrMask::STATE | QpAttrMask::SQ_PSN;
-    if rc {
+    if p.qp_type == CmQpType::Rc {
         a.timeout = p.timeout;
         a.retry_cnt = p.retry_count;
         a.rnr_retry = p.rnr_retry;
@@ -576,6 +715,14 @@ fn to_rtr_rts(e: &mut Engine, p: &QpParams) -> Result<(), Error> {
             | QpAttrMask::RNR_RETRY
             | QpAttrMask::MAX_QP_RD_ATOMIC;
     }
+    (a, m)
+}
+
+/// INIT → RTR → RTS with what the REQ and REP say.
+fn to_rtr_rts(e: &mut Engine, p: &QpParams) -> Result<(), Error> {
+    let (a, m) = rtr_attr(p);
+    e.modify_qp(p.local_qpn, &a, m)?;
+    let (a, m) = rts_attr(p);
     Ok(e.modify_qp(p.local_qpn, &a, m)?)
 }
 

@@ -1,122 +1,695 @@
 //! The calls that need the connection manager's protocol (CM MADs on QP 1):
 //! `rdma_listen`, `rdma_connect`, `rdma_accept`, `rdma_reject`,
 //! `rdma_reject_ece`, `rdma_establish`, `rdma_disconnect`, `rdma_notify`,
-//! `rdma_join_multicast`, `rdma_join_multicast_ex`, `rdma_leave_multicast`.
+//! `rdma_init_qp_attr` of a connection, and the multicast calls (which
+//! fail: the engine has no multicast).
 //!
-//! Each checks its arguments as librdmacm does (EINVAL for a NULL or
-//! unknown id), then fails with ENOSYS, and `RXE_DEBUG=1` says why. They
-//! are shaped for the Rust CM API of rxe-verbs, which each will call with
-//! what librdmacm writes to the kernel's `rdma_ucm` (see `cma.c`):
+//! Each is carried out by rxe-verbs' connection manager
+//! (`rxe_verbs::cm`), with what librdmacm writes to the kernel's `rdma_ucm`
+//! (see rdma-core's `cma.c`):
 //!
-//! * `rdma_listen(id, backlog)`: listen on the id's bound address and port
-//!   (service ID = port space << 16 | port) with that backlog; each request
-//!   becomes a new id (on the listener's channel, synchronous if the
-//!   listener is) and a CONNECT_REQUEST event with the request's
-//!   `rdma_conn_param` (or `rdma_ud_param` for SIDR) and the listener as
-//!   `listen_id`.
-//! * `rdma_connect(id, param)`: for RC, send a REQ on the resolved route
-//!   with the QP's number (or `param->qp_num`), the starting PSN,
-//!   `responder_resources`/`initiator_depth` (the device's maxima when
-//!   `RDMA_MAX_RESP_RES`/`RDMA_MAX_INIT_DEPTH`), `flow_control`,
-//!   `retry_count`, `rnr_retry_count` (7 and 7 when `param` is NULL), the
-//!   SRQ flag and the private data (after `rdma_create_ep`'s `ai_connect`);
-//!   for UD, a SIDR_REQ. A REP makes the library move the QP to RTR and RTS
-//!   with the connection's attributes (see [`conn_qp_attr`]), send the RTU
-//!   and queue ESTABLISHED; an id without QP gets CONNECT_RESPONSE and
-//!   `rdma_establish` sends the RTU. REJECTED, UNREACHABLE, CONNECT_ERROR
-//!   as the CM decides.
-//! * `rdma_accept(id, param)`: move the QP to RTR and RTS, then send the
-//!   REP (RC) or SIDR_REP (UD, QP number and Q_Key); ESTABLISHED on the RTU.
-//! * `rdma_reject(id, data, len)` / `rdma_reject_ece`: a REJ with the
-//!   private data, reason consumer-defined (28) or 35 (ECE).
-//! * `rdma_disconnect(id)`: move the QP to ERR, send a DREQ (or answer
-//!   one with a DREP); DISCONNECTED on each side, then TIMEWAIT_EXIT.
-//! * `rdma_notify(id, event)`: pass IBV_EVENT_COMM_EST to the CM (a
-//!   message arrived before the RTU).
-//! * multicast: the engine has no multicast; these stay failures (they
-//!   will say EOPNOTSUPP once the CM is in).
+//! * `rdma_listen(id, backlog)`: one `rxe_verbs::cm::CmId` per soft device
+//!   the id is bound to (every one for the wildcard address), bound to the
+//!   id's port and listening. The backlog is the device agent's (its
+//!   `listen_backlog`, 1024 unanswered requests per service), whatever the
+//!   program asks for. Each request becomes a new `rdma_cm_id` (on the
+//!   listener's channel; synchronous if the listener is) and a
+//!   CONNECT_REQUEST with the request's `rdma_conn_param` and the listener
+//!   as `listen_id`.
+//! * `rdma_connect(id, param)`: an `rxe_verbs::cm::CmId` bound to the id's
+//!   device and source port, with its TOS and ACK timeout, connects with
+//!   the id's QP (moved to RTR and RTS when the REP comes, then the RTU:
+//!   ESTABLISHED with the REP's parameters) or, without one, for
+//!   `param->qp_num` (CONNECT_RESPONSE; `rdma_establish` sends the RTU).
+//!   `responder_resources`/`initiator_depth` of `RDMA_MAX_RESP_RES`/
+//!   `RDMA_MAX_INIT_DEPTH` (or no `param`) are the device's maxima;
+//!   `retry_count`, `rnr_retry_count` (7 and 7 without `param`), the SRQ
+//!   flag and the private data (after `rdma_create_ep`'s `ai_connect`).
+//! * `rdma_accept(id, param)`: moves the QP to RTR and RTS and sends the
+//!   REP (or names `param->qp_num`); ESTABLISHED on the RTU.
+//! * `rdma_reject` / `rdma_reject_ece`: a REJ with the private data,
+//!   reason 28 (consumer defined).
+//! * `rdma_disconnect(id)`: the QP to ERR, a DREQ (or the DREP to the
+//!   peer's); DISCONNECTED on each side, then TIMEWAIT_EXIT.
+//! * `rdma_notify(id, IBV_EVENT_COMM_EST)`: the passive side's QP got a
+//!   message before the RTU.
+//!
+//! In synchronous mode (an id without a channel) `rdma_connect`,
+//! `rdma_accept` and `rdma_disconnect` wait for their event, as in
+//! librdmacm.
+//!
+//! The events of every rxe-verbs id of the process go to one
+//! `rxe_verbs::cm::EventChannel`, read by a thread of the library (the
+//! bridge) that turns each into the `rdma_cm_event` of the id it belongs
+//! to. Locks: the bridge's table of ids, then an id's state; a call never
+//! takes the table while it holds an id's state.
 
-use super::entry;
-use super::id::{id_of, CmId, IdState};
-use crate::ffi::Fail;
+use super::channel::{ConnParam as CParam, Param, Pending};
+use super::id::{complete, create_on, id_of, set_passive, CmId, IdState, Phase};
+use super::{canonical, cma_devices, dev_by_addr, entry, CmaDev};
+use crate::ffi::{note, Fail};
+use crate::live::{self, Kind};
 use crate::sys::*;
+use parking_lot::Mutex;
+use rxe_verbs::cm::{self as rcm, EventKind, PortSpace};
+use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::sync::OnceLock;
+use std::time::Duration;
 
-/// The failure of a call that needs the CM protocol.
-fn needs_cm(call: &str) -> Fail {
-    Fail::new(
-        libc::ENOSYS,
-        format!(
-            "{call} needs the connection manager protocol (CM MADs on QP 1), which rxe-rs's \
-             drop-in librdmacm does not speak yet; address and route resolution, QPs on ids \
-             and events work"
-        ),
-    )
+/// What an id has of the connection manager.
+#[derive(Debug, Default)]
+pub struct CmSide {
+    /// The connection's rxe-verbs id.
+    pub rx: Option<rcm::CmId>,
+    /// A listener's rxe-verbs ids, one per device.
+    pub listeners: Vec<rcm::CmId>,
+    /// The request's depths (initiator depth, responder resources), for
+    /// `rdma_accept` without parameters or with the maxima.
+    pub req_depths: (u8, u8),
+    /// `rdma_establish` was called: the ESTABLISHED that follows is not
+    /// reported (the kernel reports none for an RTU it sends).
+    pub quiet_established: bool,
 }
 
-/// The QP attributes of an id's connection for `state` (RTR and RTS after
-/// a REQ/REP), or `None` while the id has no connection: then
-/// `rdma_init_qp_attr` gives the attributes of an id without one.
+// ---------------------------------------------------------------------------
+// The bridge: rxe-verbs' events to rdma_cm_events
+// ---------------------------------------------------------------------------
+
+struct Bridge {
+    ch: rcm::EventChannel,
+    /// Which `rdma_cm_id` (address) each rxe-verbs id belongs to.
+    ids: Mutex<HashMap<rcm::CmId, usize>>,
+}
+
+fn bridge() -> &'static Bridge {
+    static B: OnceLock<Bridge> = OnceLock::new();
+    static STARTED: std::sync::Once = std::sync::Once::new();
+    let b = B.get_or_init(|| Bridge {
+        ch: rcm::EventChannel::new(),
+        ids: Mutex::new(HashMap::new()),
+    });
+    STARTED.call_once(|| {
+        let r = std::thread::Builder::new()
+            .name("rxe-rdmacm".into())
+            .spawn(|| {
+                let b = bridge();
+                loop {
+                    if let Some(ev) = b.ch.get_event(Duration::from_secs(3600)) {
+                        // No panic may end the thread: every later event would be lost.
+                        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                            dispatch(b, ev)
+                        }));
+                        if r.is_err() {
+                            note("rdma_cm", "an event could not be delivered (panic)");
+                        }
+                    }
+                }
+            });
+        if let Err(e) = r {
+            note("rdma_cm", format!("cannot start the event thread: {e}"));
+        }
+    });
+    b
+}
+
+/// A new rxe-verbs id for the `rdma_cm_id` at `owner`, with its events
+/// routed there. Call without holding the owner's state.
+fn new_rx(owner: usize, ps: rdma_port_space) -> Result<rcm::CmId, Fail> {
+    let b = bridge();
+    let rps = match ps {
+        RDMA_PS_TCP => PortSpace::TCP,
+        RDMA_PS_UDP | RDMA_PS_IPOIB => {
+            return Err(Fail::new(
+                libc::ENOSYS,
+                "UD ids (RDMA_PS_UDP, RDMA_PS_IPOIB) need SIDR, which the drop-in does not do yet",
+            ))
+        }
+        _ => {
+            return Err(Fail::new(
+                libc::EOPNOTSUPP,
+                format!("port space {ps:#x}: connections use RDMA_PS_TCP over RoCE"),
+            ))
+        }
+    };
+    let rx = rcm::CmId::new(&b.ch, rps)?;
+    // The library's own port table decides what may share a port.
+    rx.set_reuse_addr(true);
+    b.ids.lock().insert(rx.clone(), owner);
+    Ok(rx)
+}
+
+/// Stops routing `rx`'s events (and drops the table's reference).
+fn unroute(rx: &rcm::CmId) {
+    bridge().ids.lock().remove(rx);
+}
+
+/// An id is being destroyed: its rxe-verbs ids go (a connection being set
+/// up is rejected, an established one disconnected, a listener stops).
+pub fn forget(cm: &CmId) {
+    let side = std::mem::take(&mut cm.lock().cm);
+    if side.rx.is_none() && side.listeners.is_empty() {
+        return;
+    }
+    let mut ids = bridge().ids.lock();
+    for rx in side.rx.iter().chain(&side.listeners) {
+        ids.remove(rx);
+    }
+    drop(ids);
+    if let Some(rx) = &side.rx {
+        rx.destroy();
+    }
+    for l in &side.listeners {
+        l.destroy();
+    }
+}
+
+/// The device context (rxe-verbs) of a soft device, opened for the process.
+fn rx_ctx(d: &'static CmaDev) -> Result<rxe_verbs::Context, Fail> {
+    let op = d.open()?;
+    let ctx = crate::context::ctx_of(op.ctx)?;
+    Ok(ctx.open.rx.clone())
+}
+
+fn conn_param(p: &rcm::ConnParam) -> CParam {
+    CParam {
+        private_data: p.private_data.clone(),
+        responder_resources: p.responder_resources,
+        initiator_depth: p.initiator_depth,
+        flow_control: u8::from(p.flow_control),
+        retry_count: p.retry_count,
+        rnr_retry_count: p.rnr_retry_count,
+        srq: u8::from(p.srq),
+        qp_num: p.qp_num,
+    }
+}
+
+/// The `rdma_cm_id` at `addr`, if it is still live. The bridge's table
+/// lock, held by the caller, keeps it from being freed meanwhile.
+fn live_id<'a>(addr: usize) -> Option<&'a CmId> {
+    if !live::is(Kind::CmId, addr) {
+        return None;
+    }
+    // SAFETY: a live id is a Box<CmId> at this address; it is not freed
+    // before `forget` takes the table lock the caller holds.
+    Some(unsafe { &*(addr as *const CmId) })
+}
+
+fn dispatch(b: &Bridge, ev: rcm::Event) {
+    let ids = b.ids.lock();
+    if ev.kind == EventKind::ConnectRequest {
+        let Some(listener) = ev
+            .listen_id
+            .as_ref()
+            .and_then(|l| ids.get(l).copied())
+            .and_then(live_id)
+        else {
+            let _ = ev.id.reject(&[]);
+            return;
+        };
+        drop(ids);
+        if let Err(f) = connect_request(listener, &ev) {
+            note("rdma_cm", format!("a connection request is refused: {}", f.why));
+            let _ = ev.id.reject(&[]);
+        }
+        return;
+    }
+    let Some(cm) = ids.get(&ev.id).copied().and_then(live_id) else {
+        return;
+    };
+    let mut st = cm.lock();
+    let event = match ev.kind {
+        EventKind::ConnectRequest => unreachable!("handled above"),
+        EventKind::ConnectResponse => RDMA_CM_EVENT_CONNECT_RESPONSE,
+        EventKind::ConnectError => RDMA_CM_EVENT_CONNECT_ERROR,
+        EventKind::Unreachable => RDMA_CM_EVENT_UNREACHABLE,
+        EventKind::Rejected => RDMA_CM_EVENT_REJECTED,
+        EventKind::Established => {
+            if std::mem::take(&mut st.cm.quiet_established) {
+                return;
+            }
+            RDMA_CM_EVENT_ESTABLISHED
+        }
+        EventKind::Disconnected => RDMA_CM_EVENT_DISCONNECTED,
+        EventKind::TimewaitExit => RDMA_CM_EVENT_TIMEWAIT_EXIT,
+    };
+    let param = match ev.kind {
+        EventKind::ConnectResponse
+        | EventKind::Established
+        | EventKind::Rejected
+        | EventKind::Disconnected => Param::Conn(conn_param(&ev.param)),
+        _ => Param::None,
+    };
+    cm.queue(&st, event, ev.status, param);
+}
+
+/// A CONNECT_REQUEST for `listener`: a new id for the connection.
+fn connect_request(listener: &CmId, ev: &rcm::Event) -> Result<(), Fail> {
+    let (ch, sync, context, like) = {
+        let st = listener.lock();
+        // SAFETY: the listener is live; its context field.
+        let context = unsafe { (*listener.c()).context };
+        (st.channel.clone(), st.sync, context, st.src)
+    };
+    let (qp_type, ps) = listener.kind();
+    let local = ev
+        .id
+        .local_addr()
+        .ok_or_else(|| Fail::inval("request", "no local address"))?;
+    let peer = ev
+        .id
+        .peer_addr()
+        .ok_or_else(|| Fail::inval("request", "no peer address"))?;
+    let d = dev_by_addr(local.ip())
+        .ok_or_else(|| Fail::inval("request", format!("no soft device on {}", local.ip())))?;
+    let new_ch = if sync {
+        super::channel::Channel::create()?
+    } else {
+        ch.clone()
+    };
+    let p = create_on(new_ch, sync, context, ps, qp_type)?;
+    let new = id_of(p)?;
+    bridge().ids.lock().insert(ev.id.clone(), new.addr());
+    let mut st = new.lock();
+    if let Err(f) = set_passive(new, &mut st, d, local, peer, like) {
+        drop(st);
+        unroute(&ev.id);
+        let _ = super::id::destroy(p);
+        return Err(f);
+    }
+    st.cm.rx = Some(ev.id.clone());
+    st.cm.req_depths = (ev.param.initiator_depth, ev.param.responder_resources);
+    drop(st);
+    // The event is the listener's (its count), as in librdmacm.
+    let lst = listener.lock();
+    lst.channel.push(Pending {
+        id: new.addr(),
+        listen_id: listener.addr(),
+        event: RDMA_CM_EVENT_CONNECT_REQUEST,
+        status: 0,
+        param: Param::Conn(conn_param(&ev.param)),
+        count: listener.events.clone(),
+    });
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// rdma_init_qp_attr of a connection
+// ---------------------------------------------------------------------------
+
+/// The QP attributes of an id's connection for `state` (INIT, RTR and RTS
+/// once the REQ, or the REQ and REP, are known), or `None` while the id
+/// has no connection: then `rdma_init_qp_attr` gives the attributes of an
+/// id without one.
 pub fn conn_qp_attr(
     _cm: &CmId,
-    _st: &IdState,
-    _state: ibv_qp_state,
+    st: &IdState,
+    state: ibv_qp_state,
 ) -> Option<Result<(ibv_qp_attr, c_int), Fail>> {
-    None
+    let rx = st.cm.rx.as_ref()?;
+    let s = match state {
+        IBV_QPS_INIT => rxe_core::types::QpState::Init,
+        IBV_QPS_RTR => rxe_core::types::QpState::Rtr,
+        IBV_QPS_RTS => rxe_core::types::QpState::Rts,
+        _ => {
+            return Some(Err(Fail::inval(
+                "qp_attr->qp_state",
+                format!("{state} (INIT, RTR or RTS for a connection)"),
+            )))
+        }
+    };
+    Some(rx.init_qp_attr(s).map_err(Fail::from).map(|(x, m)| {
+        // SAFETY: ibv_qp_attr is plain data; all zeroes is valid.
+        let mut o: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        o.qp_state = state;
+        o.pkey_index = x.pkey_index;
+        o.port_num = x.port;
+        o.qp_access_flags = x.access.bits();
+        if let Some(av) = &x.av {
+            o.ah_attr = crate::wr::ah_attr_of(av);
+        }
+        o.path_mtu = x.path_mtu as ibv_mtu;
+        o.dest_qp_num = x.dest_qpn;
+        o.rq_psn = x.rq_psn.value();
+        o.sq_psn = x.sq_psn.value();
+        o.max_dest_rd_atomic = x.max_dest_rd_atomic;
+        o.max_rd_atomic = x.max_rd_atomic;
+        o.min_rnr_timer = x.min_rnr_timer;
+        o.timeout = x.timeout;
+        o.retry_cnt = x.retry_cnt;
+        o.rnr_retry = x.rnr_retry;
+        (o, m.bits() as c_int)
+    }))
+}
+
+// ---------------------------------------------------------------------------
+// The calls
+// ---------------------------------------------------------------------------
+
+/// The program's `rdma_conn_param`, if it gave one.
+fn read_param<'a>(p: *mut rdma_conn_param) -> Option<&'a rdma_conn_param> {
+    // SAFETY: the program's parameters, or NULL.
+    unsafe { p.as_ref() }
+}
+
+/// The program's private data of `len` bytes at `p`.
+fn private_data(p: *const c_void, len: u8) -> Vec<u8> {
+    if p.is_null() || len == 0 {
+        return Vec::new();
+    }
+    // SAFETY: the program's `len` bytes.
+    unsafe { std::slice::from_raw_parts(p.cast::<u8>(), usize::from(len)) }.to_vec()
+}
+
+/// The id's QP (the library's), if it has one.
+fn qp_of_id<'a>(cm: &CmId) -> Result<Option<&'a crate::qp::Qp>, Fail> {
+    // SAFETY: a live id; its qp field.
+    let qp = unsafe { (*cm.c()).qp };
+    if qp.is_null() {
+        return Ok(None);
+    }
+    crate::qp::qp_of(qp).map(Some)
+}
+
+/// librdmacm's `ucma_valid_param`.
+fn valid_param(
+    cm: &CmId,
+    d: &'static CmaDev,
+    p: Option<&rdma_conn_param>,
+    has_qp: bool,
+) -> Result<(), Fail> {
+    let (_, ps) = cm.kind();
+    if ps != RDMA_PS_TCP {
+        return Ok(());
+    }
+    let Some(p) = p else {
+        if has_qp {
+            return Ok(());
+        }
+        return Err(Fail::inval(
+            "conn_param",
+            "NULL, and the id has no QP (give conn_param->qp_num)",
+        ));
+    };
+    let op = d.open()?;
+    if p.responder_resources != RDMA_MAX_RESP_RES as u8
+        && p.responder_resources > op.max_responder_resources
+    {
+        return Err(Fail::inval(
+            "conn_param->responder_resources",
+            format!(
+                "{} is more than the device's {}",
+                p.responder_resources, op.max_responder_resources
+            ),
+        ));
+    }
+    if p.initiator_depth != RDMA_MAX_INIT_DEPTH as u8
+        && p.initiator_depth > op.max_initiator_depth
+    {
+        return Err(Fail::inval(
+            "conn_param->initiator_depth",
+            format!(
+                "{} is more than the device's {}",
+                p.initiator_depth, op.max_initiator_depth
+            ),
+        ));
+    }
+    Ok(())
 }
 
 pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_int {
     entry("rdma_listen", || {
-        id_of(id)?;
-        Err(needs_cm("rdma_listen"))
+        let cm = id_of(id)?;
+        let (_, ps) = cm.kind();
+        let (devs, port) = {
+            let mut st = cm.lock();
+            if st.phase == Phase::Idle {
+                super::id::bind(
+                    cm,
+                    &mut st,
+                    SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
+                )?;
+            }
+            match st.phase {
+                Phase::AddrBound => {}
+                // The kernel takes a second listen as a new backlog.
+                Phase::Listen => return Ok(()),
+                _ => {
+                    return Err(Fail::inval(
+                        "id",
+                        "not bound (or resolved, connecting or connected: listen on a bound id)",
+                    ))
+                }
+            }
+            let devs: Vec<&'static CmaDev> = match st.dev {
+                Some(d) => vec![d],
+                None => cma_devices().iter().collect(),
+            };
+            (devs, st.src.map_or(0, |a| a.port()))
+        };
+        let mut rxs = Vec::new();
+        let result = (|| {
+            for d in devs {
+                let ctx = match rx_ctx(d) {
+                    Ok(c) => c,
+                    // A device another program holds is left out of a
+                    // wildcard listen.
+                    Err(f) if cm.lock().dev.is_none() => {
+                        note("rdma_listen", format!("{} is left out: {}", d.dev.rx.name(), f.why));
+                        continue;
+                    }
+                    Err(f) => return Err(f),
+                };
+                let rx = new_rx(cm.addr(), ps)?;
+                rxs.push(rx.clone());
+                rx.bind(&ctx, port)?;
+                rx.listen()?;
+            }
+            if rxs.is_empty() {
+                return Err(Fail::new(libc::ENODEV, "no soft device to listen on"));
+            }
+            Ok(())
+        })();
+        if let Err(f) = result {
+            for rx in &rxs {
+                unroute(rx);
+                rx.destroy();
+            }
+            return Err(f);
+        }
+        let mut st = cm.lock();
+        st.phase = Phase::Listen;
+        st.cm.listeners = rxs;
+        Ok(())
     })
 }
 
 pub unsafe extern "C" fn rdma_connect(
     id: *mut rdma_cm_id,
-    _conn_param: *mut rdma_conn_param,
+    conn_param: *mut rdma_conn_param,
 ) -> c_int {
     entry("rdma_connect", || {
-        id_of(id)?;
-        Err(needs_cm("rdma_connect"))
+        let cm = id_of(id)?;
+        let (qp_type, ps) = cm.kind();
+        let p = read_param(conn_param);
+        let (d, src, dst, pre, tos, ack_timeout) = {
+            let st = cm.lock();
+            if st.phase != Phase::RouteResolved {
+                return Err(Fail::inval(
+                    "id",
+                    "its route is not resolved (rdma_resolve_addr, rdma_resolve_route first), or it is connecting already",
+                ));
+            }
+            match (st.dev, st.src, st.dst) {
+                (Some(d), Some(s), Some(t)) => {
+                    (d, s, t, st.connect.clone(), st.tos, st.ack_timeout)
+                }
+                _ => return Err(Fail::inval("id", "no device or addresses")),
+            }
+        };
+        if qp_type == IBV_QPT_UD {
+            return Err(Fail::new(
+                libc::ENOSYS,
+                "rdma_connect on a UD id sends a SIDR_REQ, which the drop-in does not do yet",
+            ));
+        }
+        let qp = qp_of_id(cm)?;
+        valid_param(cm, d, p, qp.is_some())?;
+        let op = d.open()?;
+        let mut data = pre;
+        if let Some(p) = p {
+            data.extend(private_data(p.private_data, p.private_data_len));
+        }
+        const MAX: usize = 56;
+        if data.len() > MAX {
+            return Err(Fail::inval(
+                "conn_param->private_data_len",
+                format!("{} bytes: a REQ carries at most {MAX} after rdma_cm's header", data.len()),
+            ));
+        }
+        let param = rcm::ConnParam {
+            private_data: data,
+            responder_resources: match p {
+                Some(p) if p.responder_resources != RDMA_MAX_RESP_RES as u8 => {
+                    p.responder_resources
+                }
+                _ => op.max_responder_resources,
+            },
+            initiator_depth: match p {
+                Some(p) if p.initiator_depth != RDMA_MAX_INIT_DEPTH as u8 => p.initiator_depth,
+                _ => op.max_initiator_depth,
+            },
+            retry_count: p.map_or(7, |p| p.retry_count.min(7)),
+            rnr_retry_count: p.map_or(7, |p| p.rnr_retry_count.min(7)),
+            srq: match qp {
+                // SAFETY: a live QP of this library; its srq field.
+                Some(q) => unsafe { !(*q.qp.get()).qp_base.srq.is_null() },
+                None => p.is_some_and(|p| p.srq != 0),
+            },
+            qp_num: p.map_or(0, |p| p.qp_num),
+            flow_control: p.is_some_and(|p| p.flow_control != 0),
+        };
+        let ctx = rx_ctx(d)?;
+        let rx = new_rx(cm.addr(), ps)?;
+        let r = (|| {
+            rx.set_tos(tos.unwrap_or(0));
+            if let Some(t) = ack_timeout {
+                rx.set_ack_timeout(t)?;
+            }
+            rx.bind(&ctx, src.port())?;
+            let dst = SocketAddr::new(canonical(dst.ip()), dst.port());
+            match qp {
+                Some(q) => rx.connect(&ctx, dst, &q.rx, &param),
+                None => rx.connect_without_qp(&ctx, dst, &param),
+            }
+        })();
+        if let Err(e) = r {
+            unroute(&rx);
+            rx.destroy();
+            return Err(Fail::from(e));
+        }
+        {
+            let mut st = cm.lock();
+            st.cm.rx = Some(rx);
+            st.phase = Phase::Connect;
+        }
+        complete(cm)
+    })
+}
+
+/// The rxe-verbs id of an id's connection.
+fn conn_rx(cm: &CmId) -> Result<rcm::CmId, Fail> {
+    cm.lock().cm.rx.clone().ok_or_else(|| {
+        Fail::inval(
+            "id",
+            "has no connection (a connection request's id, or one rdma_connect was called on)",
+        )
     })
 }
 
 pub unsafe extern "C" fn rdma_accept(
     id: *mut rdma_cm_id,
-    _conn_param: *mut rdma_conn_param,
+    conn_param: *mut rdma_conn_param,
 ) -> c_int {
     entry("rdma_accept", || {
-        id_of(id)?;
-        Err(needs_cm("rdma_accept"))
+        let cm = id_of(id)?;
+        let (qp_type, _) = cm.kind();
+        if qp_type == IBV_QPT_UD {
+            return Err(Fail::new(
+                libc::ENOSYS,
+                "rdma_accept on a UD id sends a SIDR_REP, which the drop-in does not do yet",
+            ));
+        }
+        let rx = conn_rx(cm)?;
+        let (d, (req_init, req_resp)) = {
+            let st = cm.lock();
+            (
+                st.dev.ok_or_else(|| Fail::inval("id", "no device"))?,
+                st.cm.req_depths,
+            )
+        };
+        let p = read_param(conn_param);
+        let qp = qp_of_id(cm)?;
+        valid_param(cm, d, p, qp.is_some())?;
+        let op = d.open()?;
+        let data = p.map_or(Vec::new(), |p| private_data(p.private_data, p.private_data_len));
+        if data.len() > 196 {
+            return Err(Fail::inval(
+                "conn_param->private_data_len",
+                format!("{} bytes: a REP carries at most 196", data.len()),
+            ));
+        }
+        let resp = match p {
+            Some(p) if p.responder_resources != RDMA_MAX_RESP_RES as u8 => p.responder_resources,
+            _ => req_init.min(op.max_responder_resources),
+        };
+        let init = match p {
+            Some(p) if p.initiator_depth != RDMA_MAX_INIT_DEPTH as u8 => p.initiator_depth,
+            _ => req_resp.min(op.max_initiator_depth),
+        };
+        let param = rcm::ConnParam {
+            private_data: data,
+            responder_resources: resp,
+            initiator_depth: init,
+            retry_count: p.map_or(7, |p| p.retry_count.min(7)),
+            rnr_retry_count: p.map_or(7, |p| p.rnr_retry_count.min(7)),
+            srq: match qp {
+                // SAFETY: a live QP of this library; its srq field.
+                Some(q) => unsafe { !(*q.qp.get()).qp_base.srq.is_null() },
+                None => p.is_some_and(|p| p.srq != 0),
+            },
+            qp_num: p.map_or(0, |p| p.qp_num),
+            flow_control: p.is_some_and(|p| p.flow_control != 0),
+        };
+        {
+            let st = cm.lock();
+            if let Some(t) = st.ack_timeout {
+                rx.set_ack_timeout(t)?;
+            }
+        }
+        rx.accept(qp.map(|q| &q.rx), &param)?;
+        complete(cm)
     })
+}
+
+fn reject(cm: &CmId, data: *const c_void, len: u8) -> Result<(), Fail> {
+    let rx = conn_rx(cm)?;
+    let pd = private_data(data, len);
+    if pd.len() > 148 {
+        return Err(Fail::inval(
+            "private_data_len",
+            format!("{} bytes: a REJ carries at most 148", pd.len()),
+        ));
+    }
+    rx.reject(&pd)?;
+    Ok(())
 }
 
 pub unsafe extern "C" fn rdma_reject(
     id: *mut rdma_cm_id,
-    _private_data: *const c_void,
-    _private_data_len: u8,
+    private_data: *const c_void,
+    private_data_len: u8,
 ) -> c_int {
     entry("rdma_reject", || {
-        id_of(id)?;
-        Err(needs_cm("rdma_reject"))
+        reject(id_of(id)?, private_data, private_data_len)
     })
 }
 
+/// As `rdma_reject` (the REJ's reason is 28, consumer defined, not ECE's 35).
 pub unsafe extern "C" fn rdma_reject_ece(
     id: *mut rdma_cm_id,
-    _private_data: *const c_void,
-    _private_data_len: u8,
+    private_data: *const c_void,
+    private_data_len: u8,
 ) -> c_int {
     entry("rdma_reject_ece", || {
-        id_of(id)?;
-        Err(needs_cm("rdma_reject_ece"))
+        reject(id_of(id)?, private_data, private_data_len)
     })
 }
 
 pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
     entry("rdma_establish", || {
-        id_of(id)?;
+        let cm = id_of(id)?;
         // SAFETY: a live id.
         if unsafe { !(*id).qp.is_null() } {
             return Err(Fail::inval(
@@ -124,22 +697,56 @@ pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
                 "has a QP (rdma_establish is for ids that connect without one)",
             ));
         }
-        Err(needs_cm("rdma_establish"))
+        let rx = conn_rx(cm)?;
+        cm.lock().cm.quiet_established = true;
+        if let Err(e) = rx.establish() {
+            cm.lock().cm.quiet_established = false;
+            return Err(e.into());
+        }
+        Ok(())
     })
 }
 
 pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
     entry("rdma_disconnect", || {
-        id_of(id)?;
-        Err(needs_cm("rdma_disconnect"))
+        let cm = id_of(id)?;
+        let rx = conn_rx(cm)?;
+        // librdmacm moves the id's QP to ERR first (the rxe-verbs id does
+        // too, for a QP it moved; this covers one the program moved).
+        if let Some(q) = qp_of_id(cm)? {
+            let a = rxe_core::types::QpAttr {
+                state: rxe_core::types::QpState::Err,
+                ..Default::default()
+            };
+            let _ = q.rx.modify(&a, rxe_core::types::QpAttrMask::STATE);
+            // SAFETY: the QP's own state field, as ibv_modify_qp sets it.
+            unsafe { (*q.qp.get()).qp_base.state = IBV_QPS_ERR };
+        }
+        rx.disconnect()?;
+        complete(cm)
     })
 }
 
-pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, _event: ibv_event_type) -> c_int {
+pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, event: ibv_event_type) -> c_int {
     entry("rdma_notify", || {
-        id_of(id)?;
-        Err(needs_cm("rdma_notify"))
+        let cm = id_of(id)?;
+        let rx = conn_rx(cm)?;
+        match event {
+            IBV_EVENT_COMM_EST => Ok(rx.notify_established()?),
+            e => Err(Fail::inval(
+                "event",
+                format!("{e} (IBV_EVENT_COMM_EST is the event rdma_notify takes)"),
+            )),
+        }
     })
+}
+
+/// The engine has no multicast.
+fn no_multicast(call: &str) -> Fail {
+    Fail::new(
+        libc::EOPNOTSUPP,
+        format!("{call}: rxe-rs's soft devices have no multicast"),
+    )
 }
 
 pub unsafe extern "C" fn rdma_join_multicast(
@@ -149,7 +756,7 @@ pub unsafe extern "C" fn rdma_join_multicast(
 ) -> c_int {
     entry("rdma_join_multicast", || {
         id_of(id)?;
-        Err(needs_cm("rdma_join_multicast"))
+        Err(no_multicast("rdma_join_multicast"))
     })
 }
 
@@ -160,13 +767,13 @@ pub unsafe extern "C" fn rdma_join_multicast_ex(
 ) -> c_int {
     entry("rdma_join_multicast_ex", || {
         id_of(id)?;
-        Err(needs_cm("rdma_join_multicast_ex"))
+        Err(no_multicast("rdma_join_multicast_ex"))
     })
 }
 
 pub unsafe extern "C" fn rdma_leave_multicast(id: *mut rdma_cm_id, _addr: *mut sockaddr) -> c_int {
     entry("rdma_leave_multicast", || {
         id_of(id)?;
-        Err(needs_cm("rdma_leave_multicast"))
+        Err(no_multicast("rdma_leave_multicast"))
     })
 }

@@ -34,14 +34,18 @@ use std::hash::{BuildHasher, Hasher};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, OnceLock};
 
-/// Where an id is, as the kernel's `rdma_cm_state` counts it up to a
-/// route. The connection states come with the CM protocol.
+/// Where an id is, as the kernel's `rdma_cm_state` counts it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Phase {
     Idle,
     AddrBound,
     AddrResolved,
     RouteResolved,
+    /// Listening (`rdma_listen`).
+    Listen,
+    /// Connecting or connected: an active id after `rdma_connect`, or the
+    /// id of a connection request (`connect.rs`).
+    Connect,
 }
 
 /// A copy of `rdma_create_ep`'s QP attributes for the ids a passive
@@ -75,6 +79,10 @@ pub struct IdState {
     /// ECE (`rdma_set_local_ece`, `rdma_get_remote_ece`): vendor ID and options.
     pub local_ece: (u32, u32),
     pub remote_ece: (u32, u32),
+    /// The connection manager's side of the id (`connect.rs`): its
+    /// rxe-verbs id once connecting or a connection request's, and a
+    /// listener's ids (one per soft device it listens on).
+    pub cm: super::connect::CmSide,
 }
 
 impl std::fmt::Debug for IdState {
@@ -337,6 +345,17 @@ pub fn create(
     } else {
         (channel_of(channel)?, false)
     };
+    create_on(ch, sync, context, ps, qp_type)
+}
+
+/// An id on the channel `ch` (`sync`: the id's own).
+pub fn create_on(
+    ch: Arc<Channel>,
+    sync: bool,
+    context: *mut c_void,
+    ps: rdma_port_space,
+    qp_type: ibv_qp_type,
+) -> Result<*mut rdma_cm_id, Fail> {
     // SAFETY: rdma_cm_id is plain data; all zeroes is valid.
     let mut cid: rdma_cm_id = unsafe { std::mem::zeroed() };
     cid.channel = ch.ptr();
@@ -361,6 +380,7 @@ pub fn create(
             connect: Vec::new(),
             local_ece: (0, 0),
             remote_ece: (0, 0),
+            cm: Default::default(),
         }),
         events: Arc::new(EventCount::default()),
         qp_type,
@@ -405,6 +425,7 @@ pub fn destroy(p: *mut rdma_cm_id) -> Result<(), Fail> {
     if !live::remove(Kind::CmId, p as usize) {
         return Err(Fail::inval("id", "destroyed already"));
     }
+    super::connect::forget(cm);
     release(p as usize);
     let c = cm.c();
     // SAFETY: the id is ours (removed from the registry: no other call finds it).
@@ -440,7 +461,7 @@ fn host_has(ip: IpAddr) -> bool {
 }
 
 /// `rdma_bind_addr` on a locked id.
-fn bind(cm: &CmId, st: &mut IdState, sa: SocketAddr) -> Result<(), Fail> {
+pub fn bind(cm: &CmId, st: &mut IdState, sa: SocketAddr) -> Result<(), Fail> {
     if st.phase != Phase::Idle {
         return Err(Fail::inval("id", "bound already"));
     }
@@ -640,6 +661,39 @@ pub unsafe extern "C" fn rdma_resolve_addr(
         };
         resolve_addr(cm, src, dst)
     })
+}
+
+/// Sets up the id of a connection request, as librdmacm's
+/// `ucma_query_req_info` finds it: the device, both addresses (in the
+/// listener's family), the route with one path record.
+pub fn set_passive(
+    cm: &CmId,
+    st: &mut IdState,
+    d: &'static CmaDev,
+    src: SocketAddr,
+    dst: SocketAddr,
+    like: Option<SocketAddr>,
+) -> Result<(), Fail> {
+    cm.attach(st, d)?;
+    let fam = |a: SocketAddr| match like {
+        Some(l) => SocketAddr::new(in_family(a.ip(), &l), a.port()),
+        None => a,
+    };
+    st.src = Some(fam(src));
+    st.dst = Some(fam(dst));
+    st.phase = Phase::Connect;
+    cm.write_route(st);
+    if let Some(rec) = path(st) {
+        let rec = Box::new(rec);
+        let c = cm.c();
+        // SAFETY: the id is ours and locked; the record lives in st.path.
+        unsafe {
+            (*c).route.path_rec = std::ptr::from_ref(&*rec).cast_mut();
+            (*c).route.num_paths = 1;
+        }
+        st.path = Some(rec);
+    }
+    Ok(())
 }
 
 /// The flow label the kernel gives a RoCE v2 path
