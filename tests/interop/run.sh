@@ -802,6 +802,39 @@ $HOST_IP|RC_RDMA_WRITE"
         "$RXE" rping -s -a "$HOST_IP" -S "$s" -v --timeout 60
 done
 
+# Faults: a lost REQ and a lost REP (the first RoCE frame each way) are
+# sent again after their CM timeouts (about 5 s each) and the connection is
+# made once; a REQ to a port nobody listens on gets the kernel's REJ with
+# reason 8 (invalid service ID).
+check_one_connection() {  # host log, guest log
+    check_rping "$1" "$2" || return 1
+    # both first frames (the REQ and the REP) were dropped, and each side
+    # connected once (the pings checked above ran on one connection)
+    local dropped
+    dropped=$(lossy_count)
+    [ "$dropped" = 2 ] || { say "     nftables dropped $dropped frames (the REQ and the REP: 2 expected)"; return 1; }
+}
+lossy_on "0" "0"
+CM_WAIT=1 HOSTCHK=check_one_connection ALLOW=any GTIMEOUT=60 HTIMEOUT=60
+scenario cm-rping-lost-req-rep-ks "rdma_cm: rping with the first REQ and REP lost, kernel-server→rxe-rs-client" guest \
+    "rping -s -a $GUEST_IP -C 3 -S 64 -v" \
+    "$RXE" rping -c -a "$GUEST_IP" -I "$HOST_IP" -C 3 -S 64 -v -V --timeout 40
+lossy_off
+lossy_on "0" "0"
+CM_WAIT=1 HOSTCHK=check_one_connection ALLOW=any GTIMEOUT=60 HTIMEOUT=60
+scenario cm-rping-lost-req-rep-rs "rdma_cm: rping with the first REQ and REP lost, rxe-rs-server→kernel-client" host \
+    "rping -c -a $HOST_IP -C 3 -S 64 -v -V" \
+    "$RXE" rping -s -a "$HOST_IP" -S 64 -v --timeout 40
+lossy_off
+check_rej8() {  # host log: our client got the kernel's REJ, reason 8
+    grep -q 'cma event Rejected, error 8' "$1" || { say "     no 'Rejected, error 8' in the host log"; return 1; }
+}
+CM_WAIT=1 HOSTCHK=check_rej8 EXPECT="$HOST_IP|ConnectRequest
+$GUEST_IP|ConnectReject"
+scenario cm-rej-unlistened-ks "rdma_cm: a REQ to a port nobody listens on is rejected (reason 8) by the kernel" guest \
+    "sleep 3" \
+    sh -c "\"$RXE\" rping -c -a $GUEST_IP -I $HOST_IP -p 7999 -C 1 --timeout 20; [ \$? = 1 ]"
+
 say "== loss: nftables drops a few RoCE frames ($(elapsed)s)"
 PORT=18516
 lossy_on "9, 100, 301" "5, 60, 203"
