@@ -1,6 +1,7 @@
 /*
- * rdmacm_walk: a walk through the librdmacm API that needs no connection
- * manager protocol, compiled against Debian's <rdma/rdma_cma.h> (rdma-core
+ * rdmacm_walk: a walk through the librdmacm API (ids, resolution, QPs, and
+ * connections between the two soft devices of one process over the
+ * connection manager protocol), compiled against Debian's <rdma/rdma_cma.h> (rdma-core
  * 44), linked with -lrdmacm -libverbs, and run over the drop-in library of
  * rxe-rs, which is both librdmacm.so.1 and libibverbs.so.1
  * (tests/rdmacm_walk.rs builds and runs it).
@@ -12,7 +13,7 @@
  *
  * Usage: rdmacm_walk LIBPATH
  *   LIBPATH  the real path of the drop-in library
- * Addresses: 127.0.6.1-127.0.6.50 only; ports: 19600-19699 only. The
+ * Addresses: 127.0.6.1-127.0.6.50 only; ports: 19600-19649 only. The
  * checks of an address no soft device has use 192.0.2.1 (TEST-NET-1): the
  * library only asks the kernel whether it is local and how it is routed
  * (bind and connect of a UDP socket), and no packet is sent.
@@ -899,8 +900,12 @@ static void walk_ep(void)
 		      "verbs %p qp %p", (void *)ep->verbs, (void *)ep->qp);
 		check(ep->event && ep->event->event == RDMA_CM_EVENT_ROUTE_RESOLVED,
 		      "id->event holds the last synchronous event", "%p", (void *)ep->event);
-		FAILS("rdma_connect: ENOSYS (the CM protocol is not there yet)",
-		      rdma_connect(ep, NULL), ENOSYS);
+		FAILS("rdma_connect (synchronous) to a port nobody listens on: ECONNREFUSED",
+		      rdma_connect(ep, NULL), ECONNREFUSED);
+		check(ep->event && ep->event->event == RDMA_CM_EVENT_REJECTED &&
+			      ep->event->status == 8,
+		      "id->event is the REJECTED event, status 8 (invalid service ID)", "%d %d",
+		      ep->event ? (int)ep->event->event : -1, ep->event ? ep->event->status : 0);
 		rdma_destroy_ep(ep);
 		check(1, "rdma_destroy_ep", "-");
 	}
@@ -915,7 +920,7 @@ static void walk_ep(void)
 		check(ep->verbs == devs[0] && rdma_get_src_port(ep) == htons(19641) && !ep->qp,
 		      "the passive endpoint is bound, without a QP yet", "verbs %p",
 		      (void *)ep->verbs);
-		FAILS("rdma_listen: ENOSYS", rdma_listen(ep, 4), ENOSYS);
+		OK0("rdma_listen", rdma_listen(ep, 4));
 		set_nonblock(ep->channel->fd, 1);
 		FAILS("rdma_get_request with no request (non-blocking): EAGAIN",
 		      rdma_get_request(ep, &req), EAGAIN);
@@ -925,30 +930,375 @@ static void walk_ep(void)
 	FAILS("rdma_create_ep(NULL res): EINVAL", rdma_create_ep(&ep, NULL, NULL, NULL), EINVAL);
 }
 
+/* The next event on ch within 5 s, which must be `want` (NULL if not). */
+static struct rdma_cm_event *wait_event(struct rdma_event_channel *ch, enum rdma_cm_event_type want,
+					const char *name)
+{
+	struct rdma_cm_event *e = NULL;
+
+	if (!readable(ch->fd, 5000)) {
+		check(0, name, "no event within 5 s (want %s)", rdma_event_str(want));
+		return NULL;
+	}
+	if (rdma_get_cm_event(ch, &e) != 0) {
+		check(0, name, "rdma_get_cm_event: errno %d", errno);
+		return NULL;
+	}
+	if (!check(e->event == want, name, "got %s status %d, want %s", rdma_event_str(e->event),
+		   e->status, rdma_event_str(want))) {
+		rdma_ack_cm_event(e);
+		return NULL;
+	}
+	return e;
+}
+
+/*
+ * A client id on cch, from 127.0.6.2 (rxe1), with its route to
+ * 127.0.6.1:port resolved (events taken).
+ */
+static struct rdma_cm_id *client_to(struct rdma_event_channel *cch, int port)
+{
+	struct rdma_cm_id *id = NULL;
+	struct rdma_cm_event *e;
+	struct sockaddr_in dst = sin4("127.0.6.1", port), src = sin4("127.0.6.2", 0);
+
+	if (rdma_create_id(cch, &id, NULL, RDMA_PS_TCP))
+		return NULL;
+	if (rdma_resolve_addr(id, SA(src), SA(dst), 1000) == 0 &&
+	    (e = wait_event(cch, RDMA_CM_EVENT_ADDR_RESOLVED, "client: ADDR_RESOLVED"))) {
+		rdma_ack_cm_event(e);
+		if (rdma_resolve_route(id, 1000) == 0 &&
+		    (e = wait_event(cch, RDMA_CM_EVENT_ROUTE_RESOLVED, "client: ROUTE_RESOLVED"))) {
+			rdma_ack_cm_event(e);
+			return id;
+		}
+	}
+	rdma_destroy_id(id);
+	return NULL;
+}
+
+static struct ibv_qp_init_attr rc_attr(void)
+{
+	struct ibv_qp_init_attr qa;
+
+	memset(&qa, 0, sizeof qa);
+	qa.qp_type = IBV_QPT_RC;
+	qa.cap.max_send_wr = qa.cap.max_recv_wr = 4;
+	qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+	qa.cap.max_inline_data = 64;
+	return qa;
+}
+
+static void walk_connect(void)
+{
+	struct rdma_event_channel *sch = rdma_create_event_channel();
+	struct rdma_event_channel *cch = rdma_create_event_channel();
+	struct rdma_cm_id *lid = NULL, *cid, *sid = NULL;
+	struct rdma_cm_event *e;
+	struct rdma_conn_param cp;
+	struct ibv_qp_init_attr qa;
+	struct ibv_qp_attr qpa;
+	int mask = 0;
+	uint32_t cqpn = 0, sqpn = 0;
+	struct sockaddr_in la = sin4("127.0.6.1", 19645);
+	char buf[64];
+
+	section("a connection between rxe1 and rxe0 (REQ, REP, RTU, DREQ, DREP)");
+	if (!check(sch && cch, "two event channels", "errno %d", errno))
+		return;
+	OK0("rdma_create_id (listener)", rdma_create_id(sch, &lid, NULL, RDMA_PS_TCP));
+	OK0("rdma_bind_addr 127.0.6.1:19645", rdma_bind_addr(lid, SA(la)));
+	OK0("rdma_listen", rdma_listen(lid, 8));
+	OK0("rdma_listen again (a new backlog)", rdma_listen(lid, 16));
+	cid = client_to(cch, 19645);
+	if (!check(cid != NULL, "the client's route is resolved", "-"))
+		goto out;
+	qa = rc_attr();
+	OK0("rdma_create_qp (client)", rdma_create_qp(cid, NULL, &qa));
+	cqpn = cid->qp ? cid->qp->qp_num : 0;
+	memset(&cp, 0, sizeof cp);
+	cp.private_data = "hello-req";
+	cp.private_data_len = 10;
+	cp.responder_resources = 1;
+	cp.initiator_depth = 2;
+	cp.retry_count = 5;
+	cp.rnr_retry_count = 6;
+	OK0("rdma_connect", rdma_connect(cid, &cp));
+	e = wait_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST, "server: CONNECT_REQUEST");
+	if (e) {
+		struct rdma_conn_param *c = &e->param.conn;
+
+		sid = e->id;
+		check(e->listen_id == lid && sid && sid != lid && sid->channel == sch,
+		      "a new id on the listener's channel, listen_id the listener", "%p %p",
+		      (void *)e->listen_id, (void *)sid);
+		check(e->status == 0 && c->private_data && c->private_data_len >= 10 &&
+			      strcmp(c->private_data, "hello-req") == 0,
+		      "the request's private data (after rdma_cm's header)", "len %d",
+		      c->private_data_len);
+		check(c->qp_num == cqpn && c->responder_resources == 1 && c->initiator_depth == 2 &&
+			      c->retry_count == 5 && c->rnr_retry_count == 6 && c->srq == 0,
+		      "the request's qp_num, depths and retry counts", "qpn %#x/%#x rr %d id %d rc %d rnr %d",
+		      c->qp_num, cqpn, c->responder_resources, c->initiator_depth, c->retry_count,
+		      c->rnr_retry_count);
+		rdma_ack_cm_event(e);
+	}
+	if (!sid)
+		goto out_c;
+	check(sid->verbs == devs[0] && sid->pd && sid->route.num_paths == 1 &&
+		      sid->route.path_rec && sid->port_num == 1,
+	      "the new id: rxe0, a PD, one path record", "verbs %p paths %d", (void *)sid->verbs,
+	      sid->route.num_paths);
+	check(strcmp(ip_of(rdma_get_local_addr(sid), buf), "127.0.6.1") == 0 &&
+		      rdma_get_src_port(sid) == htons(19645),
+	      "its local address is the listener's 127.0.6.1:19645", "%s", buf);
+	check(strcmp(ip_of(rdma_get_peer_addr(sid), buf), "127.0.6.2") == 0 &&
+		      rdma_get_dst_port(sid) == rdma_get_src_port(cid),
+	      "its peer is the client's address and port", "%s", buf);
+	check(gid_is(&sid->route.addr.addr.ibaddr.sgid, "127.0.6.1") &&
+		      gid_is(&sid->route.addr.addr.ibaddr.dgid, "127.0.6.2"),
+	      "its GIDs", "-");
+	memset(&qpa, 0, sizeof qpa);
+	qpa.qp_state = IBV_QPS_RTR;
+	OK0("rdma_init_qp_attr(RTR) of the request, before rdma_accept",
+	    rdma_init_qp_attr(sid, &qpa, &mask));
+	check(qpa.dest_qp_num == cqpn && (mask & IBV_QP_DEST_QPN) && (mask & IBV_QP_RQ_PSN) &&
+		      (mask & IBV_QP_AV) && qpa.max_dest_rd_atomic == 2 &&
+		      qpa.ah_attr.is_global == 1 && gid_is(&qpa.ah_attr.grh.dgid, "127.0.6.2"),
+	      "RTR: the client's QP, depths and GID", "dest %#x mask %#x mdra %d", qpa.dest_qp_num,
+	      mask, qpa.max_dest_rd_atomic);
+	qa = rc_attr();
+	OK0("rdma_create_qp (server)", rdma_create_qp(sid, NULL, &qa));
+	sqpn = sid->qp ? sid->qp->qp_num : 0;
+	memset(&cp, 0, sizeof cp);
+	cp.private_data = "hello-rep";
+	cp.private_data_len = 10;
+	cp.responder_resources = 2;
+	cp.initiator_depth = 1;
+	cp.rnr_retry_count = 7;
+	OK0("rdma_accept", rdma_accept(sid, &cp));
+	e = wait_event(cch, RDMA_CM_EVENT_ESTABLISHED, "client: ESTABLISHED");
+	if (e) {
+		struct rdma_conn_param *c = &e->param.conn;
+
+		check(e->id == cid && e->status == 0 && c->private_data &&
+			      strcmp(c->private_data, "hello-rep") == 0 && c->qp_num == sqpn &&
+			      c->responder_resources == 2 && c->initiator_depth == 1,
+		      "ESTABLISHED carries the REP's parameters", "qpn %#x/%#x", c->qp_num, sqpn);
+		rdma_ack_cm_event(e);
+	}
+	e = wait_event(sch, RDMA_CM_EVENT_ESTABLISHED, "server: ESTABLISHED (the RTU)");
+	if (e) {
+		check(e->id == sid, "for the new id", "%p", (void *)e->id);
+		rdma_ack_cm_event(e);
+	}
+	check(qp_state(cid->qp) == IBV_QPS_RTS && qp_state(sid->qp) == IBV_QPS_RTS,
+	      "both QPs are in RTS", "%d %d", qp_state(cid->qp), qp_state(sid->qp));
+	memset(&qpa, 0, sizeof qpa);
+	qpa.qp_state = IBV_QPS_RTS;
+	OK0("rdma_init_qp_attr(RTS) of the client", rdma_init_qp_attr(cid, &qpa, &mask));
+	check((mask & IBV_QP_SQ_PSN) && (mask & IBV_QP_MAX_QP_RD_ATOMIC) && qpa.max_rd_atomic == 2 &&
+		      qpa.retry_cnt == 5 && qpa.rnr_retry == 7,
+	      "RTS: the REP's responder resources, the REQ's retries, the REP's RNR retries",
+	      "mask %#x mra %d retry %d rnr %d", mask, qpa.max_rd_atomic, qpa.retry_cnt,
+	      qpa.rnr_retry);
+	{
+		struct ibv_mr *mr;
+		struct ibv_wc wc;
+		char msg[16] = "over rdma_cm", got[16] = "";
+		int n = 0, i;
+
+		mr = ibv_reg_mr(sid->pd, got, sizeof got, IBV_ACCESS_LOCAL_WRITE);
+		if (mr && rdma_post_recv(sid, NULL, got, sizeof got, mr) == 0 &&
+		    rdma_post_send(cid, NULL, msg, sizeof msg, NULL, IBV_SEND_INLINE | IBV_SEND_SIGNALED) == 0) {
+			for (i = 0; i < 500 && n == 0; i++) {
+				n = ibv_poll_cq(sid->recv_cq, 1, &wc);
+				if (!n)
+					usleep(10000);
+			}
+			check(n == 1 && wc.status == IBV_WC_SUCCESS && strcmp(got, msg) == 0,
+			      "a SEND from the client arrives at the server", "n %d status %d", n,
+			      n ? wc.status : -1);
+		} else {
+			check(0, "a SEND from the client arrives at the server", "post: errno %d", errno);
+		}
+		if (mr)
+			ibv_dereg_mr(mr);
+	}
+	OK0("rdma_notify(COMM_EST) on an established id", rdma_notify(sid, IBV_EVENT_COMM_EST));
+	FAILS("rdma_notify(another event): EINVAL", rdma_notify(sid, IBV_EVENT_QP_FATAL), EINVAL);
+	FAILS("rdma_establish on an id with a QP: EINVAL", rdma_establish(cid), EINVAL);
+	OK0("rdma_disconnect (client)", rdma_disconnect(cid));
+	check(qp_state(cid->qp) == IBV_QPS_ERR, "the client's QP is in ERR", "%d",
+	      qp_state(cid->qp));
+	e = wait_event(sch, RDMA_CM_EVENT_DISCONNECTED, "server: DISCONNECTED (the DREQ)");
+	if (e)
+		rdma_ack_cm_event(e);
+	OK0("rdma_disconnect (server: the DREP)", rdma_disconnect(sid));
+	e = wait_event(cch, RDMA_CM_EVENT_DISCONNECTED, "client: DISCONNECTED (the DREP)");
+	if (e)
+		rdma_ack_cm_event(e);
+	e = wait_event(sch, RDMA_CM_EVENT_TIMEWAIT_EXIT, "server: TIMEWAIT_EXIT");
+	if (e)
+		rdma_ack_cm_event(e);
+	rdma_destroy_qp(sid);
+	OK0("rdma_destroy_id (server's connection)", rdma_destroy_id(sid));
+	rdma_destroy_qp(cid);
+	OK0("rdma_destroy_id (client)", rdma_destroy_id(cid));
+
+	section("rdma_reject, and a port nobody listens on");
+	cid = client_to(cch, 19645);
+	if (cid) {
+		qa = rc_attr();
+		rdma_create_qp(cid, NULL, &qa);
+		memset(&cp, 0, sizeof cp);
+		OK0("rdma_connect", rdma_connect(cid, &cp));
+		e = wait_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST, "server: CONNECT_REQUEST");
+		if (e) {
+			sid = e->id;
+			rdma_ack_cm_event(e);
+			OK0("rdma_reject with private data", rdma_reject(sid, "nope", 5));
+			e = wait_event(cch, RDMA_CM_EVENT_REJECTED, "client: REJECTED");
+			if (e) {
+				check(e->status == 28 && e->param.conn.private_data &&
+					      strcmp(e->param.conn.private_data, "nope") == 0,
+				      "status 28 (consumer defined) and the REJ's private data",
+				      "status %d", e->status);
+				rdma_ack_cm_event(e);
+			}
+			rdma_destroy_id(sid);
+		}
+		rdma_destroy_qp(cid);
+		rdma_destroy_id(cid);
+	}
+	cid = client_to(cch, 19646);
+	if (cid) {
+		qa = rc_attr();
+		rdma_create_qp(cid, NULL, &qa);
+		memset(&cp, 0, sizeof cp);
+		OK0("rdma_connect to 127.0.6.1:19646", rdma_connect(cid, &cp));
+		e = wait_event(cch, RDMA_CM_EVENT_REJECTED, "REJECTED: nobody listens there");
+		if (e) {
+			check(e->status == 8, "status 8 (invalid service ID)", "%d", e->status);
+			rdma_ack_cm_event(e);
+		}
+		rdma_destroy_qp(cid);
+		rdma_destroy_id(cid);
+	}
+
+	section("a client that moves its own QP (conn_param->qp_num, CONNECT_RESPONSE, rdma_establish)");
+	cid = client_to(cch, 19645);
+	if (cid) {
+		struct ibv_cq *cq = ibv_create_cq(cid->verbs, 4, NULL, NULL, 0);
+		struct ibv_qp *qp;
+		struct rdma_conn_param *c;
+
+		qa = rc_attr();
+		qa.send_cq = qa.recv_cq = cq;
+		qp = cq ? ibv_create_qp(cid->pd, &qa) : NULL;
+		if (!check(qp != NULL, "ibv_create_qp on the id's PD", "errno %d", errno))
+			goto out_c;
+		FAILS("rdma_connect without a QP or conn_param: EINVAL", rdma_connect(cid, NULL),
+		      EINVAL);
+		memset(&cp, 0, sizeof cp);
+		cp.qp_num = qp->qp_num;
+		cp.responder_resources = cp.initiator_depth = 1;
+		cp.retry_count = cp.rnr_retry_count = 7;
+		OK0("rdma_connect with conn_param->qp_num", rdma_connect(cid, &cp));
+		e = wait_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST, "server: CONNECT_REQUEST");
+		sid = NULL;
+		if (e) {
+			sid = e->id;
+			check(e->param.conn.qp_num == qp->qp_num, "the request names that QP", "%#x",
+			      e->param.conn.qp_num);
+			rdma_ack_cm_event(e);
+			qa = rc_attr();
+			rdma_create_qp(sid, NULL, &qa);
+			OK0("rdma_accept(NULL)", rdma_accept(sid, NULL));
+		}
+		e = wait_event(cch, RDMA_CM_EVENT_CONNECT_RESPONSE, "client: CONNECT_RESPONSE");
+		if (e) {
+			c = &e->param.conn;
+			check(sid && sid->qp && c->qp_num == sid->qp->qp_num,
+			      "CONNECT_RESPONSE carries the REP's QP", "%#x", c->qp_num);
+			rdma_ack_cm_event(e);
+		}
+		{
+			static const enum ibv_qp_state to[] = { IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS };
+			int i, ok = 1;
+
+			for (i = 0; i < 3; i++) {
+				memset(&qpa, 0, sizeof qpa);
+				qpa.qp_state = to[i];
+				if (rdma_init_qp_attr(cid, &qpa, &mask) || ibv_modify_qp(qp, &qpa, mask)) {
+					ok = 0;
+					info("state %d: errno %d", to[i], errno);
+				}
+			}
+			check(ok && qp_state(qp) == IBV_QPS_RTS,
+			      "rdma_init_qp_attr + ibv_modify_qp to INIT, RTR, RTS", "state %d",
+			      qp_state(qp));
+			check(sid && sid->qp && qpa.sq_psn != 0 && qpa.max_rd_atomic == 1,
+			      "RTS attributes", "sq_psn %#x", qpa.sq_psn);
+		}
+		OK0("rdma_establish (the RTU)", rdma_establish(cid));
+		e = wait_event(sch, RDMA_CM_EVENT_ESTABLISHED, "server: ESTABLISHED");
+		if (e)
+			rdma_ack_cm_event(e);
+		check(!readable(cch->fd, 300), "no ESTABLISHED on the client after rdma_establish",
+		      "readable");
+		OK0("rdma_disconnect (client)", rdma_disconnect(cid));
+		if (sid) {
+			e = wait_event(sch, RDMA_CM_EVENT_DISCONNECTED, "server: DISCONNECTED");
+			if (e)
+				rdma_ack_cm_event(e);
+			rdma_disconnect(sid);
+		}
+		e = wait_event(cch, RDMA_CM_EVENT_DISCONNECTED, "client: DISCONNECTED");
+		if (e)
+			rdma_ack_cm_event(e);
+		if (sid) {
+			rdma_destroy_qp(sid);
+			rdma_destroy_id(sid);
+		}
+		OK0("rdma_destroy_id (client)", rdma_destroy_id(cid));
+		ibv_destroy_qp(qp);
+		ibv_destroy_cq(cq);
+	}
+out_c:
+	;
+out:
+	OK0("rdma_destroy_id (listener)", rdma_destroy_id(lid));
+	rdma_destroy_event_channel(sch);
+	rdma_destroy_event_channel(cch);
+}
+
 static void walk_not_yet(struct rdma_event_channel *ch)
 {
 	struct rdma_cm_id *id, *req;
 	struct rdma_conn_param cp;
-	struct sockaddr_in a = sin4("127.0.6.1", 19650);
+	struct sockaddr_in a = sin4("127.0.6.1", 19649);
 	struct rdma_cm_join_mc_attr_ex mc;
 	struct ibv_ece ece = { .vendor_id = 0x15b3, .options = 1 };
 
-	section("what needs the CM protocol: ENOSYS");
+	section("the CM calls on an id without a connection: EINVAL");
 	rdma_create_id(ch, &id, NULL, RDMA_PS_TCP);
 	rdma_bind_addr(id, SA(a));
 	memset(&cp, 0, sizeof cp);
 	memset(&mc, 0, sizeof mc);
-	FAILS("rdma_listen", rdma_listen(id, 1), ENOSYS);
-	FAILS("rdma_connect", rdma_connect(id, &cp), ENOSYS);
-	FAILS("rdma_accept", rdma_accept(id, &cp), ENOSYS);
-	FAILS("rdma_reject", rdma_reject(id, NULL, 0), ENOSYS);
-	FAILS("rdma_reject_ece", rdma_reject_ece(id, NULL, 0), ENOSYS);
-	FAILS("rdma_disconnect", rdma_disconnect(id), ENOSYS);
-	FAILS("rdma_notify", rdma_notify(id, IBV_EVENT_COMM_EST), ENOSYS);
-	FAILS("rdma_establish", rdma_establish(id), ENOSYS);
-	FAILS("rdma_join_multicast", rdma_join_multicast(id, SA(a), NULL), ENOSYS);
-	FAILS("rdma_join_multicast_ex", rdma_join_multicast_ex(id, &mc, NULL), ENOSYS);
-	FAILS("rdma_leave_multicast", rdma_leave_multicast(id, SA(a)), ENOSYS);
+	FAILS("rdma_connect before the route is resolved", rdma_connect(id, &cp), EINVAL);
+	FAILS("rdma_accept", rdma_accept(id, &cp), EINVAL);
+	FAILS("rdma_reject", rdma_reject(id, NULL, 0), EINVAL);
+	FAILS("rdma_reject_ece", rdma_reject_ece(id, NULL, 0), EINVAL);
+	FAILS("rdma_disconnect", rdma_disconnect(id), EINVAL);
+	FAILS("rdma_notify", rdma_notify(id, IBV_EVENT_COMM_EST), EINVAL);
+	FAILS("rdma_establish", rdma_establish(id), EINVAL);
+	FAILS("rdma_join_multicast: EOPNOTSUPP", rdma_join_multicast(id, SA(a), NULL), EOPNOTSUPP);
+	FAILS("rdma_join_multicast_ex: EOPNOTSUPP", rdma_join_multicast_ex(id, &mc, NULL),
+	      EOPNOTSUPP);
+	FAILS("rdma_leave_multicast: EOPNOTSUPP", rdma_leave_multicast(id, SA(a)), EOPNOTSUPP);
+	OK0("rdma_listen on the bound id", rdma_listen(id, 1));
+	FAILS("rdma_connect on a listening id: EINVAL", rdma_connect(id, &cp), EINVAL);
 	FAILS("rdma_listen(NULL): EINVAL", rdma_listen(NULL, 1), EINVAL);
 	FAILS("rdma_connect(NULL): EINVAL", rdma_connect(NULL, &cp), EINVAL);
 	FAILS("rdma_get_request on an asynchronous id: EINVAL", rdma_get_request(id, &req), EINVAL);
@@ -1009,6 +1359,7 @@ int main(int argc, char **argv)
 	walk_qps(ch);
 	walk_addrinfo();
 	walk_ep();
+	walk_connect();
 	walk_not_yet(ch);
 
 	section("the end");

@@ -486,7 +486,7 @@ impl CmId {
         pd.extend_from_slice(&param.private_data);
         let sid = self.inner.ps.service_id(dst.port());
         let moves_qp = qp_dev.is_some();
-        let conn = dev.shared.with_engine(|e| {
+        let conn = cm_call(&dev, |e| {
             if moves_qp {
                 port::to_init(e, qpn, qp_type)?;
             }
@@ -548,7 +548,7 @@ impl CmId {
             None => None,
         };
         let ack_timeout = self.inner.st.lock().ack_timeout;
-        dev.shared.with_engine(|e| {
+        cm_call(&dev, |e| {
             dev.shared
                 .cm
                 .lock()
@@ -563,7 +563,7 @@ impl CmId {
     /// [`EventKind::Rejected`] with status 28 (consumer defined).
     pub fn reject(&self, private_data: &[u8]) -> Result<(), Error> {
         let (dev, conn) = self.dev_conn()?;
-        dev.shared.with_engine(|_| {
+        cm_call(&dev, |_| {
             dev.shared.cm.lock().reject(
                 Instant::now(),
                 conn,
@@ -577,8 +577,9 @@ impl CmId {
     /// without a QP; `rdma_establish`).
     pub fn establish(&self) -> Result<(), Error> {
         let (dev, conn) = self.dev_conn()?;
-        dev.shared
-            .with_engine(|_| dev.shared.cm.lock().establish(Instant::now(), conn))
+        cm_call(&dev, |_| {
+            dev.shared.cm.lock().establish(Instant::now(), conn)
+        })
     }
 
     /// The QP attributes that move this id's QP to `state` (INIT, RTR or
@@ -606,7 +607,7 @@ impl CmId {
     /// ([`EventKind::Established`]) and the REP no longer resent.
     pub fn notify_established(&self) -> Result<(), Error> {
         let (dev, conn) = self.dev_conn()?;
-        dev.shared.with_engine(|_| {
+        cm_call(&dev, |_| {
             dev.shared
                 .cm
                 .lock()
@@ -620,7 +621,7 @@ impl CmId {
     pub fn disconnect(&self) -> Result<(), Error> {
         let (dev, conn) = self.dev_conn()?;
         let qpn = self.inner.st.lock().qpn;
-        dev.shared.with_engine(|e| {
+        cm_call(&dev, |e| {
             if let Some(qpn) = qpn {
                 port::to_err(e, qpn);
             }
@@ -633,7 +634,7 @@ impl CmId {
     pub fn destroy(&self) {
         if let Some(dev) = self.inner.leave(&mut self.inner.st.lock()) {
             // Carry it out now (the progress thread would, soon).
-            dev.shared.with_engine(|_| ());
+            cm_call(&dev, |_| ());
         }
     }
 
@@ -686,6 +687,16 @@ impl Context {
             CtxImp::Native(_) => None,
         }
     }
+}
+
+/// Runs a CM command on the device's locked engine, then sends what it
+/// queued at once (the MADs too, which the device's collect leaves for the
+/// next flush otherwise): a program that disconnects and exits right away
+/// still has its DREQ sent.
+fn cm_call<R>(dev: &Inner, f: impl FnOnce(&mut rxe_core::engine::Engine) -> R) -> R {
+    let r = dev.shared.with_engine(f);
+    dev.shared.flush();
+    r
 }
 
 /// The soft device behind a context.

@@ -16,12 +16,12 @@ use rxe_core::cm::{
 };
 use rxe_core::engine::{Engine, Transmit};
 use rxe_core::mad::cm::RejReason;
+use rxe_core::mad::cm::Req;
 use rxe_core::mad::rdma_cm::CMA_HEADER_LEN;
 use rxe_core::mad::{GsiMad, PortSpace, GSI_QPN};
 use rxe_core::psn::Psn;
 use rxe_core::types::{Access, AddressVector, QpAttr, QpAttrMask, QpState};
 use rxe_core::wire::icrc;
-use rxe_core::mad::cm::Req;
 use std::collections::HashMap;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Weak};
@@ -611,10 +611,7 @@ pub(crate) fn flow_label(src_port: u16, dst_port: u16) -> u32 {
 fn remote_access(qp_type: CmQpType) -> Access {
     match qp_type {
         CmQpType::Rc => {
-            Access::LOCAL_WRITE
-                | Access::REMOTE_WRITE
-                | Access::REMOTE_READ
-                | Access::REMOTE_ATOMIC
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC
         }
         CmQpType::Uc => Access::LOCAL_WRITE | Access::REMOTE_WRITE,
     }

@@ -118,21 +118,20 @@ fn bridge() -> &'static Bridge {
 /// routed there. Call without holding the owner's state.
 fn new_rx(owner: usize, ps: rdma_port_space) -> Result<rcm::CmId, Fail> {
     let b = bridge();
-    let rps = match ps {
-        RDMA_PS_TCP => PortSpace::TCP,
-        RDMA_PS_UDP | RDMA_PS_IPOIB => {
-            return Err(Fail::new(
+    let rps =
+        match ps {
+            RDMA_PS_TCP => PortSpace::TCP,
+            RDMA_PS_UDP | RDMA_PS_IPOIB => return Err(Fail::new(
                 libc::ENOSYS,
                 "UD ids (RDMA_PS_UDP, RDMA_PS_IPOIB) need SIDR, which the drop-in does not do yet",
-            ))
-        }
-        _ => {
-            return Err(Fail::new(
-                libc::EOPNOTSUPP,
-                format!("port space {ps:#x}: connections use RDMA_PS_TCP over RoCE"),
-            ))
-        }
-    };
+            )),
+            _ => {
+                return Err(Fail::new(
+                    libc::EOPNOTSUPP,
+                    format!("port space {ps:#x}: connections use RDMA_PS_TCP over RoCE"),
+                ))
+            }
+        };
     let rx = rcm::CmId::new(&b.ch, rps)?;
     // The library's own port table decides what may share a port.
     rx.set_reuse_addr(true);
@@ -197,6 +196,12 @@ fn live_id<'a>(addr: usize) -> Option<&'a CmId> {
 }
 
 fn dispatch(b: &Bridge, ev: rcm::Event) {
+    if std::env::var_os("RXE_TRACE_CM").is_some() {
+        eprintln!(
+            "rdma_cm trace: {:?} status {} for {:?}",
+            ev.kind, ev.status, ev.id
+        );
+    }
     let ids = b.ids.lock();
     if ev.kind == EventKind::ConnectRequest {
         let Some(listener) = ev
@@ -210,7 +215,10 @@ fn dispatch(b: &Bridge, ev: rcm::Event) {
         };
         drop(ids);
         if let Err(f) = connect_request(listener, &ev) {
-            note("rdma_cm", format!("a connection request is refused: {}", f.why));
+            note(
+                "rdma_cm",
+                format!("a connection request is refused: {}", f.why),
+            );
             let _ = ev.id.reject(&[]);
         }
         return;
@@ -404,8 +412,7 @@ fn valid_param(
             ),
         ));
     }
-    if p.initiator_depth != RDMA_MAX_INIT_DEPTH as u8
-        && p.initiator_depth > op.max_initiator_depth
+    if p.initiator_depth != RDMA_MAX_INIT_DEPTH as u8 && p.initiator_depth > op.max_initiator_depth
     {
         return Err(Fail::inval(
             "conn_param->initiator_depth",
@@ -422,32 +429,31 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_
     entry("rdma_listen", || {
         let cm = id_of(id)?;
         let (_, ps) = cm.kind();
-        let (devs, port) = {
-            let mut st = cm.lock();
-            if st.phase == Phase::Idle {
-                super::id::bind(
-                    cm,
-                    &mut st,
-                    SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
-                )?;
-            }
-            match st.phase {
-                Phase::AddrBound => {}
-                // The kernel takes a second listen as a new backlog.
-                Phase::Listen => return Ok(()),
-                _ => {
-                    return Err(Fail::inval(
+        let (devs, port) =
+            {
+                let mut st = cm.lock();
+                if st.phase == Phase::Idle {
+                    super::id::bind(
+                        cm,
+                        &mut st,
+                        SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
+                    )?;
+                }
+                match st.phase {
+                    Phase::AddrBound => {}
+                    // The kernel takes a second listen as a new backlog.
+                    Phase::Listen => return Ok(()),
+                    _ => return Err(Fail::inval(
                         "id",
                         "not bound (or resolved, connecting or connected: listen on a bound id)",
-                    ))
+                    )),
                 }
-            }
-            let devs: Vec<&'static CmaDev> = match st.dev {
-                Some(d) => vec![d],
-                None => cma_devices().iter().collect(),
+                let devs: Vec<&'static CmaDev> = match st.dev {
+                    Some(d) => vec![d],
+                    None => cma_devices().iter().collect(),
+                };
+                (devs, st.src.map_or(0, |a| a.port()))
             };
-            (devs, st.src.map_or(0, |a| a.port()))
-        };
         let mut rxs = Vec::new();
         let result = (|| {
             for d in devs {
@@ -456,7 +462,10 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_
                     // A device another program holds is left out of a
                     // wildcard listen.
                     Err(f) if cm.lock().dev.is_none() => {
-                        note("rdma_listen", format!("{} is left out: {}", d.dev.rx.name(), f.why));
+                        note(
+                            "rdma_listen",
+                            format!("{} is left out: {}", d.dev.rx.name(), f.why),
+                        );
                         continue;
                     }
                     Err(f) => return Err(f),
@@ -525,7 +534,10 @@ pub unsafe extern "C" fn rdma_connect(
         if data.len() > MAX {
             return Err(Fail::inval(
                 "conn_param->private_data_len",
-                format!("{} bytes: a REQ carries at most {MAX} after rdma_cm's header", data.len()),
+                format!(
+                    "{} bytes: a REQ carries at most {MAX} after rdma_cm's header",
+                    data.len()
+                ),
             ));
         }
         let param = rcm::ConnParam {
@@ -613,7 +625,9 @@ pub unsafe extern "C" fn rdma_accept(
         let qp = qp_of_id(cm)?;
         valid_param(cm, d, p, qp.is_some())?;
         let op = d.open()?;
-        let data = p.map_or(Vec::new(), |p| private_data(p.private_data, p.private_data_len));
+        let data = p.map_or(Vec::new(), |p| {
+            private_data(p.private_data, p.private_data_len)
+        });
         if data.len() > 196 {
             return Err(Fail::inval(
                 "conn_param->private_data_len",

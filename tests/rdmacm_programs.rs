@@ -1,0 +1,308 @@
+//! Debian's unmodified rdma_cm programs over the drop-in librdmacm, server
+//! and client as two processes through `rxe exec` on loopback, each on a
+//! soft device of its own address (127.0.6.100 and up), connecting over
+//! the CM protocol (REQ, REP, RTU, DREQ, DREP on QP 1):
+//!
+//! * `rping -s` / `rping -c -V -C 10 -S N` for N = 64 and 4000: RDMA READ
+//!   and WRITE with the data checked by rping itself (`-V`), both sides
+//!   exit 0, the client prints each ping (`-v`);
+//! * `ucmatose` with 4 connections and 10 messages each, both ways;
+//! * `rdma_server` / `rdma_client`: `rdma_create_ep`, `rdma_get_request`,
+//!   synchronous ids and `<rdma/rdma_verbs.h>`'s helpers;
+//! * perftest over rdma_cm: `ib_send_bw -R`, `ib_write_bw -R`,
+//!   `ib_send_lat -R`: both sides print the result table;
+//! * `udaddy` (UD through SIDR, which the drop-in does not do yet): fails
+//!   cleanly with ENOSYS.
+//!
+//! Each run is bounded (a hung program is killed and fails the test). A
+//! missing program or library fails the test unless
+//! `RXE_SKIP_IBVERBS_TESTS=1` says to skip (`bash tests/setup.sh` installs
+//! rdmacm-utils and perftest). Ports 19650-19699 (udaddy: its own 7174).
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+fn skip_allowed(why: &str) -> bool {
+    if std::env::var("RXE_SKIP_IBVERBS_TESTS").is_ok_and(|v| v == "1") {
+        eprintln!("skipped: {why} (RXE_SKIP_IBVERBS_TESTS=1)");
+        return true;
+    }
+    panic!(
+        "{why}: install rdmacm-utils and perftest (`bash tests/setup.sh`), \
+         or set RXE_SKIP_IBVERBS_TESTS=1 to skip"
+    );
+}
+
+/// Whether every program is installed (else skip, if allowed).
+fn have(progs: &[&str]) -> bool {
+    let missing: Vec<_> = progs
+        .iter()
+        .filter(|p| !Path::new("/usr/bin").join(p).exists())
+        .collect();
+    missing.is_empty() || !skip_allowed(&format!("not installed: {missing:?}"))
+}
+
+/// The `rxe` executable (and the drop-in library it links).
+fn rxe_bin() -> PathBuf {
+    let _ = rxe_tests::dropin_library();
+    rxe_tests::cargo_build(&["--release", "-p", "rxe-verbs", "--bin", "rxe"])
+        .into_iter()
+        .find(|f| f.file_name().is_some_and(|n| n == "rxe"))
+        .expect("cargo reported no rxe executable")
+}
+
+fn drain<R: Read + Send + 'static>(mut r: R) -> std::thread::JoinHandle<String> {
+    std::thread::spawn(move || {
+        let mut b = Vec::new();
+        let _ = r.read_to_end(&mut b);
+        String::from_utf8_lossy(&b).into_owned()
+    })
+}
+
+/// A program running under `rxe exec -d ADDR`.
+struct Run {
+    what: String,
+    child: Child,
+    out: Option<std::thread::JoinHandle<String>>,
+    err: Option<std::thread::JoinHandle<String>>,
+}
+
+fn start(addr: &str, prog: &str, args: &[&str]) -> Run {
+    let mut child = Command::new(rxe_bin())
+        .args(["exec", "-d", addr, "--", prog])
+        .args(args)
+        .env_remove("LD_PRELOAD")
+        .env("RXE_DEBUG", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {prog}: {e}"));
+    Run {
+        what: format!("{prog} {}", args.join(" ")),
+        out: Some(drain(child.stdout.take().unwrap())),
+        err: Some(drain(child.stderr.take().unwrap())),
+        child,
+    }
+}
+
+/// What a finished run left: its status (None: killed after the limit),
+/// stdout, and everything as one text for messages.
+struct Done {
+    status: Option<ExitStatus>,
+    out: String,
+    whole: String,
+}
+
+impl Run {
+    fn wait(mut self, limit: Duration) -> Done {
+        let start = Instant::now();
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break Some(s);
+            }
+            if start.elapsed() > limit {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let out = self.out.take().unwrap().join().unwrap();
+        let err = self.err.take().unwrap().join().unwrap();
+        let whole = format!(
+            "{}: {status:?}\n---- stdout ----\n{out}\n---- stderr ----\n{err}",
+            self.what
+        );
+        Done { status, out, whole }
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        if self.out.is_some() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+impl Done {
+    fn success(&self) -> &Self {
+        assert!(
+            self.status.is_some_and(|s| s.success()),
+            "did not exit 0\n{}",
+            self.whole
+        );
+        self
+    }
+    fn prints(&self, s: &str) -> &Self {
+        assert!(
+            self.whole.contains(s),
+            "does not print {s:?}\n{}",
+            self.whole
+        );
+        self
+    }
+}
+
+const LIMIT: Duration = Duration::from_secs(60);
+
+/// Runs a server, then (once it listens) a client; both must finish.
+fn pair(srv: (&str, &str, &[&str]), cli: (&str, &str, &[&str])) -> (Done, Done) {
+    let s = start(srv.0, srv.1, srv.2);
+    // The server binds and listens at once; a client that comes too early
+    // is rejected (REJ 8), so give it a moment.
+    std::thread::sleep(Duration::from_millis(1500));
+    let c = start(cli.0, cli.1, cli.2).wait(LIMIT);
+    let s = s.wait(LIMIT);
+    eprintln!("{}\n{}", s.whole, c.whole);
+    (s, c)
+}
+
+fn rping(size: u32, port: u16) {
+    let (sz, p) = (size.to_string(), port.to_string());
+    let (s, c) = pair(
+        (
+            "127.0.6.100",
+            "rping",
+            &["-s", "-a", "127.0.6.100", "-p", &p, "-C", "10", "-S", &sz],
+        ),
+        (
+            "127.0.6.101",
+            "rping",
+            &[
+                "-c",
+                "-a",
+                "127.0.6.100",
+                "-p",
+                &p,
+                "-V",
+                "-v",
+                "-C",
+                "10",
+                "-S",
+                &sz,
+            ],
+        ),
+    );
+    s.success();
+    c.success();
+    let pings: Vec<&str> = c
+        .out
+        .lines()
+        .filter(|l| l.starts_with("ping data: rdma-ping-"))
+        .collect();
+    assert_eq!(pings.len(), 10, "10 pings\n{}", c.whole);
+    assert!(
+        pings[9].starts_with("ping data: rdma-ping-9: JKLMNOPQRSTUVWXYZ"),
+        "{}",
+        c.whole
+    );
+}
+
+#[test]
+fn rping_validates_64_and_4000_bytes() {
+    if !have(&["rping"]) {
+        return;
+    }
+    rping(64, 19650);
+    rping(4000, 19651);
+}
+
+#[test]
+fn ucmatose_four_connections() {
+    if !have(&["ucmatose"]) {
+        return;
+    }
+    let (s, c) = pair(
+        (
+            "127.0.6.110",
+            "ucmatose",
+            &["-b", "127.0.6.110", "-p", "19655", "-c", "4", "-C", "10"],
+        ),
+        (
+            "127.0.6.111",
+            "ucmatose",
+            &["-s", "127.0.6.110", "-p", "19655", "-c", "4", "-C", "10"],
+        ),
+    );
+    s.success()
+        .prints("cmatose: starting server")
+        .prints("data transfers complete")
+        .prints("disconnected")
+        .prints("return status 0");
+    c.success()
+        .prints("cmatose: connecting")
+        .prints("data transfers complete")
+        .prints("return status 0");
+}
+
+#[test]
+fn rdma_server_and_rdma_client() {
+    if !have(&["rdma_server", "rdma_client"]) {
+        return;
+    }
+    let (s, c) = pair(
+        (
+            "127.0.6.120",
+            "rdma_server",
+            &["-s", "127.0.6.120", "-p", "19660"],
+        ),
+        (
+            "127.0.6.121",
+            "rdma_client",
+            &["-s", "127.0.6.120", "-p", "19660"],
+        ),
+    );
+    s.success().prints("rdma_server: end 0");
+    c.success().prints("rdma_client: end 0");
+}
+
+fn perftest(prog: &str, port: u16, srv: &str, cli: &str, head: &str) {
+    let p = port.to_string();
+    let (s, c) = pair(
+        (srv, prog, &["-R", "-p", &p, "-n", "200"]),
+        (cli, prog, &["-R", "-p", &p, "-n", "200", srv]),
+    );
+    for d in [&s, &c] {
+        d.success().prints("Data ex. method : rdma_cm").prints(head);
+    }
+    c.prints("remote address: LID 0000 QPN 0x");
+}
+
+#[test]
+fn perftest_over_rdma_cm() {
+    if !have(&["ib_send_bw", "ib_write_bw", "ib_send_lat"]) {
+        return;
+    }
+    let bw = "#bytes     #iterations    BW peak[MB/sec]";
+    perftest("ib_send_bw", 19665, "127.0.6.130", "127.0.6.131", bw);
+    perftest("ib_write_bw", 19666, "127.0.6.132", "127.0.6.133", bw);
+    perftest(
+        "ib_send_lat",
+        19667,
+        "127.0.6.134",
+        "127.0.6.135",
+        "t_min[usec]",
+    );
+}
+
+#[test]
+fn udaddy_fails_cleanly_without_sidr() {
+    if !have(&["udaddy"]) {
+        return;
+    }
+    let s = start("127.0.6.140", "udaddy", &["-b", "127.0.6.140"]);
+    let d = s.wait(Duration::from_secs(20));
+    assert!(d.status.is_some(), "hung\n{}", d.whole);
+    assert!(
+        d.status.unwrap().code().is_some(),
+        "died of a signal\n{}",
+        d.whole
+    );
+    d.prints("udaddy: starting server")
+        .prints("Function not implemented");
+}
