@@ -54,7 +54,7 @@ impl std::fmt::Debug for UdParam {
 
 /// What an event says besides its type and status. The address and route
 /// events carry nothing; the connection events of the CM protocol
-/// (`connect.rs`) will carry `Conn` (RC) or `Ud` (SIDR).
+/// (`connect.rs`) carry `Conn` (RC), and will carry `Ud` (SIDR).
 #[derive(Debug, Clone, Default)]
 #[allow(dead_code)]
 pub enum Param {

@@ -11,7 +11,7 @@
 //! * `rdma_listen(id, backlog)`: one `rxe_verbs::cm::CmId` per soft device
 //!   the id is bound to (every one for the wildcard address), bound to the
 //!   id's port and listening. The backlog is the device agent's (its
-//!   `listen_backlog`, 1024 unanswered requests per service), whatever the
+//!   `listen_backlog`, 128 unanswered requests per service), whatever the
 //!   program asks for. Each request becomes a new `rdma_cm_id` (on the
 //!   listener's channel; synchronous if the listener is) and a
 //!   CONNECT_REQUEST with the request's `rdma_conn_param` and the listener
