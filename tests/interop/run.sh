@@ -802,6 +802,50 @@ $HOST_IP|RC_RDMA_WRITE"
         "$RXE" rping -s -a "$HOST_IP" -S "$s" -v --timeout 60
 done
 
+# Debian's rdmacm programs on the host over the drop-in librdmacm.so.1 (rxe
+# exec links it next to libibverbs.so.1), against the same programs on the
+# kernel's rdma_cm, both directions (ids di-cm-*).
+check_status0() {  # host log, guest log: ucmatose's own verdict on both sides
+    grep -q 'return status 0' "$1" && grep -q 'return status 0' "$2" ||
+        { say "     ucmatose: 'return status 0' missing (host: $(grep -c 'return status 0' "$1"), guest: $(grep -c 'return status 0' "$2"))"; return 1; }
+    check_dropin_log "$1"
+}
+check_perftest_cm() {  # host log, guest log: rdma_cm exchange and a result line on both sides
+    local f
+    for f in "$1" "$2"; do
+        grep -q 'Data ex. method : rdma_cm' "$f" && grep -qE '^ *65536 +10 ' "$f" ||
+            { say "     perftest -R: no rdma_cm banner or no result line in $f"; return 1; }
+    done
+    check_dropin_log "$1"
+}
+check_rping_dropin() { check_rping "$1" "$2" && check_dropin_log "$1"; }
+for s in 64 4000; do
+    CM_WAIT=1 HOSTCHK=check_rping_dropin GTIMEOUT=60 HTIMEOUT=60
+    scenario "di-cm-rping-s$s-ks" "drop-in: rping kernel-server→drop-in-client size=$s" guest \
+        "rping -s -a $GUEST_IP -C 3 -S $s -v" \
+        "${DROPIN_EXEC[@]}" rping -c -a "$GUEST_IP" -C 3 -S "$s" -v -V
+    CM_WAIT=1 HOSTCHK=check_rping_dropin GTIMEOUT=60 HTIMEOUT=60
+    scenario "di-cm-rping-s$s-rs" "drop-in: rping drop-in-server→kernel-client size=$s" host \
+        "rping -c -a $HOST_IP -C 3 -S $s -v -V" \
+        "${DROPIN_EXEC[@]}" rping -s -a "$HOST_IP" -C 3 -S "$s" -v
+done
+CM_WAIT=1 HOSTCHK=check_status0 GTIMEOUT=60 HTIMEOUT=60
+scenario di-cm-ucmatose-ks "drop-in: ucmatose kernel-server→drop-in-client, 2 connections" guest \
+    "ucmatose -b $GUEST_IP -c 2 -C 10" \
+    "${DROPIN_EXEC[@]}" ucmatose -s "$GUEST_IP" -b "$HOST_IP" -c 2 -C 10
+CM_WAIT=1 HOSTCHK=check_status0 GTIMEOUT=60 HTIMEOUT=60
+scenario di-cm-ucmatose-rs "drop-in: ucmatose drop-in-server→kernel-client, 2 connections" host \
+    "ucmatose -s $HOST_IP -b $GUEST_IP -c 2 -C 10" \
+    "${DROPIN_EXEC[@]}" ucmatose -b "$HOST_IP" -c 2 -C 10
+CM_WAIT=1 HOSTCHK=check_perftest_cm GTIMEOUT=60 HTIMEOUT=60
+scenario di-cm-write_bw-ks "drop-in: ib_write_bw -R kernel-server→drop-in-client 64 KiB × 10" guest \
+    "ib_write_bw -R -d rxe0 -s 65536 -n 10" \
+    "${DROPIN_EXEC[@]}" ib_write_bw -R -d rxe0 -s 65536 -n 10 "$GUEST_IP"
+CM_WAIT=1 HOSTCHK=check_perftest_cm GTIMEOUT=60 HTIMEOUT=60
+scenario di-cm-write_bw-rs "drop-in: ib_write_bw -R drop-in-server→kernel-client 64 KiB × 10" host \
+    "ib_write_bw -R -d rxe0 -s 65536 -n 10 $HOST_IP" \
+    "${DROPIN_EXEC[@]}" ib_write_bw -R -d rxe0 -s 65536 -n 10
+
 # Faults: a lost REQ and a lost REP (the first RoCE frame each way) are
 # sent again after their CM timeouts (about 5 s each) and the connection is
 # made once; a REQ to a port nobody listens on gets the kernel's REJ with
