@@ -36,6 +36,24 @@
 //! addresses and the active side's port, which is taken off before the
 //! passive side sees the private data (so a REQ carries at most 56 bytes of
 //! the application's).
+//!
+//! UD services (ids in [`PortSpace::UDP`]) are resolved with SIDR instead
+//! of connected: [`CmId::connect`] with a UD QP sends a SIDR_REQ (the same
+//! header, then up to 180 bytes of the application's), the listener's
+//! [`CmId::accept`] answers with a SIDR_REP naming its UD QP and Q_Key, and
+//! the active side's [`EventKind::Established`] carries them in
+//! [`Event::ud`], with the address vector to send to:
+//!
+//! ```text
+//!   CmId::new(&chan, UDP); bind; listen   CmId::new(&chan, UDP)
+//!                                         id.connect(&ctx, dst, &ud_qp, &param)
+//!        <-------------- SIDR_REQ -------------
+//!   event ConnectRequest (a new CmId)
+//!   new_id.accept(Some(&ud_qp), &param)
+//!        --------------- SIDR_REP ------------>
+//!                                         event Established, ud: {ah, qp_num, qkey}
+//!   ... UD SENDs to (ah, qp_num, qkey) ...
+//! ```
 
 mod port;
 
@@ -45,17 +63,28 @@ use crate::context::{CtxImp, Inner};
 use crate::error::{invalid, Error};
 use crate::{Context, QueuePair};
 use parking_lot::{Condvar, Mutex};
-use rxe_core::cm::{CmQpType, ConnId, ConnectParams};
+use rxe_core::cm::{CmQpType, ConnId, ConnectParams, SidrId, SidrParams};
 use rxe_core::mad::cm::RejReason;
 use rxe_core::mad::rdma_cm::CMA_HEADER_LEN;
 use rxe_core::mad::CmaHeader;
-use rxe_core::types::QpType;
+use rxe_core::types::{AddressVector, QpType};
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 pub use rxe_core::mad::PortSpace;
+
+/// The Q_Key of rdma_cm's UD services (`RDMA_UDP_QKEY`): a UD QP used
+/// through a [`PortSpace::UDP`] id is given it, and the SIDR_REP names it.
+pub const RDMA_UDP_QKEY: u32 = 0x0123_4567;
+
+/// The most application private data a SIDR_REQ carries after rdma_cm's
+/// 36-byte header (216 in all).
+pub const SIDR_REQ_DATA_MAX: usize = 216 - CMA_HEADER_LEN;
+
+/// The most private data a SIDR_REP carries.
+pub const SIDR_REP_DATA_MAX: usize = 136;
 
 /// What happened to a [`CmId`] (`enum rdma_cm_event_type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -69,12 +98,16 @@ pub enum EventKind {
     /// The connection could not be set up locally (a QP change failed)
     /// (`RDMA_CM_EVENT_CONNECT_ERROR`).
     ConnectError,
-    /// The peer never answered (`RDMA_CM_EVENT_UNREACHABLE`).
+    /// The peer never answered (`RDMA_CM_EVENT_UNREACHABLE`, status
+    /// `-ETIMEDOUT`); for a UD id, also a SIDR_REP that refused, with its
+    /// SIDR status as the status (1: nobody listens on that port; 2: the
+    /// listener rejected), as the kernel's rdma_cm reports it.
     Unreachable,
     /// The peer refused; `status` is the REJ's reason
     /// (`RDMA_CM_EVENT_REJECTED`; 8: nobody listens on that port).
     Rejected,
-    /// The connection is up (`RDMA_CM_EVENT_ESTABLISHED`).
+    /// The connection is up (`RDMA_CM_EVENT_ESTABLISHED`); for a UD id,
+    /// the service is resolved and [`Event::ud`] says where to send.
     Established,
     /// The connection is down (`RDMA_CM_EVENT_DISCONNECTED`): the peer
     /// disconnected (call [`CmId::disconnect`] to answer), or our
@@ -136,6 +169,22 @@ pub struct Event {
     pub status: i32,
     /// The peer's parameters and private data.
     pub param: ConnParam,
+    /// For [`EventKind::Established`] on a UD id ([`PortSpace::UDP`]):
+    /// the resolved service's UD QP (`rdma_ud_param`).
+    pub ud: Option<UdParam>,
+}
+
+/// Where a UD service is (`struct rdma_ud_param`, from a SIDR_REP): send
+/// to `qp_num` with `qkey` through an address handle of `ah`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UdParam {
+    /// The path to the peer: its address (GID), hop limit, traffic class
+    /// and flow label, as the route gives them.
+    pub ah: AddressVector,
+    /// The peer's UD QP.
+    pub qp_num: u32,
+    /// Its Q_Key.
+    pub qkey: u32,
 }
 
 /// Takes an event channel's news (see [`EventChannel::set_notify`]).
@@ -243,6 +292,11 @@ pub(crate) struct IdState {
     pub qpn: Option<u32>,
     /// Listening on this service ID.
     pub listening: Option<u64>,
+    /// A UD id's SIDR_REQ, sent (active side).
+    pub sidr: Option<SidrId>,
+    /// The SIDR_REQ a UD request's id came with, until `accept` or
+    /// `reject` answers it (passive side).
+    pub sidr_req: Option<SidrId>,
     /// Destroyed: no more events.
     pub gone: bool,
     /// The id bound the port itself (an incoming connection's id shares
@@ -284,11 +338,12 @@ impl std::hash::Hash for CmId {
 
 impl CmId {
     /// A new id whose events go to `channel`, in port space `ps`
-    /// (`rdma_create_id`; [`PortSpace::TCP`] for RC connections).
+    /// (`rdma_create_id`): [`PortSpace::TCP`] for RC (and UC) connections,
+    /// [`PortSpace::UDP`] for UD QPs resolved through SIDR.
     pub fn new(channel: &EventChannel, ps: PortSpace) -> Result<CmId, Error> {
-        if ps != PortSpace::TCP {
+        if ps != PortSpace::TCP && ps != PortSpace::UDP {
             return Err(crate::error::unsupported(format!(
-                "port space {:#06x}: connections use the TCP port space; UDP (SIDR) is not done yet",
+                "port space {:#06x}: TCP (connections) and UDP (UD through SIDR) are supported",
                 ps.0
             )));
         }
@@ -398,6 +453,16 @@ impl CmId {
     /// yet, moves the QP to INIT, and sends the REQ. The QP is moved to RTR
     /// and RTS when the REP arrives, and [`EventKind::Established`] follows;
     /// or [`EventKind::Rejected`] or [`EventKind::Unreachable`].
+    ///
+    /// On a [`PortSpace::UDP`] id, `qp` is a UD QP and this resolves the
+    /// UD service at `dst` instead: the QP is made ready (RESET → INIT with
+    /// Q_Key [`RDMA_UDP_QKEY`] → RTR → RTS, as librdmacm's
+    /// `rdma_create_qp` does; a QP past RESET keeps its Q_Key) and a
+    /// SIDR_REQ goes out with `param.private_data` (at most
+    /// [`SIDR_REQ_DATA_MAX`] bytes; the other fields are not sent).
+    /// [`EventKind::Established`] with [`Event::ud`] answers, or
+    /// [`EventKind::Unreachable`] (status 1: nobody listens; 2: rejected;
+    /// `-ETIMEDOUT`: no answer).
     pub fn connect(
         &self,
         ctx: &Context,
@@ -408,16 +473,106 @@ impl CmId {
         let (qp_dev, qpn) = qp
             .soft_parts()
             .ok_or_else(|| crate::error::unsupported("rdma_cm on a native device's QP"))?;
+        if self.inner.ps == PortSpace::UDP {
+            if qp.qp_type() != QpType::Ud {
+                return Err(invalid(
+                    "qp",
+                    "a UDP id resolves a UD service: give it a UD QP",
+                ));
+            }
+            return self.connect_ud(ctx, dst, Some((qp_dev, qpn)), param);
+        }
         let qp_type = match qp.qp_type() {
             QpType::Rc => CmQpType::Rc,
             QpType::Uc => CmQpType::Uc,
             QpType::Ud => {
-                return Err(crate::error::unsupported(
-                    "UD QPs through rdma_cm (SIDR) are not done yet",
+                return Err(invalid(
+                    "qp",
+                    "a UD QP goes with a PortSpace::UDP id (SIDR), not a TCP one",
                 ))
             }
         };
         self.connect_inner(ctx, dst, Some(qp_dev), qpn, qp_type, param)
+    }
+
+    /// Binds the id if it is not bound yet, and checks it may start an
+    /// exchange: its device and local address.
+    fn ready_to_start(&self, ctx: &Context) -> Result<(Arc<Inner>, SocketAddr, u8), Error> {
+        if self.local_addr().is_none() {
+            self.bind(ctx, 0)?;
+        }
+        let st = self.inner.st.lock();
+        if st.conn.is_some()
+            || st.sidr.is_some()
+            || st.sidr_req.is_some()
+            || st.listening.is_some()
+            || st.gone
+        {
+            return Err(invalid("id", "connected, listening or destroyed already"));
+        }
+        match (&st.dev, st.local) {
+            (Some(d), Some(l)) => Ok((d.clone(), l, st.tos)),
+            _ => Err(invalid("id", "not bound")),
+        }
+    }
+
+    /// rdma_cm's header for a message from `local` to `dst`, then `data`.
+    fn with_header(local: SocketAddr, dst: SocketAddr, data: &[u8]) -> Result<Vec<u8>, Error> {
+        let mut pd = vec![0u8; CMA_HEADER_LEN];
+        CmaHeader {
+            src_port: local.port(),
+            src: local.ip(),
+            dst: dst.ip(),
+        }
+        .emit(&mut pd)
+        .map_err(|e| invalid("dst", e.to_string()))?;
+        pd.extend_from_slice(data);
+        Ok(pd)
+    }
+
+    /// SIDR: asks `dst` for its UD service on `dst`'s port.
+    fn connect_ud(
+        &self,
+        ctx: &Context,
+        dst: SocketAddr,
+        qp: Option<(Arc<Inner>, u32)>,
+        param: &ConnParam,
+    ) -> Result<(), Error> {
+        if param.private_data.len() > SIDR_REQ_DATA_MAX {
+            return Err(invalid(
+                "param.private_data",
+                format!(
+                    "{} bytes: a SIDR_REQ carries at most {SIDR_REQ_DATA_MAX} after rdma_cm's header",
+                    param.private_data.len()
+                ),
+            ));
+        }
+        let (dev, local, tos) = self.ready_to_start(ctx)?;
+        if qp.as_ref().is_some_and(|(q, _)| !Arc::ptr_eq(&dev, q)) {
+            return Err(invalid("qp", "the QP is on another device than the id"));
+        }
+        let mut p = SidrParams::new(self.inner.ps.service_id(dst.port()), dst.ip());
+        p.private_data = Self::with_header(local, dst, &param.private_data)?;
+        let qpn = qp.map(|q| q.1);
+        let path = port::UdPath {
+            remote: dst.ip(),
+            flow_label: port::flow_label(local.port(), dst.port()),
+            traffic_class: tos,
+        };
+        let sidr = cm_call(&dev, |e| {
+            if let Some(qpn) = qpn {
+                port::ud_ready(e, qpn)?;
+            }
+            dev.shared
+                .cm
+                .lock()
+                .sidr_request(Instant::now(), &p, &self.inner, path)
+        })?;
+        let mut st = self.inner.st.lock();
+        st.sidr = Some(sidr);
+        st.qpn = qpn;
+        st.remote = Some(dst);
+        Ok(())
     }
 
     /// Connects to `dst` for a QP the application moves itself (an RC QP
@@ -425,12 +580,19 @@ impl CmId {
     /// without a QP): sends the REQ; when the REP arrives,
     /// [`EventKind::ConnectResponse`] says to move the QP to RTR and RTS
     /// with [`CmId::init_qp_attr`], then call [`CmId::establish`].
+    ///
+    /// On a [`PortSpace::UDP`] id, resolves the UD service at `dst` as
+    /// [`CmId::connect`] does, without a QP to make ready (`param.qp_num`
+    /// is not used: a SIDR_REQ names no QP).
     pub fn connect_without_qp(
         &self,
         ctx: &Context,
         dst: SocketAddr,
         param: &ConnParam,
     ) -> Result<(), Error> {
+        if self.inner.ps == PortSpace::UDP {
+            return self.connect_ud(ctx, dst, None, param);
+        }
         if param.qp_num == 0 || param.qp_num > 0xff_ffff {
             return Err(invalid(
                 "param.qp_num",
@@ -459,31 +621,12 @@ impl CmId {
                 ),
             ));
         }
-        if self.local_addr().is_none() {
-            self.bind(ctx, 0)?;
-        }
-        let (dev, local, tos, ack_timeout) = {
-            let st = self.inner.st.lock();
-            if st.conn.is_some() || st.listening.is_some() || st.gone {
-                return Err(invalid("id", "connected, listening or destroyed already"));
-            }
-            match (&st.dev, st.local) {
-                (Some(d), Some(l)) => (d.clone(), l, st.tos, st.ack_timeout),
-                _ => return Err(invalid("id", "not bound")),
-            }
-        };
+        let (dev, local, tos) = self.ready_to_start(ctx)?;
+        let ack_timeout = self.inner.st.lock().ack_timeout;
         if qp_dev.as_ref().is_some_and(|q| !Arc::ptr_eq(&dev, q)) {
             return Err(invalid("qp", "the QP is on another device than the id"));
         }
-        let mut pd = vec![0u8; CMA_HEADER_LEN];
-        CmaHeader {
-            src_port: local.port(),
-            src: local.ip(),
-            dst: dst.ip(),
-        }
-        .emit(&mut pd)
-        .map_err(|e| invalid("dst", e.to_string()))?;
-        pd.extend_from_slice(&param.private_data);
+        let pd = Self::with_header(local, dst, &param.private_data)?;
         let sid = self.inner.ps.service_id(dst.port());
         let moves_qp = qp_dev.is_some();
         let conn = cm_call(&dev, |e| {
@@ -524,7 +667,16 @@ impl CmId {
     /// [`EventKind::Established`] follows when the RTU arrives. Without a
     /// QP, the REP names `param.qp_num`, a QP the application moved to RTR
     /// and RTS itself with [`CmId::init_qp_attr`].
+    ///
+    /// On the id of a UD service request ([`PortSpace::UDP`]): sends the
+    /// SIDR_REP naming `qp` (a UD QP, made ready as [`CmId::connect`] makes
+    /// it) or, without one, `param.qp_num`, with the QP's Q_Key
+    /// ([`RDMA_UDP_QKEY`] for one without), and `param.private_data` (at
+    /// most [`SIDR_REP_DATA_MAX`] bytes). No event follows on this side.
     pub fn accept(&self, qp: Option<&QueuePair>, param: &ConnParam) -> Result<(), Error> {
+        if self.inner.ps == PortSpace::UDP {
+            return self.accept_ud(qp, param);
+        }
         if param.private_data.len() > 196 {
             return Err(invalid(
                 "param.private_data",
@@ -558,10 +710,81 @@ impl CmId {
         Ok(())
     }
 
+    fn accept_ud(&self, qp: Option<&QueuePair>, param: &ConnParam) -> Result<(), Error> {
+        if param.private_data.len() > SIDR_REP_DATA_MAX {
+            return Err(invalid(
+                "param.private_data",
+                format!(
+                    "{} bytes: a SIDR_REP carries at most {SIDR_REP_DATA_MAX}",
+                    param.private_data.len()
+                ),
+            ));
+        }
+        let (dev, sidr) = self.dev_sidr()?;
+        let qp = match qp {
+            Some(qp) => {
+                let (qp_dev, qpn) = qp
+                    .soft_parts()
+                    .ok_or_else(|| crate::error::unsupported("rdma_cm on a native device's QP"))?;
+                if !Arc::ptr_eq(&dev, &qp_dev) {
+                    return Err(invalid("qp", "the QP is on another device than the id"));
+                }
+                if qp.qp_type() != QpType::Ud {
+                    return Err(invalid("qp", "a UDP id's request is answered with a UD QP"));
+                }
+                Some(qpn)
+            }
+            None if param.qp_num != 0 && param.qp_num <= 0xff_ffff => None,
+            None => {
+                return Err(invalid(
+                    "param.qp_num",
+                    "no QP given: the number of the UD QP that serves the request",
+                ))
+            }
+        };
+        cm_call(&dev, |e| {
+            dev.shared.cm.lock().accept_ud(
+                e,
+                Instant::now(),
+                sidr,
+                qp,
+                param.qp_num,
+                &param.private_data,
+            )
+        })?;
+        let mut st = self.inner.st.lock();
+        st.sidr_req = None;
+        st.qpn = Some(qp.unwrap_or(param.qp_num));
+        Ok(())
+    }
+
     /// Refuses the connection request this id came with (`rdma_reject`),
     /// with up to 148 bytes of private data; the peer gets
-    /// [`EventKind::Rejected`] with status 28 (consumer defined).
+    /// [`EventKind::Rejected`] with status 28 (consumer defined). On the id
+    /// of a UD service request, a SIDR_REP with status 2 (rejected) and up
+    /// to 136 bytes of private data: the peer gets
+    /// [`EventKind::Unreachable`] with status 2.
     pub fn reject(&self, private_data: &[u8]) -> Result<(), Error> {
+        if self.inner.ps == PortSpace::UDP {
+            if private_data.len() > SIDR_REP_DATA_MAX {
+                return Err(invalid(
+                    "private_data",
+                    format!(
+                        "{} bytes: a SIDR_REP carries at most {SIDR_REP_DATA_MAX}",
+                        private_data.len()
+                    ),
+                ));
+            }
+            let (dev, sidr) = self.dev_sidr()?;
+            cm_call(&dev, |_| {
+                dev.shared
+                    .cm
+                    .lock()
+                    .reject_ud(Instant::now(), sidr, private_data)
+            })?;
+            self.inner.st.lock().sidr_req = None;
+            return Ok(());
+        }
         let (dev, conn) = self.dev_conn()?;
         cm_call(&dev, |_| {
             dev.shared.cm.lock().reject(
@@ -638,6 +861,18 @@ impl CmId {
         }
     }
 
+    /// The device and the SIDR request of a UD request's id.
+    fn dev_sidr(&self) -> Result<(Arc<Inner>, SidrId), Error> {
+        let st = self.inner.st.lock();
+        match (&st.dev, st.sidr_req) {
+            (Some(d), Some(s)) if !st.gone => Ok((d.clone(), s)),
+            _ => Err(invalid(
+                "id",
+                "not the id of a UD service request waiting for an answer",
+            )),
+        }
+    }
+
     fn dev_conn(&self) -> Result<(Arc<Inner>, ConnId), Error> {
         let st = self.inner.st.lock();
         match (&st.dev, st.conn) {
@@ -660,6 +895,7 @@ impl IdInner {
         let dev = st.dev.clone()?;
         dev.shared.cm_gone.lock().push(port::Gone {
             conn: st.conn.take(),
+            sidr: st.sidr.take().or(st.sidr_req.take()),
             listening: st.listening.take(),
             port: st
                 .local

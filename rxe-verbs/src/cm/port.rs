@@ -7,16 +7,20 @@
 //! goes through the engine. An id dropped anywhere (even while this runs)
 //! only leaves a note in `Shared::cm_gone`, which the next pump reads.
 
-use super::{peer_of, ChannelInner, CmId, ConnParam, Event, EventKind, IdInner, IdState};
+use super::{
+    peer_of, ChannelInner, CmId, ConnParam, Event, EventKind, IdInner, IdState, UdParam,
+    RDMA_UDP_QKEY,
+};
 use crate::context::{Inner, Shared};
 use crate::error::{invalid, Error};
 use parking_lot::Mutex;
 use rxe_core::cm::{
-    AcceptParams, CmAgent, CmConfig, CmEvent, CmQpType, ConnId, ConnectParams, QpParams,
+    AcceptParams, CmAgent, CmConfig, CmEvent, CmQpType, ConnId, ConnectParams, QpParams, SidrId,
+    SidrParams, SidrReplyParams,
 };
 use rxe_core::engine::{Engine, Transmit};
 use rxe_core::mad::cm::RejReason;
-use rxe_core::mad::cm::Req;
+use rxe_core::mad::cm::{Req, SidrStatus};
 use rxe_core::mad::rdma_cm::CMA_HEADER_LEN;
 use rxe_core::mad::{GsiMad, PortSpace, GSI_QPN};
 use rxe_core::psn::Psn;
@@ -48,13 +52,35 @@ struct Rec {
 /// What an id left behind when it went (`Shared::cm_gone`).
 pub(crate) struct Gone {
     pub conn: Option<ConnId>,
+    /// Its SIDR exchange (sent, or received and not answered).
+    pub sidr: Option<SidrId>,
     pub listening: Option<u64>,
     pub port: Option<(PortSpace, u16)>,
+}
+
+/// The path to a UD service being resolved: what the address vector of
+/// the answer's event holds.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct UdPath {
+    pub remote: IpAddr,
+    pub flow_label: u32,
+    pub traffic_class: u8,
 }
 
 /// One device's rdma_cm state (in `Shared::cm`).
 pub(crate) struct CmPort {
     agent: CmAgent,
+    /// When the agent next needs the time, as of its last input or command
+    /// (`poll_timeout` walks every connection: it is asked again only
+    /// after the agent did something).
+    deadline: Option<Instant>,
+    /// A command reached the agent since the last pump: its MADs and
+    /// events are waiting, and `deadline` may be stale.
+    kick: bool,
+    /// SIDR_REQs we sent: whose, and the path to the service.
+    sidr_out: HashMap<SidrId, (Weak<IdInner>, UdPath)>,
+    /// SIDR_REQs received and not answered yet, by the id they made.
+    sidr_in: HashMap<SidrId, Weak<IdInner>>,
     /// The device's address, and the UDP port its packets leave from.
     addr: IpAddr,
     src_port: u16,
@@ -79,6 +105,10 @@ impl CmPort {
         cfg.comm_id_prefix = Some(prefix);
         CmPort {
             agent: CmAgent::new(cfg),
+            deadline: None,
+            kick: false,
+            sidr_out: HashMap::new(),
+            sidr_in: HashMap::new(),
             addr,
             src_port,
             inbox: Vec::new(),
@@ -106,7 +136,17 @@ impl CmPort {
 
     /// When the agent next needs the time.
     pub fn next_timeout(&self) -> Option<Instant> {
-        self.agent.poll_timeout()
+        if self.kick {
+            // A command ran and no pump followed yet: ask the agent.
+            return self.agent.poll_timeout();
+        }
+        self.deadline
+    }
+
+    /// The agent, for a command or an input: the next pump runs it.
+    fn agent(&mut self) -> &mut CmAgent {
+        self.kick = true;
+        &mut self.agent
     }
 
     /// The agent's counters (for tests and `rxe` tools).
@@ -166,7 +206,7 @@ impl CmPort {
             })?;
         let _e = shared.engine.lock();
         let mut cm = shared.cm.lock();
-        cm.agent.listen(sid)?;
+        cm.agent().listen(sid)?;
         cm.listeners.insert(sid, (Arc::downgrade(id), claim));
         Ok(())
     }
@@ -182,7 +222,7 @@ impl CmPort {
         moves_qp: bool,
         ack_timeout: Option<u8>,
     ) -> Result<ConnId, Error> {
-        let conn = self.agent.connect(now, p)?;
+        let conn = self.agent().connect(now, p)?;
         self.conns.insert(
             conn,
             Rec {
@@ -239,7 +279,7 @@ impl CmPort {
         ap.rnr_retry_count = param.rnr_retry_count.min(7);
         ap.srq = param.srq;
         ap.private_data = param.private_data.clone();
-        let qp = self.agent.accept(now, conn, &ap)?;
+        let qp = self.agent().accept(now, conn, &ap)?;
         if let Some(r) = self.conns.get_mut(&conn) {
             r.qpn = qp_type.map(|_| qpn);
             r.req = None;
@@ -251,7 +291,7 @@ impl CmPort {
             to_init(e, qpn, qp_type).and_then(|()| to_rtr_rts(e, &with_timeout(qp, ack_timeout)))
         {
             let _ = self
-                .agent
+                .agent()
                 .reject(now, conn, RejReason::CONSUMER_DEFINED, &[], &[]);
             return Err(err);
         }
@@ -266,18 +306,18 @@ impl CmPort {
         reason: RejReason,
         private_data: &[u8],
     ) -> Result<(), Error> {
-        Ok(self.agent.reject(now, conn, reason, &[], private_data)?)
+        Ok(self.agent().reject(now, conn, reason, &[], private_data)?)
     }
 
     /// Sends the RTU (an active id without a QP, after ConnectResponse).
     pub fn establish(&mut self, now: Instant, conn: ConnId) -> Result<(), Error> {
-        Ok(self.agent.ready_to_use(now, conn, &[])?)
+        Ok(self.agent().ready_to_use(now, conn, &[])?)
     }
 
     /// The passive side's QP got a message before the RTU
     /// (`IBV_EVENT_COMM_EST`): the connection is established.
     pub fn notify_established(&mut self, now: Instant, conn: ConnId) -> Result<(), Error> {
-        Ok(self.agent.notify_established(now, conn)?)
+        Ok(self.agent().notify_established(now, conn)?)
     }
 
     /// What `rdma_init_qp_attr` gives for `conn` and `state`: INIT with the
@@ -320,21 +360,98 @@ impl CmPort {
 
     /// Sends the DREQ, or the DREP to the peer's.
     pub fn disconnect(&mut self, now: Instant, conn: ConnId) -> Result<(), Error> {
-        Ok(self.agent.disconnect(now, conn, &[])?)
+        Ok(self.agent().disconnect(now, conn, &[])?)
     }
 
-    /// An id went: end its connection and its listening.
-    pub fn forget(&mut self, now: Instant, conn: Option<ConnId>, listening: Option<u64>) {
+    /// Sends a SIDR_REQ for `id` (a UDP id), to the service on `path`.
+    pub fn sidr_request(
+        &mut self,
+        now: Instant,
+        p: &SidrParams,
+        id: &Arc<IdInner>,
+        path: UdPath,
+    ) -> Result<SidrId, Error> {
+        let sidr = self.agent().sidr_request(now, p)?;
+        self.sidr_out.insert(sidr, (Arc::downgrade(id), path));
+        Ok(sidr)
+    }
+
+    /// Answers the SIDR_REQ `sidr` with our UD QP: `qp` (made ready
+    /// first, its Q_Key named) or, without one, `qp_num` with
+    /// [`RDMA_UDP_QKEY`].
+    pub fn accept_ud(
+        &mut self,
+        e: &mut Engine,
+        now: Instant,
+        sidr: SidrId,
+        qp: Option<u32>,
+        qp_num: u32,
+        private_data: &[u8],
+    ) -> Result<(), Error> {
+        if !self.sidr_in.contains_key(&sidr) {
+            return Err(invalid(
+                "id",
+                "its request is gone (answered, or the peer's id destroyed)",
+            ));
+        }
+        let (qpn, qkey) = match qp {
+            Some(qpn) => {
+                ud_ready(e, qpn)?;
+                (qpn, e.query_qp(qpn)?.0.qkey)
+            }
+            None => (qp_num, RDMA_UDP_QKEY),
+        };
+        let rp = SidrReplyParams {
+            status: SidrStatus::SUCCESS,
+            qpn,
+            qkey,
+            private_data: private_data.to_vec(),
+        };
+        self.agent().sidr_reply(now, sidr, &rp)?;
+        self.sidr_in.remove(&sidr);
+        Ok(())
+    }
+
+    /// Refuses the SIDR_REQ `sidr` (SIDR_REP status 2, rejected).
+    pub fn reject_ud(
+        &mut self,
+        now: Instant,
+        sidr: SidrId,
+        private_data: &[u8],
+    ) -> Result<(), Error> {
+        self.sidr_in.remove(&sidr);
+        let rp = SidrReplyParams {
+            status: SidrStatus::REJECT,
+            qpn: 0,
+            qkey: 0,
+            private_data: private_data.to_vec(),
+        };
+        Ok(self.agent().sidr_reply(now, sidr, &rp)?)
+    }
+
+    /// An id went: end its connection, its SIDR exchange (a request not
+    /// answered is rejected, as the kernel's `cm_destroy_id` does) and its
+    /// listening.
+    pub fn forget(&mut self, now: Instant, g: &Gone) {
+        let (conn, listening) = (g.conn, g.listening);
+        if let Some(s) = g.sidr {
+            // An answer to a request we sent is dropped when it comes (the
+            // agent resends the request until then).
+            self.sidr_out.remove(&s);
+            if self.sidr_in.remove(&s).is_some() {
+                let _ = self.reject_ud(now, s, &[]);
+            }
+        }
         if let Some(c) = conn {
             if self.agent.state(c).is_some() {
-                let _ = self.agent.destroy(now, c);
+                let _ = self.agent().destroy(now, c);
             }
             if let Some(r) = self.conns.get_mut(&c) {
                 r.id = Weak::new();
             }
         }
         if let Some(sid) = listening {
-            let _ = self.agent.unlisten(sid);
+            let _ = self.agent().unlisten(sid);
             self.listeners.remove(&sid);
         }
     }
@@ -343,11 +460,20 @@ impl CmPort {
     /// carries out what it decided (QP changes, events for the ids' channels)
     /// and puts the MADs it sends on the device's send queue. Called with
     /// the engine locked, from every collect.
+    ///
+    /// It runs on every engine call, so with nothing to do (no MAD in, no
+    /// id gone, no command since the last pump, no timer due) it returns at
+    /// once, without asking the agent for its next deadline (which walks
+    /// every connection): that is asked only after the agent did something.
     pub fn pump(shared: &Shared, e: &mut Engine, now: Instant) {
-        let gone = std::mem::take(&mut *shared.cm_gone.lock());
         let mut cm = shared.cm.lock();
+        let due = cm.deadline.is_some_and(|t| t <= now);
+        if !cm.kick && !due && cm.inbox.is_empty() && shared.cm_gone.lock().is_empty() {
+            return;
+        }
+        let gone = std::mem::take(&mut *shared.cm_gone.lock());
         for g in gone {
-            cm.forget(now, g.conn, g.listening);
+            cm.forget(now, &g);
             if let Some((ps, port)) = g.port {
                 cm.release_port(ps, port);
             }
@@ -368,6 +494,8 @@ impl CmPort {
                 sent.push(t);
             }
         }
+        cm.kick = false;
+        cm.deadline = cm.agent.poll_timeout();
         drop(cm);
         if !sent.is_empty() {
             shared.outq.lock().extend(sent);
@@ -466,6 +594,7 @@ impl CmPort {
                         listen_id: Some(CmId::from_inner(listener)),
                         status: 0,
                         param,
+                        ud: None,
                     },
                 ));
             }
@@ -549,11 +678,97 @@ impl CmPort {
                 self.event(conn, EventKind::TimewaitExit, 0, ConnParam::default(), out);
                 self.conns.remove(&conn);
             }
-            // SIDR (UD QPs through rdma_cm) is not served yet: the agent
-            // answers a SIDR_REQ for a service nobody listens on itself.
-            CmEvent::SidrRequest { .. }
-            | CmEvent::SidrReply { .. }
-            | CmEvent::SidrUnreachable { .. } => {}
+            CmEvent::SidrRequest { id, from, req, cma } => {
+                let listener = self
+                    .listeners
+                    .get(&req.service_id)
+                    .and_then(|(w, _)| w.upgrade());
+                let (Some(listener), Some(dev)) = (listener, self.dev.upgrade()) else {
+                    // The listener went meanwhile: as if nobody listened.
+                    let rp = SidrReplyParams {
+                        status: SidrStatus::UNSUPPORTED,
+                        qpn: 0,
+                        qkey: 0,
+                        private_data: Vec::new(),
+                    };
+                    let _ = self.agent.sidr_reply(now, id, &rp);
+                    return;
+                };
+                let port = PortSpace::from_service_id(req.service_id).map_or(0, |(_, p)| p);
+                let child = Arc::new(IdInner {
+                    channel: listener.channel.clone(),
+                    ps: listener.ps,
+                    st: Mutex::new(IdState {
+                        dev: Some(dev),
+                        local: Some(SocketAddr::new(self.addr, port)),
+                        remote: Some(peer_of(cma.as_ref(), from)),
+                        sidr_req: Some(id),
+                        ..IdState::default()
+                    }),
+                });
+                self.sidr_in.insert(id, Arc::downgrade(&child));
+                // The kernel hands over everything after rdma_cm's header
+                // (180 bytes).
+                let data = &req.private_data[..];
+                let skip = if cma.is_some() { CMA_HEADER_LEN } else { 0 };
+                let param = ConnParam {
+                    private_data: data[skip.min(data.len())..].to_vec(),
+                    ..ConnParam::default()
+                };
+                out.push((
+                    listener.channel.clone(),
+                    Event {
+                        kind: EventKind::ConnectRequest,
+                        id: CmId::from_inner(child),
+                        listen_id: Some(CmId::from_inner(listener)),
+                        status: 0,
+                        param,
+                        ud: None,
+                    },
+                ));
+            }
+            CmEvent::SidrReply {
+                id,
+                status,
+                qpn,
+                qkey,
+                private_data,
+            } => {
+                let Some((owner, path)) = self.sidr_out.remove(&id) else {
+                    return;
+                };
+                let Some(owner) = owner.upgrade() else {
+                    return;
+                };
+                let param = ConnParam {
+                    private_data,
+                    ..ConnParam::default()
+                };
+                if status != SidrStatus::SUCCESS {
+                    // The kernel's cma_sidr_rep_handler: UNREACHABLE with
+                    // the SIDR status.
+                    let st = i32::from(status.0);
+                    Self::event_to(owner, EventKind::Unreachable, st, param, None, out);
+                    return;
+                }
+                let mut ah = AddressVector::to(path.remote);
+                ah.flow_label = path.flow_label;
+                ah.traffic_class = path.traffic_class;
+                ah.hop_limit = 64;
+                let ud = UdParam {
+                    ah,
+                    qp_num: qpn,
+                    qkey,
+                };
+                Self::event_to(owner, EventKind::Established, 0, param, Some(ud), out);
+            }
+            CmEvent::SidrUnreachable { id } => {
+                let Some(owner) = self.sidr_out.remove(&id).and_then(|(w, _)| w.upgrade()) else {
+                    return;
+                };
+                let (kind, st) = (EventKind::Unreachable, -libc::ETIMEDOUT);
+                Self::event_to(owner, kind, st, ConnParam::default(), None, out);
+            }
         }
     }
 
@@ -569,6 +784,18 @@ impl CmPort {
         let Some(id) = self.conns.get(&conn).and_then(|r| r.id.upgrade()) else {
             return;
         };
+        Self::event_to(id, kind, status, param, None, out);
+    }
+
+    /// Queues an event for `id`.
+    fn event_to(
+        id: Arc<IdInner>,
+        kind: EventKind,
+        status: i32,
+        param: ConnParam,
+        ud: Option<UdParam>,
+        out: &mut Vec<(Arc<ChannelInner>, Event)>,
+    ) {
         out.push((
             id.channel.clone(),
             Event {
@@ -577,6 +804,7 @@ impl CmPort {
                 listen_id: None,
                 status,
                 param,
+                ud,
             },
         ));
     }
@@ -589,13 +817,54 @@ impl CmPort {
     }
 }
 
+/// Makes a UD QP ready to send and receive, as librdmacm's
+/// `ucma_init_ud_qp` does: RESET → INIT (P_Key index 0, port 1, Q_Key
+/// [`RDMA_UDP_QKEY`]) → RTR → RTS (SQ PSN 0). A QP in INIT or RTR goes on
+/// to RTS with the Q_Key it has; one in RTS is left as it is.
+pub(crate) fn ud_ready(e: &mut Engine, qpn: u32) -> Result<(), Error> {
+    let state = e.query_qp(qpn)?.0.state;
+    let step = |e: &mut Engine, state: QpState, m: QpAttrMask, a: QpAttr| {
+        let a = QpAttr { state, ..a };
+        e.modify_qp(qpn, &a, QpAttrMask::STATE | m)
+    };
+    let base = QpAttr::default();
+    match state {
+        QpState::Reset => {
+            let a = QpAttr {
+                pkey_index: 0,
+                port: 1,
+                qkey: RDMA_UDP_QKEY,
+                ..base
+            };
+            let m = QpAttrMask::PKEY_INDEX | QpAttrMask::PORT | QpAttrMask::QKEY;
+            step(e, QpState::Init, m, a)?;
+            step(e, QpState::Rtr, QpAttrMask::empty(), base)?;
+            step(e, QpState::Rts, QpAttrMask::SQ_PSN, base)?;
+        }
+        QpState::Init => {
+            step(e, QpState::Rtr, QpAttrMask::empty(), base)?;
+            step(e, QpState::Rts, QpAttrMask::SQ_PSN, base)?;
+        }
+        QpState::Rtr => step(e, QpState::Rts, QpAttrMask::SQ_PSN, base)?,
+        QpState::Rts => {}
+        s => {
+            return Err(invalid(
+                "qp",
+                format!("in state {s:?}: a UD QP for rdma_cm is new or ready (RTS)"),
+            ))
+        }
+    }
+    Ok(())
+}
+
 /// The CM's name for a QP type.
 fn cm_qp_type(t: rxe_core::types::QpType) -> Result<CmQpType, Error> {
     match t {
         rxe_core::types::QpType::Rc => Ok(CmQpType::Rc),
         rxe_core::types::QpType::Uc => Ok(CmQpType::Uc),
-        rxe_core::types::QpType::Ud => Err(crate::error::unsupported(
-            "UD QPs through rdma_cm (SIDR) are not done yet",
+        rxe_core::types::QpType::Ud => Err(invalid(
+            "qp",
+            "a UD QP goes with a PortSpace::UDP id (SIDR), not a TCP one",
         )),
     }
 }

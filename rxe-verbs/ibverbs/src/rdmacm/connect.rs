@@ -34,6 +34,17 @@
 //! * `rdma_notify(id, IBV_EVENT_COMM_EST)`: the passive side's QP got a
 //!   message before the RTU.
 //!
+//! UD ids (`RDMA_PS_UDP`) resolve a service through SIDR, as the kernel's
+//! `cma_resolve_ib_udp` and `cma_send_sidr_rep` do: `rdma_connect` sends
+//! a SIDR_REQ (rdma_cm's header and up to 180 bytes of private data);
+//! ESTABLISHED answers with `param.ud` (`ah_attr` to the peer with its GID,
+//! hop limit and flow label, its UD QP number and Q_Key), UNREACHABLE with
+//! the SIDR status (1: nobody listens, 2: rejected) or `-ETIMEDOUT`.
+//! A UD listener's CONNECT_REQUEST carries the 180 bytes after the header
+//! in `param.ud`; `rdma_accept` sends the SIDR_REP with the id's QP (or
+//! `param->qp_num`) and its Q_Key and returns at once (no event follows),
+//! `rdma_reject` a SIDR_REP with status 2.
+//!
 //! In synchronous mode (an id without a channel) `rdma_connect`,
 //! `rdma_accept` and `rdma_disconnect` wait for their event, as in
 //! librdmacm.
@@ -44,7 +55,7 @@
 //! to. Locks: the bridge's table of ids, then an id's state; a call never
 //! takes the table while it holds an id's state.
 
-use super::channel::{ConnParam as CParam, Param, Pending};
+use super::channel::{ConnParam as CParam, Param, Pending, UdParam};
 use super::id::{complete, create_on, id_of, set_passive, CmId, IdState, Phase};
 use super::{canonical, cma_devices, dev_by_addr, entry, CmaDev};
 use crate::ffi::{note, Fail};
@@ -121,9 +132,10 @@ fn new_rx(owner: usize, ps: rdma_port_space) -> Result<rcm::CmId, Fail> {
     let rps =
         match ps {
             RDMA_PS_TCP => PortSpace::TCP,
-            RDMA_PS_UDP | RDMA_PS_IPOIB => return Err(Fail::new(
+            RDMA_PS_UDP => PortSpace::UDP,
+            RDMA_PS_IPOIB => return Err(Fail::new(
                 libc::ENOSYS,
-                "UD ids (RDMA_PS_UDP, RDMA_PS_IPOIB) need SIDR, which the drop-in does not do yet",
+                "RDMA_PS_IPOIB ids take their Q_Key from an IPoIB multicast group, which RoCE soft devices do not have (RDMA_PS_UDP does UD through SIDR)",
             )),
             _ => {
                 return Err(Fail::new(
@@ -169,6 +181,20 @@ fn rx_ctx(d: &'static CmaDev) -> Result<rxe_verbs::Context, Fail> {
     let op = d.open()?;
     let ctx = crate::context::ctx_of(op.ctx)?;
     Ok(ctx.open.rx.clone())
+}
+
+/// A UD event's parameters (`rdma_ud_param`).
+fn ud_param(ev: &rcm::Event) -> UdParam {
+    let mut u = UdParam {
+        private_data: ev.param.private_data.clone(),
+        ..UdParam::default()
+    };
+    if let Some(ud) = &ev.ud {
+        u.ah_attr = crate::wr::ah_attr_of(&ud.ah);
+        u.qp_num = ud.qp_num;
+        u.qkey = ud.qkey;
+    }
+    u
 }
 
 fn conn_param(p: &rcm::ConnParam) -> CParam {
@@ -242,7 +268,11 @@ fn dispatch(b: &Bridge, ev: rcm::Event) {
         EventKind::Disconnected => RDMA_CM_EVENT_DISCONNECTED,
         EventKind::TimewaitExit => RDMA_CM_EVENT_TIMEWAIT_EXIT,
     };
+    let (qp_type, _) = cm.kind();
     let param = match ev.kind {
+        EventKind::Established | EventKind::Unreachable if qp_type == IBV_QPT_UD => {
+            Param::Ud(ud_param(&ev))
+        }
         EventKind::ConnectResponse
         | EventKind::Established
         | EventKind::Rejected
@@ -289,6 +319,11 @@ fn connect_request(listener: &CmId, ev: &rcm::Event) -> Result<(), Fail> {
     st.cm.rx = Some(ev.id.clone());
     st.cm.req_depths = (ev.param.initiator_depth, ev.param.responder_resources);
     drop(st);
+    let param = if qp_type == IBV_QPT_UD {
+        Param::Ud(ud_param(ev))
+    } else {
+        Param::Conn(conn_param(&ev.param))
+    };
     // The event is the listener's (its count), as in librdmacm.
     let lst = listener.lock();
     lst.channel.push(Pending {
@@ -296,7 +331,7 @@ fn connect_request(listener: &CmId, ev: &rcm::Event) -> Result<(), Fail> {
         listen_id: listener.addr(),
         event: RDMA_CM_EVENT_CONNECT_REQUEST,
         status: 0,
-        param: Param::Conn(conn_param(&ev.param)),
+        param,
         count: listener.events.clone(),
     });
     Ok(())
@@ -311,10 +346,15 @@ fn connect_request(listener: &CmId, ev: &rcm::Event) -> Result<(), Fail> {
 /// has no connection: then `rdma_init_qp_attr` gives the attributes of an
 /// id without one.
 pub fn conn_qp_attr(
-    _cm: &CmId,
+    cm: &CmId,
     st: &IdState,
     state: ibv_qp_state,
 ) -> Option<Result<(ibv_qp_attr, c_int), Fail>> {
+    // A UD QP's attributes are the id's, resolved or not (the kernel's
+    // cma_ib_init_qp_attr: P_Key index, port, Q_Key).
+    if cm.kind().0 == IBV_QPT_UD {
+        return None;
+    }
     let rx = st.cm.rx.as_ref()?;
     let s = match state {
         IBV_QPS_INIT => rxe_core::types::QpState::Init,
@@ -517,12 +557,6 @@ pub unsafe extern "C" fn rdma_connect(
                 _ => return Err(Fail::inval("id", "no device or addresses")),
             }
         };
-        if qp_type == IBV_QPT_UD {
-            return Err(Fail::new(
-                libc::ENOSYS,
-                "rdma_connect on a UD id sends a SIDR_REQ, which the drop-in does not do yet",
-            ));
-        }
         let qp = qp_of_id(cm)?;
         valid_param(cm, d, p, qp.is_some())?;
         let op = d.open()?;
@@ -530,12 +564,16 @@ pub unsafe extern "C" fn rdma_connect(
         if let Some(p) = p {
             data.extend(private_data(p.private_data, p.private_data_len));
         }
-        const MAX: usize = 56;
-        if data.len() > MAX {
+        let (max, msg) = if qp_type == IBV_QPT_UD {
+            (rcm::SIDR_REQ_DATA_MAX, "SIDR_REQ")
+        } else {
+            (56, "REQ")
+        };
+        if data.len() > max {
             return Err(Fail::inval(
                 "conn_param->private_data_len",
                 format!(
-                    "{} bytes: a REQ carries at most {MAX} after rdma_cm's header",
+                    "{} bytes: a {msg} carries at most {max} after rdma_cm's header",
                     data.len()
                 ),
             ));
@@ -608,10 +646,7 @@ pub unsafe extern "C" fn rdma_accept(
         let cm = id_of(id)?;
         let (qp_type, _) = cm.kind();
         if qp_type == IBV_QPT_UD {
-            return Err(Fail::new(
-                libc::ENOSYS,
-                "rdma_accept on a UD id sends a SIDR_REP, which the drop-in does not do yet",
-            ));
+            return accept_ud(cm, read_param(conn_param));
         }
         let rx = conn_rx(cm)?;
         let (d, (req_init, req_resp)) = {
@@ -667,13 +702,45 @@ pub unsafe extern "C" fn rdma_accept(
     })
 }
 
+/// `rdma_accept` on a UD id: the SIDR_REP, with the id's QP (or
+/// `param->qp_num`); librdmacm returns at once, without an event.
+fn accept_ud(cm: &CmId, p: Option<&rdma_conn_param>) -> Result<(), Fail> {
+    let rx = conn_rx(cm)?;
+    let qp = qp_of_id(cm)?;
+    let data = p.map_or(Vec::new(), |p| {
+        private_data(p.private_data, p.private_data_len)
+    });
+    if data.len() > rcm::SIDR_REP_DATA_MAX {
+        return Err(Fail::inval(
+            "conn_param->private_data_len",
+            format!(
+                "{} bytes: a SIDR_REP carries at most {}",
+                data.len(),
+                rcm::SIDR_REP_DATA_MAX
+            ),
+        ));
+    }
+    let param = rcm::ConnParam {
+        private_data: data,
+        qp_num: p.map_or(0, |p| p.qp_num),
+        ..rcm::ConnParam::default()
+    };
+    rx.accept(qp.map(|q| &q.rx), &param)?;
+    Ok(())
+}
+
 fn reject(cm: &CmId, data: *const c_void, len: u8) -> Result<(), Fail> {
     let rx = conn_rx(cm)?;
     let pd = private_data(data, len);
-    if pd.len() > 148 {
+    let (max, msg) = if cm.kind().0 == IBV_QPT_UD {
+        (rcm::SIDR_REP_DATA_MAX, "SIDR_REP")
+    } else {
+        (148, "REJ")
+    };
+    if pd.len() > max {
         return Err(Fail::inval(
             "private_data_len",
-            format!("{} bytes: a REJ carries at most 148", pd.len()),
+            format!("{} bytes: a {msg} carries at most {max}", pd.len()),
         ));
     }
     rx.reject(&pd)?;
