@@ -4,7 +4,9 @@
 //! timed from the first frame. Frames that are not RoCE v2 are skipped; a
 //! frame sent to UDP port 4791 that does not parse is printed with the
 //! parse error. `--json` prints one JSON object per line instead (and no
-//! summary, so stdout stays pure JSON lines).
+//! summary, so stdout stays pure JSON lines). `--ladder OUT.svg` (or
+//! `.html`) draws the capture as a sequence diagram instead (the `ladder`
+//! module).
 
 use rxe_core::wire::{
     AethRepr, AethSyndrome, Error as WireError, LinkType, Operation, PacketRepr, RoceFrame,
@@ -20,6 +22,9 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
+
+#[path = "ladder/mod.rs"]
+mod ladder;
 
 /// Arguments of `rxe dump`.
 #[derive(Debug, clap::Args)]
@@ -37,6 +42,10 @@ pub struct Args {
     /// Do not print the summary to stderr at the end (text mode only).
     #[arg(short, long)]
     pub quiet: bool,
+    /// Draw the capture as a ladder (sequence) diagram into this file
+    /// instead of printing it: `.svg`, or `.html` with zoom and tooltips.
+    #[arg(long, value_name = "OUT.svg|OUT.html", conflicts_with_all = ["json", "check"])]
+    pub ladder: Option<PathBuf>,
 }
 
 /// A RoCE packet taken apart, as the formatters see it.
@@ -392,7 +401,16 @@ struct Output {
     bad: bool,
 }
 
-fn dump_record(rec: &Record, time: Rel, json: bool, stats: &mut Stats) -> Option<Output> {
+fn dump_record(
+    rec: &Record,
+    time: Rel,
+    json: bool,
+    stats: &mut Stats,
+    ladder: Option<&mut Vec<ladder::model::Packet>>,
+) -> Option<Output> {
+    if let Some(l) = ladder {
+        return ladder_record(rec, time, stats, l);
+    }
     // Any error, even "not RoCE" (an IP fragment), is worth a line if the
     // frame was sent to the RoCE port.
     let malformed = |e: &WireError, stats: &mut Stats| {
@@ -439,6 +457,44 @@ fn dump_record(rec: &Record, time: Rel, json: bool, stats: &mut Stats) -> Option
     })
 }
 
+/// `dump_record` for `--ladder`: the packet is kept for the diagram.
+fn ladder_record(
+    rec: &Record,
+    time: Rel,
+    stats: &mut Stats,
+    packets: &mut Vec<ladder::model::Packet>,
+) -> Option<Output> {
+    let parsed = RoceFrame::parse(rec.link_type, &rec.data).and_then(|roce| {
+        let pkt = roce.packet()?;
+        let repr = PacketRepr::parse(&pkt)?;
+        let p = Parsed {
+            frame: rec.number,
+            time,
+            roce: &roce,
+            repr: &repr,
+            icrc: pkt.icrc(),
+            icrc_expected: roce.computed_icrc().unwrap_or(!pkt.icrc()),
+        };
+        stats.roce += 1;
+        stats.icrc_bad += u64::from(!p.icrc_ok());
+        Ok(ladder::packet(&p))
+    });
+    let p = match parsed {
+        Ok(p) => p,
+        Err(e) => {
+            let addrs = roce_addresses(rec.link_type, &rec.data)?;
+            stats.malformed += 1;
+            ladder::malformed(rec.number, time, addrs, &e)
+        }
+    };
+    let bad = p.body.as_ref().map_or(true, |r| !r.icrc_ok);
+    packets.push(p);
+    Some(Output {
+        line: String::new(),
+        bad,
+    })
+}
+
 fn to_json(v: &impl Serialize) -> String {
     serde_json::to_string(v).expect("plain data serializes")
 }
@@ -449,6 +505,15 @@ pub fn run(args: &Args) -> ExitCode {
         eprintln!("rxe: cannot read {}: {e}", args.file.display());
         ExitCode::from(2)
     };
+    let ladder_format = match args.ladder.as_deref().map(ladder::Format::of) {
+        Some(Err(e)) => {
+            eprintln!("rxe: {e}");
+            return ExitCode::from(2);
+        }
+        Some(Ok(f)) => Some(f),
+        None => None,
+    };
+    let mut ladder_packets = Vec::new();
     let stdin = args.file.as_os_str() == "-";
     let input: Box<dyn Read> = if stdin {
         Box::new(io::stdin().lock())
@@ -483,12 +548,13 @@ pub fn run(args: &Args) -> ExitCode {
             }
         };
         let time = Rel::new(rec.timestamp, *t0.get_or_insert(rec.timestamp));
-        let Some(o) = dump_record(&rec, time, args.json, &mut stats) else {
+        let collect = ladder_format.is_some().then_some(&mut ladder_packets);
+        let Some(o) = dump_record(&rec, time, args.json, &mut stats, collect) else {
             stats.skipped += 1;
             continue;
         };
         any_bad |= o.bad;
-        if o.bad || !args.check {
+        if ladder_format.is_none() && (o.bad || !args.check) {
             // Reading a live capture from a pipe: show each packet at once.
             let mut written = writeln!(out, "{}", o.line);
             if stdin {
@@ -501,6 +567,17 @@ pub fn run(args: &Args) -> ExitCode {
     }
     if let Err(e) = out.flush() {
         return stdout_error(e);
+    }
+    if let (Some(path), Some(format)) = (&args.ladder, ladder_format) {
+        let title = args
+            .file
+            .file_name()
+            .map_or_else(|| "-".into(), |n| n.to_string_lossy());
+        let doc = ladder::render(&ladder_packets, &title, format);
+        if let Err(e) = std::fs::write(path, doc) {
+            eprintln!("rxe: cannot write {}: {e}", path.display());
+            return ExitCode::from(2);
+        }
     }
     if !args.json && !args.quiet {
         eprintln!(
