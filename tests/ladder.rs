@@ -243,6 +243,7 @@ fn check_html(html: &str, frames: &BTreeSet<u64>) {
     for needed in ["setZoom", "mousemove", "data-tip"] {
         assert!(code.contains(needed), "the script has {needed}");
     }
+    check_js_syntax(code);
     for n in root.descendants().filter(|n| n.is_element()) {
         for a in ["src", "href"] {
             assert!(n.attribute(a).is_none(), "nothing loaded from elsewhere");
@@ -252,6 +253,22 @@ fn check_html(html: &str, frames: &BTreeSet<u64>) {
     for (_, _, g) in arrows(svg) {
         let title = g.children().find(|n| n.has_tag_name("title")).unwrap();
         assert!(title.text().unwrap().contains("ICRC"));
+    }
+}
+
+/// `node --check` on the page's script, where node is installed (a test
+/// in a real browser, zoom and hover included, is still to come).
+fn check_js_syntax(code: &str) {
+    // One file per test thread: tests run in parallel.
+    let js = scratch(&format!("script-{:?}.js", std::thread::current().id()));
+    std::fs::write(&js, code).unwrap();
+    match Command::new("node").arg("--check").arg(&js).output() {
+        Ok(o) => assert!(
+            o.status.success(),
+            "the page's script: {}",
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(e) => eprintln!("node not run ({e}): the script's syntax is not checked"),
     }
 }
 
