@@ -11,8 +11,8 @@
 //!   synchronous ids and `<rdma/rdma_verbs.h>`'s helpers;
 //! * perftest over rdma_cm: `ib_send_bw -R`, `ib_write_bw -R`,
 //!   `ib_send_lat -R`: both sides print the result table;
-//! * `udaddy` (UD through SIDR, which the drop-in does not do yet): fails
-//!   cleanly with ENOSYS.
+//! * `udaddy` (UD through SIDR): the client resolves the server's UD QP,
+//!   both exchange UD messages (one id and 4 ids of 20 messages).
 //!
 //! Each run is bounded (a hung program is killed and fails the test). A
 //! missing program or library fails the test unless
@@ -290,19 +290,71 @@ fn perftest_over_rdma_cm() {
     );
 }
 
+/// udaddy's summary lines, in order, on one side.
+fn udaddy_ok(d: &Done, side: &[&str]) {
+    d.success();
+    let mut at = 0;
+    for want in side {
+        let found = d.out[at..]
+            .find(want)
+            .unwrap_or_else(|| panic!("does not print {want:?} (in order)\n{}", d.whole));
+        at += found + want.len();
+    }
+}
+
+const UDADDY_SERVER: &[&str] = &[
+    "udaddy: starting server",
+    "receiving data transfers",
+    "sending replies",
+    "data transfers complete",
+    "test complete",
+    "return status 0",
+];
+
+const UDADDY_CLIENT: &[&str] = &[
+    "udaddy: starting client",
+    "udaddy: connecting",
+    "initiating data transfers",
+    "receiving data transfers",
+    "data transfers complete",
+    "test complete",
+    "return status 0",
+];
+
 #[test]
-fn udaddy_fails_cleanly_without_sidr() {
+fn udaddy_resolves_and_exchanges_ud_messages() {
     if !have(&["udaddy"]) {
         return;
     }
-    let s = start("127.0.6.140", "udaddy", &["-b", "127.0.6.140"]);
-    let d = s.wait(Duration::from_secs(20));
-    assert!(d.status.is_some(), "hung\n{}", d.whole);
-    assert!(
-        d.status.unwrap().code().is_some(),
-        "died of a signal\n{}",
-        d.whole
+    // udaddy's port is its own (7174): each pair has its own addresses.
+    let (s, c) = pair(
+        ("127.0.6.140", "udaddy", &["-b", "127.0.6.140"]),
+        (
+            "127.0.6.141",
+            "udaddy",
+            &["-s", "127.0.6.140", "-b", "127.0.6.141"],
+        ),
     );
-    d.prints("udaddy: starting server")
-        .prints("Function not implemented");
+    udaddy_ok(&s, UDADDY_SERVER);
+    udaddy_ok(&c, UDADDY_CLIENT);
+}
+
+#[test]
+fn udaddy_four_ids_twenty_messages_of_1000_bytes() {
+    if !have(&["udaddy"]) {
+        return;
+    }
+    let args = ["-c", "4", "-C", "20", "-S", "1000"];
+    let srv: Vec<&str> = ["-b", "127.0.6.142"].iter().chain(&args).copied().collect();
+    let cli: Vec<&str> = ["-s", "127.0.6.142", "-b", "127.0.6.143"]
+        .iter()
+        .chain(&args)
+        .copied()
+        .collect();
+    let (s, c) = pair(
+        ("127.0.6.142", "udaddy", &srv),
+        ("127.0.6.143", "udaddy", &cli),
+    );
+    udaddy_ok(&s, UDADDY_SERVER);
+    udaddy_ok(&c, UDADDY_CLIENT);
 }
