@@ -1273,6 +1273,230 @@ out:
 	rdma_destroy_event_channel(cch);
 }
 
+/*
+ * A UD client id on cch, from 127.0.6.2 (rxe1), with its route to
+ * 127.0.6.1:port resolved (events taken).
+ */
+static struct rdma_cm_id *ud_client_to(struct rdma_event_channel *cch, int port)
+{
+	struct rdma_cm_id *id = NULL;
+	struct rdma_cm_event *e;
+	struct sockaddr_in dst = sin4("127.0.6.1", port), src = sin4("127.0.6.2", 0);
+
+	if (rdma_create_id(cch, &id, NULL, RDMA_PS_UDP))
+		return NULL;
+	if (rdma_resolve_addr(id, SA(src), SA(dst), 1000) == 0 &&
+	    (e = wait_event(cch, RDMA_CM_EVENT_ADDR_RESOLVED, "UD client: ADDR_RESOLVED"))) {
+		rdma_ack_cm_event(e);
+		if (rdma_resolve_route(id, 1000) == 0 &&
+		    (e = wait_event(cch, RDMA_CM_EVENT_ROUTE_RESOLVED, "UD client: ROUTE_RESOLVED"))) {
+			rdma_ack_cm_event(e);
+			return id;
+		}
+	}
+	rdma_destroy_id(id);
+	return NULL;
+}
+
+/*
+ * UD through SIDR, as udaddy does it: the client's rdma_connect sends a
+ * SIDR_REQ, the listener's CONNECT_REQUEST carries its private data,
+ * rdma_accept answers with the UD QP, and the client's ESTABLISHED has
+ * param.ud (ah_attr, qp_num, qkey) to send with. Then a port nobody
+ * listens on (UNREACHABLE, status 1) and a rejection (UNREACHABLE,
+ * status 2, as the kernel's rdma_cm reports a SIDR_REP that refuses).
+ */
+static void walk_ud(void)
+{
+	struct rdma_event_channel *sch = rdma_create_event_channel();
+	struct rdma_event_channel *cch = rdma_create_event_channel();
+	struct rdma_cm_id *lid = NULL, *cid = NULL, *sid = NULL;
+	struct rdma_cm_event *e;
+	struct rdma_conn_param cp;
+	struct ibv_qp_init_attr qa;
+	struct sockaddr_in la = sin4("127.0.6.1", 19642);
+	struct ibv_ah *ah = NULL;
+	struct ibv_mr *smr = NULL, *cmr = NULL;
+	static char sbuf[40 + 64], cbuf[64];
+	uint32_t rqpn = 0, rqkey = 0;
+	char buf[64];
+
+	section("UD through SIDR between rxe1 and rxe0 (SIDR_REQ, SIDR_REP)");
+	if (!check(sch && cch, "two event channels", "errno %d", errno))
+		return;
+	memset(&qa, 0, sizeof qa);
+	qa.qp_type = IBV_QPT_UD;
+	qa.cap.max_send_wr = qa.cap.max_recv_wr = 4;
+	qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+	OK0("rdma_create_id (UDP listener)", rdma_create_id(sch, &lid, NULL, RDMA_PS_UDP));
+	OK0("rdma_bind_addr 127.0.6.1:19642", rdma_bind_addr(lid, SA(la)));
+	OK0("rdma_listen (UDP)", rdma_listen(lid, 4));
+	cid = ud_client_to(cch, 19642);
+	if (!check(cid != NULL, "the UD client's route is resolved", "-"))
+		goto out;
+	OK0("rdma_create_qp (UD client)", rdma_create_qp(cid, NULL, &qa));
+	memset(&cp, 0, sizeof cp);
+	cp.private_data = "hello-ud";
+	cp.private_data_len = 9;
+	OK0("rdma_connect (UD: a SIDR_REQ)", rdma_connect(cid, &cp));
+	e = wait_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST, "server: UD CONNECT_REQUEST");
+	if (e) {
+		struct rdma_ud_param *u = &e->param.ud;
+
+		sid = e->id;
+		check(e->listen_id == lid && sid && sid != lid && sid->channel == sch &&
+			      sid->qp_type == IBV_QPT_UD && sid->ps == RDMA_PS_UDP,
+		      "a new UD id on the listener's channel", "%p", (void *)sid);
+		check(e->status == 0 && u->private_data && u->private_data_len == 180 &&
+			      strcmp(u->private_data, "hello-ud") == 0,
+		      "param.ud has the SIDR_REQ's private data after rdma_cm's header (180 bytes)",
+		      "len %d", u->private_data_len);
+		check(u->qp_num == 0 && u->qkey == 0, "a request names no QP", "qpn %#x", u->qp_num);
+		rdma_ack_cm_event(e);
+	}
+	if (!sid)
+		goto out_c;
+	check(sid->verbs == devs[0] && sid->pd && sid->port_num == 1 &&
+		      strcmp(ip_of(rdma_get_local_addr(sid), buf), "127.0.6.1") == 0 &&
+		      rdma_get_src_port(sid) == htons(19642),
+	      "the new UD id: rxe0, a PD, the listener's 127.0.6.1:19642", "%s", buf);
+	check(strcmp(ip_of(rdma_get_peer_addr(sid), buf), "127.0.6.2") == 0 &&
+		      rdma_get_dst_port(sid) == rdma_get_src_port(cid),
+	      "its peer is the UD client's address and port", "%s", buf);
+	qa.send_cq = qa.recv_cq = NULL; /* the client's, written back by rdma_create_qp */
+	OK0("rdma_create_qp (UD server)", rdma_create_qp(sid, NULL, &qa));
+	smr = ibv_reg_mr(sid->pd, sbuf, sizeof sbuf, IBV_ACCESS_LOCAL_WRITE);
+	cmr = ibv_reg_mr(cid->pd, cbuf, sizeof cbuf, IBV_ACCESS_LOCAL_WRITE);
+	if (!check(smr && cmr && sid->qp, "two MRs and the server's QP", "errno %d", errno))
+		goto out_s;
+	{
+		struct ibv_sge sge = { .addr = (uintptr_t)sbuf, .length = sizeof sbuf,
+				       .lkey = smr->lkey };
+		struct ibv_recv_wr wr = { .wr_id = 1, .sg_list = &sge, .num_sge = 1 }, *bad;
+
+		OK0("ibv_post_recv on the server's UD QP", ibv_post_recv(sid->qp, &wr, &bad));
+	}
+	memset(&cp, 0, sizeof cp);
+	cp.qp_num = sid->qp->qp_num;
+	cp.private_data = "hello-back";
+	cp.private_data_len = 11;
+	OK0("rdma_accept (UD: a SIDR_REP)", rdma_accept(sid, &cp));
+	check(!readable(sch->fd, 200), "no event follows a UD accept on the server", "readable");
+	FAILS("rdma_accept again: EINVAL", rdma_accept(sid, &cp), EINVAL);
+	e = wait_event(cch, RDMA_CM_EVENT_ESTABLISHED, "client: UD ESTABLISHED");
+	if (e) {
+		struct rdma_ud_param *u = &e->param.ud;
+		uint32_t cport = ntohs(rdma_get_src_port(cid));
+
+		check(e->status == 0 && e->id == cid, "ESTABLISHED for the client's id, status 0",
+		      "%d", e->status);
+		check(u->qp_num == sid->qp->qp_num && u->qkey == RDMA_UDP_QKEY,
+		      "param.ud: the server's QP number and RDMA_UDP_QKEY", "qpn %#x qkey %#x",
+		      u->qp_num, u->qkey);
+		check(u->ah_attr.is_global == 1 && u->ah_attr.port_num == 1 &&
+			      u->ah_attr.grh.sgid_index == 0 && u->ah_attr.grh.hop_limit == 64 &&
+			      gid_is(&u->ah_attr.grh.dgid, "127.0.6.1"),
+		      "param.ud.ah_attr: GRH to the server's GID, sgid_index 0, hop limit 64, port 1",
+		      "global %d port %d hop %d", u->ah_attr.is_global, u->ah_attr.port_num,
+		      u->ah_attr.grh.hop_limit);
+		check(u->ah_attr.grh.flow_label == ((cport * 31 + 19642) & 0xfffff),
+		      "param.ud.ah_attr's flow label is the route's", "%#x",
+		      u->ah_attr.grh.flow_label);
+		check(u->private_data && u->private_data_len == 136 &&
+			      strcmp(u->private_data, "hello-back") == 0,
+		      "param.ud has the SIDR_REP's private data (136 bytes)", "len %d",
+		      u->private_data_len);
+		ah = ibv_create_ah(cid->pd, &u->ah_attr);
+		rqpn = u->qp_num;
+		rqkey = u->qkey;
+		rdma_ack_cm_event(e);
+	}
+	if (check(ah != NULL, "ibv_create_ah from param.ud.ah_attr", "errno %d", errno)) {
+		struct ibv_sge sge = { .addr = (uintptr_t)cbuf, .length = 8, .lkey = cmr->lkey };
+		struct ibv_send_wr wr, *bad;
+		struct ibv_wc wc;
+		int n = 0, i;
+
+		memset(&wr, 0, sizeof wr);
+		memcpy(cbuf, "ud-ping", 8);
+		wr.wr_id = 2;
+		wr.sg_list = &sge;
+		wr.num_sge = 1;
+		wr.opcode = IBV_WR_SEND;
+		wr.send_flags = IBV_SEND_SIGNALED;
+		wr.wr.ud.ah = ah;
+		wr.wr.ud.remote_qpn = rqpn;
+		wr.wr.ud.remote_qkey = rqkey;
+		OK0("a UD SEND to the resolved QP", ibv_post_send(cid->qp, &wr, &bad));
+		for (i = 0; i < 500 && n == 0; i++) {
+			n = ibv_poll_cq(sid->recv_cq, 1, &wc);
+			if (n == 0)
+				usleep(10000);
+		}
+		check(n == 1 && wc.status == IBV_WC_SUCCESS && wc.byte_len == 40 + 8 &&
+			      wc.src_qp == cid->qp->qp_num && (wc.wc_flags & IBV_WC_GRH) &&
+			      strcmp(sbuf + 40, "ud-ping") == 0,
+		      "the server receives it (GRH, the client's QP, the data)",
+		      "n %d status %d len %u", n, n == 1 ? (int)wc.status : -1,
+		      n == 1 ? wc.byte_len : 0);
+	}
+	if (ah)
+		ibv_destroy_ah(ah);
+out_s:
+	if (smr)
+		ibv_dereg_mr(smr);
+	if (cmr)
+		ibv_dereg_mr(cmr);
+	if (sid->qp)
+		rdma_destroy_qp(sid);
+	rdma_destroy_id(sid);
+out_c:
+	if (cid->qp)
+		rdma_destroy_qp(cid);
+	rdma_destroy_id(cid);
+
+	section("UD: a port nobody listens on (UNREACHABLE 1), a rejection (UNREACHABLE 2)");
+	cid = ud_client_to(cch, 19643);
+	if (check(cid != NULL, "a UD client to 19643", "-")) {
+		OK0("rdma_connect without a QP or parameters", rdma_connect(cid, NULL));
+		e = wait_event(cch, RDMA_CM_EVENT_UNREACHABLE, "client: UNREACHABLE");
+		if (e) {
+			check(e->status == 1, "status 1: the SIDR_REP's 'unsupported service ID'",
+			      "%d", e->status);
+			rdma_ack_cm_event(e);
+		}
+		rdma_destroy_id(cid);
+	}
+	cid = ud_client_to(cch, 19642);
+	if (check(cid != NULL, "a UD client to 19642 again", "-")) {
+		OK0("rdma_connect", rdma_connect(cid, NULL));
+		e = wait_event(sch, RDMA_CM_EVENT_CONNECT_REQUEST, "server: UD CONNECT_REQUEST");
+		if (e) {
+			sid = e->id;
+			rdma_ack_cm_event(e);
+			FAILS("rdma_reject with 137 bytes: EINVAL", rdma_reject(sid, sbuf, 137),
+			      EINVAL);
+			OK0("rdma_reject with private data", rdma_reject(sid, "go away", 8));
+			FAILS("rdma_accept after the reject: EINVAL", rdma_accept(sid, NULL), EINVAL);
+			rdma_destroy_id(sid);
+		}
+		e = wait_event(cch, RDMA_CM_EVENT_UNREACHABLE, "client: UNREACHABLE (rejected)");
+		if (e) {
+			check(e->status == 2 && e->param.ud.private_data &&
+				      strcmp(e->param.ud.private_data, "go away") == 0,
+			      "status 2 (rejected) with the SIDR_REP's private data", "%d",
+			      e->status);
+			rdma_ack_cm_event(e);
+		}
+		rdma_destroy_id(cid);
+	}
+out:
+	rdma_destroy_id(lid);
+	check(!readable(sch->fd, 0) && !readable(cch->fd, 0), "no UD event left", "readable");
+	rdma_destroy_event_channel(sch);
+	rdma_destroy_event_channel(cch);
+}
+
 static void walk_not_yet(struct rdma_event_channel *ch)
 {
 	struct rdma_cm_id *id, *req;
@@ -1360,6 +1584,7 @@ int main(int argc, char **argv)
 	walk_addrinfo();
 	walk_ep();
 	walk_connect();
+	walk_ud();
 	walk_not_yet(ch);
 
 	section("the end");
