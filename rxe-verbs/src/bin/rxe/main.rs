@@ -16,6 +16,7 @@ mod demo;
 mod devinfo;
 mod dump;
 mod exec;
+mod fuzz;
 mod perf;
 mod pingpong;
 mod rping;
@@ -52,6 +53,9 @@ enum Command {
     /// librdmacm's rping over rxe-rs's rdma_cm: connect with the CM, then
     /// ping-pong RDMA READs and WRITEs (-s server, -c client).
     Rping(rping::Args),
+    /// Fuzz a live RoCE peer (an ibv_rc_pingpong server): mutated packets
+    /// on a real connection, steered by its answers, checked by oracles.
+    Fuzz(fuzz::Args),
 }
 
 fn main() -> ExitCode {
@@ -63,5 +67,6 @@ fn main() -> ExitCode {
         Command::Perf(args) => perf::run(&args),
         Command::Exec(args) => exec::run(&args),
         Command::Rping(args) => rping::run(&args),
+        Command::Fuzz(args) => fuzz::run(&args),
     }
 }

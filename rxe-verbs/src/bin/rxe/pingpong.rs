@@ -110,13 +110,14 @@ const CONNECT_RETRY: Duration = Duration::from_secs(5);
 
 type Res<T> = Result<T, String>;
 
-/// One side's address, as exchanged (`struct pingpong_dest`).
+/// One side's address, as exchanged (`struct pingpong_dest`). Shared with
+/// `rxe fuzz`, which connects to rdma-core's pingpong servers the same way.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Dest {
-    lid: u16,
-    qpn: u32,
-    psn: u32,
-    gid: Ipv6Addr,
+pub(crate) struct Dest {
+    pub(crate) lid: u16,
+    pub(crate) qpn: u32,
+    pub(crate) psn: u32,
+    pub(crate) gid: Ipv6Addr,
 }
 
 impl Dest {
@@ -128,7 +129,7 @@ impl Dest {
     };
 
     /// The 52-byte wire form: `%04x:%06x:%06x:%s` and a NUL.
-    fn to_wire(self) -> [u8; MSG_LEN] {
+    pub(crate) fn to_wire(self) -> [u8; MSG_LEN] {
         let gid: String = self
             .gid
             .octets()
@@ -142,7 +143,7 @@ impl Dest {
     }
 
     /// Parses what `to_wire` (or rdma-core's `sprintf`) wrote.
-    fn from_wire(msg: &[u8]) -> Res<Dest> {
+    pub(crate) fn from_wire(msg: &[u8]) -> Res<Dest> {
         let end = msg.iter().position(|&b| b == 0).unwrap_or(msg.len());
         let text = std::str::from_utf8(&msg[..end]).map_err(|_| "remote address is not text")?;
         let bad = || format!("bad remote address {text:?}");
@@ -185,7 +186,7 @@ impl Dest {
 }
 
 /// The IP address a GID routes to.
-fn gid_addr(gid: Ipv6Addr) -> IpAddr {
+pub(crate) fn gid_addr(gid: Ipv6Addr) -> IpAddr {
     match gid.to_ipv4_mapped() {
         Some(v4) => IpAddr::V4(v4),
         None => IpAddr::V6(gid),
@@ -197,7 +198,7 @@ fn io(what: &str) -> impl Fn(std::io::Error) -> String + '_ {
 }
 
 /// The out-of-band exchange, client side (`pp_client_exch_dest`).
-fn client_exchange(
+pub(crate) fn client_exchange(
     server: &str,
     port: u16,
     mine: &[Dest],

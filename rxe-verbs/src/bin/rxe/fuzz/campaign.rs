@@ -1,0 +1,543 @@
+//! A campaign: steps of mutated packets at a live peer, steered by what
+//! it answers, with the oracles checked along the way and at the end.
+//!
+//! Steering is an energy scheme: every arm starts with energy 1; a step
+//! whose answers (the set of [`Kind`]s) are new for its arm doubles the
+//! arm's energy (up to 16), any other step wears it down a little (to no
+//! less than 1/4); the next arm is drawn with probability proportional to
+//! energy, from the seeded generator.
+//!
+//! Liveness: the connection is probed (a valid SEND at the PSN the peer
+//! expects must be ACKed) every `--check-every` steps, after a NAK that
+//! ends the peer's QP, and after a run of silent steps. A probe that goes
+//! unanswered means the peer's QP is gone (as the spec wants after most
+//! NAKs); the fuzzer then makes a fresh connection, which must be accepted
+//! and must ACK its first SEND within `--liveness-timeout`, or the oracle
+//! fires. At the end the connection is ended on purpose (a WRITE with R_Key
+//! 0, which the pingpong servers' QPs refuse) and a last fresh connection
+//! is checked the same way.
+
+use super::mutate::{self, Arm, Ctx, Gen, ARMS};
+use super::record::{self, IcrcChoice, PsnBase, QpnChoice, Recorder, Sent, SessionInfo};
+use super::session::{Answers, Kind, Link, Session, Signature};
+use super::{Config, Res};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use rxe_core::psn::Psn;
+use rxe_core::wire::{Opcode, Packet, PacketRepr, RethRepr};
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// What both a campaign and a replay drive: the socket, the record, the
+/// histogram and the liveness bookkeeping.
+pub(crate) struct Driver {
+    pub cfg: Config,
+    pub link: Link,
+    pub rec: Recorder,
+    /// Steps by answer kind (a step counts once per kind it got; silence
+    /// when it got none).
+    pub hist: BTreeMap<&'static str, u64>,
+    pub steps: u64,
+    /// Index in `rec.sent` of the first packet after the last good
+    /// liveness check.
+    pub last_good: usize,
+    pub sessions: u32,
+    /// Datagrams the socket refused (larger than the route takes).
+    pub refused: u64,
+    /// Session parameters come from here (seeded).
+    srng: StdRng,
+}
+
+/// Packets to send for a probe: a valid SEND ONLY of a fixed pattern.
+fn probe_packet(psn: Psn) -> Vec<u8> {
+    let data = *b"rxe fuzz liveness probe.";
+    let mut r = PacketRepr::new(super::session::bth_repr(Opcode::RC_SEND_ONLY, 0, psn, true));
+    r.payload = &data;
+    let mut b = vec![0u8; r.buffer_len()];
+    let n = r.emit(&mut b).unwrap_or(0);
+    b.truncate(n);
+    b
+}
+
+/// A WRITE with R_Key 0: refused by a QP without remote write access (the
+/// pingpong servers'), which ends the QP.
+fn kill_packet(psn: Psn) -> Vec<u8> {
+    let data = [0u8; 8];
+    let mut r = PacketRepr::new(super::session::bth_repr(
+        Opcode::RC_RDMA_WRITE_ONLY,
+        0,
+        psn,
+        true,
+    ));
+    r.reth = Some(RethRepr {
+        va: 0,
+        rkey: 0,
+        dma_len: 8,
+    });
+    r.payload = &data;
+    let mut b = vec![0u8; r.buffer_len()];
+    let n = r.emit(&mut b).unwrap_or(0);
+    b.truncate(n);
+    b
+}
+
+impl Driver {
+    pub(crate) fn new(cfg: &Config, seed: u64) -> Res<Driver> {
+        Ok(Driver {
+            cfg: cfg.clone(),
+            link: {
+                let mut l = Link::bind(cfg.local)?;
+                l.verbose = cfg.verbose;
+                l
+            },
+            rec: Recorder::new(),
+            hist: BTreeMap::new(),
+            steps: 0,
+            last_good: 0,
+            sessions: 0,
+            refused: 0,
+            srng: StdRng::seed_from_u64(seed ^ 0x005e_ed0f_5e55_1075),
+        })
+    }
+
+    /// A new connection with our initial PSN `psn` (from the seeded
+    /// generator when `None`: a quarter of them close to the 24-bit wrap).
+    pub(crate) fn connect(&mut self, psn: Option<Psn>) -> Res<Session> {
+        let psn = psn.unwrap_or_else(|| {
+            if self.srng.gen_bool(0.25) {
+                Psn::new(0xff_ffff - self.srng.gen_range(0..48))
+            } else {
+                Psn::new(self.srng.gen())
+            }
+        });
+        let low: u16 = self.srng.gen_range(2..=0xffff);
+        let index = self.sessions;
+        let s = self
+            .link
+            .connect(&self.cfg.target, index, psn, low, self.cfg.liveness_timeout)?;
+        self.sessions += 1;
+        self.rec.add_session(SessionInfo {
+            index,
+            base_psn: psn,
+            peer_qpn: s.peer_qpn,
+            our_qpn: s.our_qpn,
+            local: self.link.local,
+            peer: self.link.peer.unwrap_or(self.link.local),
+        });
+        if self.cfg.verbose {
+            println!(
+                "session {index}: peer QPN {:#08x} PSN {:#08x}; ours QPN {:#08x} PSN {:#08x}",
+                s.peer_qpn,
+                s.peer_epsn.value(),
+                s.our_qpn,
+                psn.value()
+            );
+        }
+        Ok(s)
+    }
+
+    /// Finalizes, checks, sends and records the packets of one step.
+    /// Returns how many went out.
+    pub(crate) fn send(&mut self, s: &Session, arm: &str, gens: &[Gen]) -> usize {
+        let mut n = 0;
+        for g in gens {
+            let b = mutate::finalize(
+                &g.bytes,
+                g.qpn,
+                g.psn,
+                g.icrc,
+                s.peer_qpn,
+                s.peer_epsn,
+                |b| self.link.icrc(b),
+            );
+            if g.wellformed {
+                let psn = Psn::new(u32::from_be_bytes([0, b[9], b[10], b[11]]));
+                let qpn = super::session::bth_qpn(&b);
+                self.rec.sanity_check(&b, arm, Some((psn, qpn)));
+            } else {
+                self.rec.sanity_check(&b, arm, None);
+            }
+            if self.cfg.verbose {
+                match Packet::new_checked(&b[..])
+                    .and_then(|p| PacketRepr::parse(&p).map(|r| r.to_string()))
+                {
+                    Ok(r) => println!("    > {r}"),
+                    Err(e) => println!("    > {} bytes, {e}", b.len()),
+                }
+            }
+            if self.link.send(b.clone()).is_err() {
+                self.refused += 1;
+                continue;
+            }
+            n += 1;
+            self.rec.add(Sent {
+                session: s.index,
+                step: self.steps,
+                arm: arm.to_string(),
+                qpn: g.qpn,
+                icrc: g.icrc,
+                psn: g.psn,
+                bytes: b,
+                time: record::now(),
+            });
+        }
+        n
+    }
+
+    /// Gathers the answers to a step and counts them.
+    pub(crate) fn answers(&mut self, s: &mut Session, window: Duration) -> Answers {
+        let a = self.link.collect(s, window, self.cfg.grace, &mut self.rec);
+        if a.sig.is_silence() {
+            *self.hist.entry("silence").or_default() += 1;
+        }
+        for k in a.sig.kinds() {
+            *self.hist.entry(k.name()).or_default() += 1;
+        }
+        self.steps += 1;
+        a
+    }
+
+    fn probe_window(&self) -> Duration {
+        (self.cfg.window * 10).max(Duration::from_millis(300))
+    }
+
+    /// Whether the peer ACKs a valid SEND on this connection (three tries,
+    /// following the PSN its NAKs name). A good probe is a good liveness
+    /// check.
+    pub(crate) fn probe(&mut self, s: &mut Session) -> bool {
+        self.probe_with(s, 3, self.probe_window())
+    }
+
+    /// [`Self::probe`] with `tries` tries of `window` each.
+    pub(crate) fn probe_with(&mut self, s: &mut Session, tries: u32, window: Duration) -> bool {
+        for _ in 0..tries {
+            let g = Gen {
+                bytes: probe_packet(s.sq_psn),
+                qpn: QpnChoice::Peer,
+                icrc: IcrcChoice::Right,
+                psn: PsnBase::Ours,
+                wellformed: true,
+            };
+            if self.send(s, "probe", &[g]) == 0 {
+                return false;
+            }
+            let a = self.answers(s, window);
+            if a.sig.fatal() {
+                return false;
+            }
+            if a.sig.has(Kind::Ack) || a.sig.has(Kind::RnrNak) {
+                self.last_good = self.rec.sent.len();
+                return true;
+            }
+        }
+        false
+    }
+
+    /// A fresh connection that ACKs its first SEND, or why not.
+    pub(crate) fn fresh(&mut self, psn: Option<Psn>) -> Res<Session> {
+        let mut s = self.connect(psn)?;
+        if self.probe(&mut s) {
+            Ok(s)
+        } else {
+            Err(format!(
+                "connection {} was accepted, but its first SEND got no ACK",
+                s.index
+            ))
+        }
+    }
+
+    /// Ends a connection on purpose so that the peer's server can take a
+    /// new one: a WRITE with R_Key 0 (a few tries).
+    pub(crate) fn kill(&mut self, s: &mut Session) -> bool {
+        for _ in 0..3 {
+            let g = Gen {
+                bytes: kill_packet(s.sq_psn),
+                qpn: QpnChoice::Peer,
+                icrc: IcrcChoice::Right,
+                psn: PsnBase::Ours,
+                wellformed: true,
+            };
+            self.send(s, "kill", &[g]);
+            let w = self.probe_window();
+            let a = self.answers(s, w);
+            if a.sig.fatal() || a.sig.is_silence() {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// The final liveness check: end the connection, then a fresh one must
+    /// work. `Ok(None)` when it does.
+    pub(crate) fn final_check(&mut self, s: Option<Session>) -> Option<String> {
+        if let Some(mut s) = s {
+            if self.probe(&mut s) && !self.kill(&mut s) {
+                // The peer keeps its QP whatever we send: a fresh
+                // connection cannot be had, the live one answers.
+                println!("liveness: the peer's QP would not end; checked on the live connection");
+                return None;
+            }
+        }
+        match self.fresh(None) {
+            Ok(mut s) => {
+                // Leave the peer's server ready for the next user.
+                let _ = self.kill(&mut s);
+                None
+            }
+            Err(e) => Some(e),
+        }
+    }
+
+    /// Writes the packets since the last good liveness check as a finding.
+    pub(crate) fn write_finding(&mut self, name: &str, why: &str) -> PathBuf {
+        let path = self.cfg.out.join(format!("{name}.pcap"));
+        match self.rec.write(&path, self.last_good) {
+            Ok(()) => {
+                let n = self.rec.sent.len() - self.last_good.min(self.rec.sent.len());
+                println!("finding {name}: {why}");
+                println!(
+                    "  {} ({n} packets since the last good liveness check)",
+                    path.display()
+                );
+                println!(
+                    "  replay: rxe fuzz --replay {} -d {} --to {}",
+                    path.display(),
+                    self.cfg.local,
+                    self.cfg.target
+                );
+            }
+            Err(e) => eprintln!("rxe fuzz: {e}"),
+        }
+        path
+    }
+
+    /// Prints the answer histogram.
+    pub(crate) fn print_histogram(&self) {
+        println!("answers (steps by what the peer answered):");
+        for (k, n) in &self.hist {
+            println!("  {k:<32} {n}");
+        }
+        for (k, n) in &self.link.seen_total {
+            if *k == Kind::PeerSend {
+                println!("  ({} packets of the peer's own SENDs, ACKed)", n);
+            }
+        }
+    }
+
+    /// The sanity and peer-wire oracles; true if either fired.
+    pub(crate) fn other_oracles(&mut self, tag: &str) -> bool {
+        let mut found = false;
+        let peer = self.link.peer.unwrap_or(self.link.local);
+        if self.rec.insane.is_empty() {
+            println!("oracle sanity: ok");
+        } else {
+            let path = self.cfg.out.join(format!("sanity-{tag}.pcap"));
+            for (why, _) in self.rec.insane.iter().take(5) {
+                println!("  sanity: {why}");
+            }
+            let frames = self
+                .rec
+                .insane
+                .iter()
+                .map(|(_, b)| (record::now(), self.link.local, peer, b.as_slice()));
+            match record::write_pcap(&path, frames) {
+                Ok(()) => println!("oracle sanity: FINDING {}", path.display()),
+                Err(e) => println!("oracle sanity: FINDING ({e})"),
+            }
+            found = true;
+        }
+        if self.link.unparsable.is_empty() {
+            println!("oracle peer-wire: ok");
+        } else {
+            let path = self.cfg.out.join(format!("peer-wire-{tag}.pcap"));
+            let frames = self
+                .link
+                .unparsable
+                .iter()
+                .map(|b| (record::now(), peer, self.link.local, b.as_slice()));
+            match record::write_pcap(&path, frames) {
+                Ok(()) => println!("oracle peer-wire: FINDING {}", path.display()),
+                Err(e) => println!("oracle peer-wire: FINDING ({e})"),
+            }
+            found = true;
+        }
+        found
+    }
+}
+
+/// The energy scheme over the arms.
+struct Bandit {
+    energy: Vec<f64>,
+    seen: HashSet<(usize, Signature)>,
+}
+
+impl Bandit {
+    fn new() -> Bandit {
+        Bandit {
+            energy: vec![1.0; ARMS.len()],
+            seen: HashSet::new(),
+        }
+    }
+
+    fn pick(&self, rng: &mut StdRng) -> usize {
+        let total: f64 = self.energy.iter().sum();
+        let mut x = rng.gen::<f64>() * total;
+        for (i, e) in self.energy.iter().enumerate() {
+            if x < *e {
+                return i;
+            }
+            x -= e;
+        }
+        self.energy.len() - 1
+    }
+
+    /// Returns whether the answer was new for the arm.
+    fn update(&mut self, arm: usize, sig: Signature) -> bool {
+        if self.seen.insert((arm, sig)) {
+            self.energy[arm] = (self.energy[arm] * 2.0).min(16.0);
+            true
+        } else {
+            self.energy[arm] = (self.energy[arm] * 0.98).max(0.25);
+            false
+        }
+    }
+}
+
+/// Runs a campaign. `Ok(true)` when an oracle fired.
+pub(crate) fn run(
+    cfg: &Config,
+    seed: u64,
+    packets: Option<u64>,
+    seconds: Option<Duration>,
+    save: bool,
+) -> Res<bool> {
+    let mut d = Driver::new(cfg, seed)?;
+    let mut rng = StdRng::seed_from_u64(seed);
+    println!(
+        "rxe fuzz: seed {seed}, peer {} (pingpong exchange), from {}",
+        cfg.target, cfg.local
+    );
+    let mut s = d.connect(None).map_err(|e| format!("setup: {e}"))?;
+    if !d.probe(&mut s) {
+        return Err(format!(
+            "setup: the peer accepted the connection but did not ACK a valid SEND \
+             (is it an RC pingpong server with -g, path MTU {}?)",
+            cfg.mtu
+        ));
+    }
+    let start = Instant::now();
+    let budget_left = |d: &Driver| {
+        packets.is_none_or(|n| (d.rec.sent.len() as u64) < n)
+            && seconds.is_none_or(|t| start.elapsed() < t)
+    };
+    let mut bandit = Bandit::new();
+    let mut arm_steps = vec![0u64; ARMS.len()];
+    let mut since_check = 0u64;
+    let mut silent_run = 0u32;
+    let mut need_check = false;
+    let mut liveness: Option<String> = None;
+    let mut session = Some(s);
+    while budget_left(&d) {
+        let s = match session.as_mut() {
+            Some(s) => s,
+            None => break,
+        };
+        if need_check || since_check >= cfg.check_every || silent_run >= 4 {
+            // After a NAK that ends the peer's QP one short probe will do:
+            // the QP is gone unless the peer ignores the spec.
+            let alive = if need_check {
+                d.probe_with(s, 1, cfg.window * 2)
+            } else {
+                d.probe(s)
+            };
+            need_check = false;
+            since_check = 0;
+            silent_run = 0;
+            if !alive {
+                match d.fresh(None) {
+                    Ok(n) => *s = n,
+                    Err(e) => {
+                        liveness = Some(e);
+                        session = None;
+                        break;
+                    }
+                }
+            }
+            continue;
+        }
+        let i = bandit.pick(&mut rng);
+        let arm: Arm = ARMS[i];
+        let ctx = Ctx {
+            sq_psn: s.sq_psn,
+            mtu: cfg.mtu,
+            recv_size: cfg.recv_size,
+            max_datagram: d.link.max_datagram,
+        };
+        let gens = mutate::generate(arm, &mut rng, &ctx);
+        d.send(s, arm.name(), &gens);
+        let a = d.answers(s, cfg.window);
+        arm_steps[i] += 1;
+        let new = bandit.update(i, a.sig);
+        if cfg.verbose {
+            println!(
+                "step {} {}: {}{}",
+                d.steps,
+                arm.name(),
+                a.sig.describe(),
+                if new { "  (new)" } else { "" }
+            );
+        }
+        since_check += 1;
+        silent_run = if a.sig.is_silence() {
+            silent_run + 1
+        } else {
+            0
+        };
+        if a.sig.fatal() {
+            need_check = true;
+        }
+    }
+    if liveness.is_none() {
+        liveness = d.final_check(session.take());
+    }
+    let tag = format!("seed{seed}");
+    println!(
+        "sent {} packets in {} steps over {} connections ({} ACKs for the peer's own SENDs, {} refused by the socket, {} stray datagrams)",
+        d.rec.sent.len(),
+        d.steps,
+        d.sessions,
+        d.link.upkeep,
+        d.refused,
+        d.link.stray
+    );
+    println!("sent hash {:016x}", d.rec.hash());
+    d.print_histogram();
+    println!("coverage: {} (arm, answer) pairs", bandit.seen.len());
+    let mut per_arm: Vec<String> = ARMS
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let answers = bandit.seen.iter().filter(|(j, _)| *j == i).count();
+            format!("{}={}/{}", a.name(), arm_steps[i], answers)
+        })
+        .collect();
+    per_arm.sort();
+    println!("arms (steps/distinct answers): {}", per_arm.join(" "));
+    if save {
+        let path = cfg.out.join("sent.pcap");
+        d.rec.write(&path, 0)?;
+        println!("saved {} packets to {}", d.rec.sent.len(), path.display());
+    }
+    let mut found = false;
+    match &liveness {
+        None => println!("oracle liveness: ok"),
+        Some(why) => {
+            let path = d.write_finding(&format!("liveness-{tag}"), why);
+            println!("oracle liveness: FINDING {}", path.display());
+            found = true;
+        }
+    }
+    found |= d.other_oracles(&tag);
+    Ok(found)
+}

@@ -1,0 +1,231 @@
+//! `rxe fuzz`: a grammar-aware RoCE v2 packet fuzzer aimed at a live peer.
+//!
+//! It connects to the peer the way the peer's own tools expect (today:
+//! rdma-core's `ibv_rc_pingpong` server, through the TCP exchange of
+//! `rxe pingpong`), so the peer has a live RC QP with posted receives; then
+//! it plays the other end of that connection by hand, from a UDP socket
+//! bound to `LOCAL:4791` (rxe-net's [`rxe_net::udp::UdpTransport`]): there
+//! is no engine and no QP on our side, only what [`session`] keeps to stay
+//! in step (the PSN the peer expects, ACKs for the peer's own SENDs).
+//!
+//! Every step sends one or a few packets built with rxe-core's wire
+//! builders from the opcode table and mutated by one *arm* of [`mutate`]
+//! (wrong opcodes and orders, PSN edges and wrap, RETH and atomic edges,
+//! AETHs, pads, oversize payloads, truncated and over-long headers, P_Keys,
+//! Q_Keys, QPNs, ICRCs, duplicates, reorderings), then classifies what the
+//! peer answers within a short window ([`session::Kind`]). Arms whose
+//! packets brought answers not seen before from them get more energy
+//! ([`campaign`]). A seed makes a campaign reproducible against a peer that
+//! answers the same way: the tool prints a hash of what it sent.
+//!
+//! Oracles: `liveness` (a fresh connection to the peer still works, and
+//! the peer ACKs a valid SEND on it), `sanity` (every packet we meant to be
+//! well formed re-parses, with the fields we put in), `peer-wire` (every
+//! packet the peer sent parses). A finding is written as a pcap of the
+//! packets since the last good liveness check plus a `.meta` sidecar, and
+//! `rxe fuzz --replay FILE.pcap` resends them on a new connection
+//! ([`replay`]). Minimisation is not done yet.
+//!
+//! Exit status: 0 no finding, 1 a finding, 2 usage or setup error.
+
+mod campaign;
+mod mutate;
+mod record;
+mod replay;
+mod session;
+
+use clap::Args as ClapArgs;
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Arguments of `rxe fuzz`.
+#[derive(Debug, ClapArgs)]
+pub struct Args {
+    /// Local address to send from (UDP port 4791 of it is bound).
+    #[arg(short = 'd', long = "dev")]
+    local: IpAddr,
+    /// The peer: an rdma-core pingpong server (`ibv_rc_pingpong`, or
+    /// `rxe pingpong`) listening on SERVER[:PORT] (default port 18515).
+    /// Run it in a loop: every packet the peer refuses with a NAK ends its
+    /// QP, and the fuzzer reconnects.
+    #[arg(long = "pingpong", alias = "to", value_name = "SERVER[:PORT]")]
+    pingpong: Option<String>,
+    /// Seed of the campaign.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Budget: this many packets sent (fuzz packets and probes).
+    #[arg(long)]
+    packets: Option<u64>,
+    /// Budget: this many seconds.
+    #[arg(long)]
+    seconds: Option<u64>,
+    /// Where findings (and with --save, every packet sent) go.
+    #[arg(long, default_value = "rxe-fuzz-out")]
+    out: PathBuf,
+    /// Also write every packet sent as OUT/sent.pcap (+ .meta), replayable.
+    #[arg(long)]
+    save: bool,
+    /// Resend the packets of a pcap written by `rxe fuzz` (a finding or
+    /// sent.pcap) on new connections to the peer named by --to.
+    #[arg(long, value_name = "FILE.pcap")]
+    replay: Option<PathBuf>,
+    /// The peer's path MTU (ibv_rc_pingpong's -m, 1024 by default).
+    #[arg(long, default_value_t = 1024)]
+    mtu: usize,
+    /// The size of the peer's receive buffers (ibv_rc_pingpong's -s).
+    #[arg(long = "recv-size", default_value_t = 4096)]
+    recv_size: usize,
+    /// How long to wait for the answers to one step, in milliseconds.
+    #[arg(long = "window-ms", default_value_t = 20)]
+    window_ms: u64,
+    /// Stop waiting this many milliseconds after the last answer.
+    #[arg(long = "grace-ms", default_value_t = 3)]
+    grace_ms: u64,
+    /// Probe the connection (a valid SEND must be ACKed) every this many steps.
+    #[arg(long = "check-every", default_value_t = 100)]
+    check_every: u64,
+    /// How long the peer may take to accept a new connection and ACK its
+    /// first SEND before the liveness oracle fires, in seconds.
+    #[arg(long = "liveness-timeout", default_value_t = 15)]
+    liveness_timeout: u64,
+    /// Print every session and step.
+    #[arg(short = 'v', long)]
+    verbose: bool,
+}
+
+/// The peer's pingpong server.
+#[derive(Debug, Clone)]
+pub(crate) struct Target {
+    host: String,
+    port: u16,
+}
+
+impl Target {
+    fn parse(s: &str) -> Result<Target, String> {
+        // SERVER, SERVER:PORT, [V6]:PORT or a bare IPv6 address.
+        if let Some(rest) = s.strip_prefix('[') {
+            let (h, p) = rest.split_once(']').ok_or(format!("bad target {s:?}"))?;
+            let port = match p.strip_prefix(':') {
+                Some(p) => p.parse().map_err(|_| format!("bad port in {s:?}"))?,
+                None => 18515,
+            };
+            return Ok(Target {
+                host: h.into(),
+                port,
+            });
+        }
+        match s.rsplit_once(':') {
+            Some((h, p)) if !h.contains(':') => Ok(Target {
+                host: h.into(),
+                port: p.parse().map_err(|_| format!("bad port in {s:?}"))?,
+            }),
+            _ => Ok(Target {
+                host: s.into(),
+                port: 18515,
+            }),
+        }
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}:{}", self.host, self.port)
+    }
+}
+
+/// What a campaign or replay is told.
+#[derive(Debug, Clone)]
+pub(crate) struct Config {
+    pub local: IpAddr,
+    pub target: Target,
+    pub mtu: usize,
+    pub recv_size: usize,
+    pub window: Duration,
+    pub grace: Duration,
+    pub check_every: u64,
+    pub liveness_timeout: Duration,
+    pub out: PathBuf,
+    pub verbose: bool,
+}
+
+/// An error that ends the run: `Usage` exits 2, `Setup` exits 2.
+pub(crate) type Res<T> = Result<T, String>;
+
+/// Runs `rxe fuzz`.
+pub fn run(a: &Args) -> ExitCode {
+    let Some(t) = &a.pingpong else {
+        eprintln!("rxe fuzz: name the peer with --pingpong SERVER[:PORT] (or --to with --replay)");
+        return ExitCode::from(2);
+    };
+    let target = match Target::parse(t) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("rxe fuzz: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    if a.local.is_unspecified() || a.local.is_multicast() {
+        eprintln!("rxe fuzz: -d needs a specific local unicast address");
+        return ExitCode::from(2);
+    }
+    if rxe_core::types::Mtu::from_bytes(a.mtu).is_none() {
+        eprintln!("rxe fuzz: --mtu must be 256, 512, 1024, 2048 or 4096");
+        return ExitCode::from(2);
+    }
+    let cfg = Config {
+        local: a.local,
+        target,
+        mtu: a.mtu,
+        recv_size: a.recv_size,
+        window: Duration::from_millis(a.window_ms.max(1)),
+        grace: Duration::from_millis(a.grace_ms.max(1)),
+        check_every: a.check_every.max(1),
+        liveness_timeout: Duration::from_secs(a.liveness_timeout.max(1)),
+        out: a.out.clone(),
+        verbose: a.verbose,
+    };
+    let r = match &a.replay {
+        Some(file) => replay::run(&cfg, file),
+        None => {
+            if a.packets.is_none() && a.seconds.is_none() {
+                eprintln!("rxe fuzz: give a budget: --packets N or --seconds S");
+                return ExitCode::from(2);
+            }
+            campaign::run(
+                &cfg,
+                a.seed,
+                a.packets,
+                a.seconds.map(Duration::from_secs),
+                a.save,
+            )
+        }
+    };
+    match r {
+        Ok(false) => ExitCode::SUCCESS,
+        Ok(true) => ExitCode::FAILURE,
+        Err(e) => {
+            eprintln!("rxe fuzz: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets() {
+        let t = Target::parse("10.0.0.1").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("10.0.0.1", 18515));
+        let t = Target::parse("10.0.0.1:19700").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("10.0.0.1", 19700));
+        let t = Target::parse("[::1]:5").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("::1", 5));
+        let t = Target::parse("fe80::1").unwrap();
+        assert_eq!((t.host.as_str(), t.port), ("fe80::1", 18515));
+        assert!(Target::parse("h:x").is_err());
+    }
+}

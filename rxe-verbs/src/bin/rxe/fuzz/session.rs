@@ -1,0 +1,477 @@
+//! The fuzzer's end of an RC connection, kept by hand: a UDP socket, the
+//! PSN the peer expects from us, and a minimal responder that ACKs the
+//! peer's own SENDs (an `ibv_rc_pingpong` server answers every SEND it
+//! receives with one of its own, and would give up on a peer that never
+//! ACKs them).
+//!
+//! What the peer sends back is sorted into answer [`Kind`]s: ACK, each NAK
+//! code, RNR NAK, atomic ACK, READ data, a SEND of its own, anything else,
+//! and packets our parser refuses.
+
+use super::record::Recorder;
+use super::{Res, Target};
+use crate::pingpong::{client_exchange, gid_addr, Dest};
+use rxe_core::engine::Transmit;
+use rxe_core::psn::Psn;
+use rxe_core::wire::{
+    icrc, AethRepr, AethSyndrome, BthRepr, NakCode, Opcode, Operation, Packet, PacketRepr,
+    ROCE_V2_PORT,
+};
+use rxe_net::udp::UdpTransport;
+use std::net::{IpAddr, Ipv6Addr};
+use std::time::{Duration, Instant};
+
+/// What the peer answered, one kind per packet it sent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) enum Kind {
+    Ack,
+    RnrNak,
+    NakSeq,
+    NakInvalid,
+    NakAccess,
+    NakOperational,
+    NakRd,
+    NakReserved,
+    AethReserved,
+    AtomicAck,
+    ReadData,
+    /// A request of the peer's own (the pingpong SEND); upkeep, not an answer.
+    PeerSend,
+    /// Any other opcode from the peer.
+    Other,
+    /// A datagram our parser refuses.
+    Unparsable,
+}
+
+impl Kind {
+    pub(crate) const ALL: [Kind; 14] = [
+        Kind::Ack,
+        Kind::RnrNak,
+        Kind::NakSeq,
+        Kind::NakInvalid,
+        Kind::NakAccess,
+        Kind::NakOperational,
+        Kind::NakRd,
+        Kind::NakReserved,
+        Kind::AethReserved,
+        Kind::AtomicAck,
+        Kind::ReadData,
+        Kind::PeerSend,
+        Kind::Other,
+        Kind::Unparsable,
+    ];
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Kind::Ack => "ACK",
+            Kind::RnrNak => "RNR NAK",
+            Kind::NakSeq => "NAK PSN sequence error",
+            Kind::NakInvalid => "NAK invalid request",
+            Kind::NakAccess => "NAK remote access error",
+            Kind::NakOperational => "NAK remote operational error",
+            Kind::NakRd => "NAK invalid RD request",
+            Kind::NakReserved => "NAK reserved code",
+            Kind::AethReserved => "AETH reserved syndrome",
+            Kind::AtomicAck => "ATOMIC ACK",
+            Kind::ReadData => "READ data",
+            Kind::PeerSend => "SEND from the peer (upkeep)",
+            Kind::Other => "other opcode",
+            Kind::Unparsable => "unparsable",
+        }
+    }
+
+    /// NAKs after which the peer's QP is in the error state (IBTA 9.9.3.1
+    /// class B/C/D responder errors).
+    pub(crate) fn is_fatal(self) -> bool {
+        matches!(
+            self,
+            Kind::NakInvalid | Kind::NakAccess | Kind::NakOperational | Kind::NakRd
+        )
+    }
+
+    fn bit(self) -> u32 {
+        1 << (self as u32)
+    }
+}
+
+/// The answers to one step: a set of kinds (without the peer's own SENDs),
+/// as a bit set so that it can be a coverage key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub(crate) struct Signature(pub u32);
+
+impl Signature {
+    pub(crate) fn kinds(self) -> impl Iterator<Item = Kind> {
+        Kind::ALL.into_iter().filter(move |k| self.0 & k.bit() != 0)
+    }
+    pub(crate) fn has(self, k: Kind) -> bool {
+        self.0 & k.bit() != 0
+    }
+    pub(crate) fn is_silence(self) -> bool {
+        self.0 == 0
+    }
+    pub(crate) fn fatal(self) -> bool {
+        self.kinds().any(Kind::is_fatal)
+    }
+    pub(crate) fn describe(self) -> String {
+        if self.is_silence() {
+            return "silence".into();
+        }
+        self.kinds().map(Kind::name).collect::<Vec<_>>().join(" + ")
+    }
+}
+
+/// One connection's state.
+#[derive(Debug, Clone)]
+pub(crate) struct Session {
+    /// Counts sessions from 0 within a run.
+    pub index: u32,
+    pub our_qpn: u32,
+    pub peer_qpn: u32,
+    /// The PSN the peer expects next from us, as far as its answers tell.
+    pub sq_psn: Psn,
+    /// The next PSN we expect from the peer's requester.
+    pub peer_epsn: Psn,
+    peer_msn: u32,
+    nak_sent: bool,
+    /// Messages the peer sent us (its pingpong SENDs).
+    pub peer_messages: u64,
+}
+
+/// The socket and what it has seen.
+pub(crate) struct Link {
+    tr: UdpTransport,
+    pub local: IpAddr,
+    pub peer: Option<IpAddr>,
+    /// Largest UDP payload the route to the peer carries.
+    pub max_datagram: usize,
+    /// Upkeep ACKs sent.
+    pub upkeep: u64,
+    /// Datagrams from the peer our parser refused (for the peer-wire oracle).
+    pub unparsable: Vec<Vec<u8>>,
+    /// Datagrams from elsewhere, or for an earlier session's QP (ignored).
+    pub stray: u64,
+    /// Kinds seen in total, including upkeep (for the histogram).
+    pub seen_total: std::collections::BTreeMap<Kind, u64>,
+    /// Print every packet.
+    pub verbose: bool,
+}
+
+/// The answers gathered after one step.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Answers {
+    pub sig: Signature,
+    pub peer_sends: u64,
+}
+
+impl Link {
+    pub(crate) fn bind(local: IpAddr) -> Res<Link> {
+        let tr = UdpTransport::bind(local).map_err(|e| format!("bind {local}:4791: {e}"))?;
+        Ok(Link {
+            local: tr.addr(),
+            tr,
+            peer: None,
+            max_datagram: 1500 - 28,
+            upkeep: 0,
+            unparsable: Vec::new(),
+            stray: 0,
+            seen_total: Default::default(),
+            verbose: false,
+        })
+    }
+
+    /// The top 8 bits our QP numbers must have to reach this process
+    /// (rxe-net shares an address between processes by QPN prefix).
+    pub(crate) fn qpn_prefix(&self) -> u8 {
+        self.tr.qpn_prefix()
+    }
+
+    /// Fills in the ICRC of a transport packet as the peer will check it.
+    pub(crate) fn icrc(&self, bytes: &[u8]) -> Option<u32> {
+        if bytes.len() < 16 {
+            return None;
+        }
+        let peer = self.peer?;
+        icrc::compute_udp(self.local, peer, ROCE_V2_PORT, &bytes[..bytes.len() - 4]).ok()
+    }
+
+    /// Sends one datagram to the peer. `Err` for a datagram the socket
+    /// refuses (larger than the route takes).
+    pub(crate) fn send(&mut self, payload: Vec<u8>) -> Res<()> {
+        let dst = self.peer.ok_or("not connected")?;
+        let t = Transmit {
+            src: self.local,
+            dst,
+            src_port: ROCE_V2_PORT,
+            traffic_class: 0,
+            hop_limit: 0,
+            payload,
+        };
+        for _ in 0..200 {
+            match self.tr.send_batch(std::slice::from_ref(&t)) {
+                Ok(1) => return Ok(()),
+                Ok(_) => {
+                    let _ = self.tr.wait_writable(Some(Duration::from_millis(10)));
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        Err("the socket stayed full".into())
+    }
+
+    /// Connects to the pingpong server: the TCP exchange, retried until
+    /// `limit` (the server may be restarting after its last QP failed).
+    pub(crate) fn connect(
+        &mut self,
+        target: &Target,
+        index: u32,
+        base_psn: Psn,
+        qpn_low: u16,
+        limit: Duration,
+    ) -> Res<Session> {
+        let our_qpn = u32::from(self.qpn_prefix()) << 16 | u32::from(qpn_low);
+        let gid = match self.local {
+            IpAddr::V4(a) => a.to_ipv6_mapped(),
+            IpAddr::V6(a) => a,
+        };
+        let mine = Dest {
+            lid: 0,
+            qpn: our_qpn,
+            psn: base_psn.value(),
+            gid,
+        };
+        let deadline = Instant::now() + limit;
+        let theirs = loop {
+            match client_exchange(&target.host, target.port, &[mine], Some(limit)) {
+                Ok(t) => break t[0],
+                Err(e) if Instant::now() >= deadline => {
+                    return Err(format!("no pingpong exchange with {target}: {e}"))
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        };
+        if theirs.gid.octets()[8..].iter().all(|&b| b == 0) || theirs.gid == Ipv6Addr::UNSPECIFIED {
+            return Err(format!(
+                "the peer's GID {} is empty: run it with -g (a RoCE GID index)",
+                theirs.gid
+            ));
+        }
+        let peer = gid_addr(theirs.gid);
+        if peer.is_ipv4() != self.local.is_ipv4() {
+            return Err(format!(
+                "the peer's GID {} is {} but -d {} is not: give the peer the GID index of the other family",
+                theirs.gid,
+                if peer.is_ipv4() { "IPv4" } else { "IPv6" },
+                self.local
+            ));
+        }
+        if peer.is_multicast() || peer.is_unspecified() {
+            return Err(format!(
+                "the peer's GID {} is not a unicast address",
+                theirs.gid
+            ));
+        }
+        if self.peer != Some(peer) {
+            self.max_datagram = rxe_net::route::link_mtu(self.local, peer)
+                .map(|m| m as usize - if peer.is_ipv4() { 28 } else { 48 })
+                .unwrap_or(1500 - 28)
+                .min(rxe_net::udp::MAX_DATAGRAM);
+        }
+        self.peer = Some(peer);
+        // Whatever an earlier session's QP still had in flight.
+        let _ = self.tr.recv_batch(Some(Duration::ZERO), &mut Vec::new());
+        Ok(Session {
+            index,
+            our_qpn,
+            peer_qpn: theirs.qpn,
+            sq_psn: base_psn,
+            peer_epsn: Psn::new(theirs.psn),
+            peer_msn: 0,
+            nak_sent: false,
+            peer_messages: 0,
+        })
+    }
+
+    /// Gathers what the peer sends for up to `window`, stopping `grace`
+    /// after the last datagram once something came. Answers to our
+    /// requests move `s.sq_psn` to where the peer says it is; the peer's
+    /// own requests are ACKed.
+    pub(crate) fn collect(
+        &mut self,
+        s: &mut Session,
+        window: Duration,
+        grace: Duration,
+        rec: &mut Recorder,
+    ) -> Answers {
+        let start = Instant::now();
+        let mut end = start + window;
+        let mut got = Vec::new();
+        let mut out = Answers::default();
+        loop {
+            let now = Instant::now();
+            if now >= end {
+                break;
+            }
+            got.clear();
+            match self.tr.recv_batch(Some(end - now), &mut got) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            let mut any = false;
+            for d in std::mem::take(&mut got) {
+                if Some(d.meta.src) != self.peer {
+                    self.stray += 1;
+                    continue;
+                }
+                if let Some(k) = self.classify(s, &d.data, rec) {
+                    any = true;
+                    *self.seen_total.entry(k).or_default() += 1;
+                    if k == Kind::PeerSend {
+                        out.peer_sends += 1;
+                    } else {
+                        out.sig.0 |= k.bit();
+                    }
+                }
+            }
+            if any {
+                end = (Instant::now() + grace).min(start + window);
+            }
+        }
+        out
+    }
+
+    /// Sorts one datagram from the peer and does what it calls for.
+    fn classify(&mut self, s: &mut Session, data: &[u8], rec: &mut Recorder) -> Option<Kind> {
+        let pkt = match Packet::new_checked(data) {
+            Ok(p) => p,
+            Err(_) => {
+                if data.len() >= 8 && bth_qpn(data) != s.our_qpn {
+                    self.stray += 1;
+                    return None;
+                }
+                self.unparsable.push(data.to_vec());
+                return Some(Kind::Unparsable);
+            }
+        };
+        let bth = pkt.bth();
+        if bth.dest_qp() != s.our_qpn {
+            self.stray += 1;
+            return None;
+        }
+        if self.verbose {
+            if let Ok(r) = PacketRepr::parse(&pkt) {
+                println!("    < {r}");
+            }
+        }
+        let psn = bth.psn();
+        let info = pkt.info();
+        let kind = match info.operation {
+            Operation::Acknowledge | Operation::AtomicAcknowledge => {
+                let syn = pkt.aeth().map(|a| a.syndrome())?;
+                let k = match syn {
+                    AethSyndrome::Ack { .. } if info.operation == Operation::AtomicAcknowledge => {
+                        Kind::AtomicAck
+                    }
+                    AethSyndrome::Ack { .. } => Kind::Ack,
+                    AethSyndrome::RnrNak { .. } => Kind::RnrNak,
+                    AethSyndrome::Nak(c) => match c {
+                        NakCode::PsnSequenceError => Kind::NakSeq,
+                        NakCode::InvalidRequest => Kind::NakInvalid,
+                        NakCode::RemoteAccessError => Kind::NakAccess,
+                        NakCode::RemoteOperationalError => Kind::NakOperational,
+                        NakCode::InvalidRdRequest => Kind::NakRd,
+                        NakCode::Reserved(_) => Kind::NakReserved,
+                    },
+                    AethSyndrome::Reserved(_) => Kind::AethReserved,
+                };
+                // Where the peer's responder is: an ACK covers `psn` (an
+                // ACK of a duplicate may name the duplicate's own PSN, as
+                // rxe-rs does, or the last PSN done, as the kernel does:
+                // only an ACK ahead moves us on); a NAK (and an RNR NAK)
+                // names the PSN it expects.
+                if matches!(k, Kind::Ack | Kind::AtomicAck) {
+                    if psn.next().is_after(s.sq_psn) {
+                        s.sq_psn = psn.next();
+                    }
+                } else {
+                    s.sq_psn = psn;
+                }
+                k
+            }
+            Operation::ReadResponse => {
+                if info.position.ends() && psn.next().is_after(s.sq_psn) {
+                    s.sq_psn = psn.next();
+                }
+                Kind::ReadData
+            }
+            Operation::Send | Operation::RdmaWrite => {
+                self.upkeep_request(s, &pkt, rec);
+                Kind::PeerSend
+            }
+            _ => Kind::Other,
+        };
+        Some(kind)
+    }
+
+    /// The minimal responder for the peer's own requests.
+    fn upkeep_request(&mut self, s: &mut Session, pkt: &Packet<&[u8]>, rec: &mut Recorder) {
+        let bth = pkt.bth();
+        let psn = bth.psn();
+        let d = psn.diff(s.peer_epsn);
+        let answer = if d == 0 {
+            s.peer_epsn = psn.next();
+            s.nak_sent = false;
+            if pkt.info().position.ends() {
+                s.peer_msn = (s.peer_msn + 1) & 0xff_ffff;
+                s.peer_messages += 1;
+            }
+            (bth.ack_req() || pkt.info().position.ends())
+                .then_some((psn, AethSyndrome::Ack { credits: 31 }))
+        } else if d < 0 {
+            Some((s.peer_epsn.sub(1), AethSyndrome::Ack { credits: 31 }))
+        } else if !s.nak_sent {
+            s.nak_sent = true;
+            Some((s.peer_epsn, AethSyndrome::Nak(NakCode::PsnSequenceError)))
+        } else {
+            None
+        };
+        if let Some((psn, syndrome)) = answer {
+            let mut r = PacketRepr::new(bth_repr(Opcode::RC_ACKNOWLEDGE, s.peer_qpn, psn, false));
+            r.aeth = Some(AethRepr {
+                syndrome,
+                msn: s.peer_msn,
+            });
+            let mut b = vec![0u8; r.buffer_len()];
+            if r.emit(&mut b).is_ok() {
+                if let Some(c) = self.icrc(&b) {
+                    let n = b.len();
+                    b[n - 4..].copy_from_slice(&c.to_le_bytes());
+                }
+                rec.sanity_check(&b, "upkeep ACK", Some((psn, s.peer_qpn)));
+                if self.send(b).is_ok() {
+                    self.upkeep += 1;
+                }
+            }
+        }
+    }
+}
+
+/// A BTH with the defaults of a well-behaved requester.
+pub(crate) fn bth_repr(op: Opcode, qpn: u32, psn: Psn, ack_req: bool) -> BthRepr {
+    BthRepr {
+        opcode: op,
+        solicited: false,
+        mig_req: false,
+        pad_count: 0,
+        pkey: 0xffff,
+        fecn: false,
+        becn: false,
+        dest_qp: qpn & 0xff_ffff,
+        ack_req,
+        psn,
+    }
+}
+
+/// The destination QP of a BTH (the first 8 bytes must be there).
+pub(crate) fn bth_qpn(b: &[u8]) -> u32 {
+    u32::from_be_bytes([0, b[5], b[6], b[7]])
+}
