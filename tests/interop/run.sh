@@ -837,6 +837,16 @@ CM_WAIT=1 HOSTCHK=check_status0 GTIMEOUT=60 HTIMEOUT=60
 scenario di-cm-ucmatose-rs "drop-in: ucmatose drop-in-server→kernel-client, 2 connections" host \
     "ucmatose -s $HOST_IP -b $GUEST_IP -c 2 -C 10" \
     "${DROPIN_EXEC[@]}" ucmatose -b "$HOST_IP" -c 2 -C 10
+CM_WAIT=1 HOSTCHK=check_status0 GTIMEOUT=60 HTIMEOUT=60 EXPECT="$HOST_IP|ServiceIDResReq 
+$GUEST_IP|ServiceIDResReqResp"
+scenario di-cm-udaddy-ks "drop-in: udaddy (UD through SIDR) kernel-server→drop-in-client" guest \
+    "udaddy -b $GUEST_IP" \
+    "${DROPIN_EXEC[@]}" udaddy -s "$GUEST_IP" -b "$HOST_IP"
+CM_WAIT=1 HOSTCHK=check_status0 GTIMEOUT=60 HTIMEOUT=60 EXPECT="$GUEST_IP|ServiceIDResReq 
+$HOST_IP|ServiceIDResReqResp"
+scenario di-cm-udaddy-rs "drop-in: udaddy (UD through SIDR) drop-in-server→kernel-client" host \
+    "udaddy -s $HOST_IP -b $GUEST_IP" \
+    "${DROPIN_EXEC[@]}" udaddy -b "$HOST_IP"
 CM_WAIT=1 HOSTCHK=check_perftest_cm GTIMEOUT=60 HTIMEOUT=60
 scenario di-cm-write_bw-ks "drop-in: ib_write_bw -R kernel-server→drop-in-client 64 KiB × 10" guest \
     "ib_write_bw -R -d rxe0 -s 65536 -n 10" \
