@@ -880,6 +880,27 @@ scenario cm-rping-lost-req-rep-rs "rdma_cm: rping with the first REQ and REP los
     "rping -c -a $HOST_IP -C 3 -S 64 -v -V" \
     "$RXE" rping -s -a "$HOST_IP" -S 64 -v --timeout 40
 lossy_off
+# A lost RTU (the active side's second frame): the passive side resends its
+# REP after its timeout, the active side answers the duplicate REP with the
+# RTU again, and the connection is made once.
+check_rtu_lost() {  # host log, guest log
+    check_rping "$1" "$2" || return 1
+    local dropped
+    dropped=$(lossy_count)
+    [ "$dropped" = 1 ] || { say "     nftables dropped $dropped frames (the RTU: 1 expected)"; return 1; }
+}
+lossy_on "999999" "1"
+CM_WAIT=1 HOSTCHK=check_rtu_lost ALLOW=any GTIMEOUT=60 HTIMEOUT=60
+scenario cm-rping-lost-rtu-ks "rdma_cm: rping with our RTU lost, kernel-server→rxe-rs-client" guest \
+    "rping -s -a $GUEST_IP -C 3 -S 64 -v" \
+    "$RXE" rping -c -a "$GUEST_IP" -I "$HOST_IP" -C 3 -S 64 -v -V --timeout 40
+lossy_off
+lossy_on "1" "999999"
+CM_WAIT=1 HOSTCHK=check_rtu_lost ALLOW=any GTIMEOUT=60 HTIMEOUT=60
+scenario cm-rping-lost-rtu-rs "rdma_cm: rping with the kernel's RTU lost, rxe-rs-server→kernel-client" host \
+    "rping -c -a $HOST_IP -C 3 -S 64 -v -V" \
+    "$RXE" rping -s -a "$HOST_IP" -S 64 -v --timeout 40
+lossy_off
 check_rej8() {  # host log: our client got the kernel's REJ, reason 8
     grep -q 'cma event Rejected, error 8' "$1" || { say "     no 'Rejected, error 8' in the host log"; return 1; }
 }
