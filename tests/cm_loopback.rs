@@ -455,3 +455,34 @@ fn rping_processes_sharing_addresses_find_their_peers() {
         assert_eq!(pings, n, "{out}");
     }
 }
+
+// 127.0.7.24 (and .25, where nobody is)
+#[test]
+fn a_server_that_never_answers_is_unreachable_after_the_retries() {
+    let cctx = Device::soft(addr(24)).open().unwrap();
+    let cli = side(&cctx);
+    let ch = EventChannel::new();
+    let id = CmId::new(&ch, PortSpace::TCP).unwrap();
+    // 4.096 µs × 2^14 = 67 ms per answer (plus the path's 2 × 4.096 µs ×
+    // 2^16 = 0.54 s), the REQ sent 3 times: gone after about 1.8 s.
+    assert!(id.set_cm_timeout(32, 3).is_err(), "a 5-bit field");
+    assert!(id.set_cm_timeout(14, 16).is_err(), "a 4-bit field");
+    id.set_cm_timeout(14, 2).unwrap();
+    let t0 = std::time::Instant::now();
+    id.connect(
+        &cctx,
+        SocketAddr::new(addr(25), 7174),
+        &cli.qp,
+        &ConnParam::new(),
+    )
+    .unwrap();
+    let e = event(&ch, EventKind::Unreachable);
+    let took = t0.elapsed();
+    assert_eq!(e.status, -110, "-ETIMEDOUT");
+    assert!(
+        took >= Duration::from_millis(1500) && took < Duration::from_secs(15),
+        "{took:?}"
+    );
+    let sent = cctx.cm_counters().unwrap();
+    assert_eq!(sent.retries, 2, "{sent:?}");
+}

@@ -901,6 +901,21 @@ scenario cm-rping-lost-rtu-rs "rdma_cm: rping with the kernel's RTU lost, rxe-rs
     "rping -c -a $HOST_IP -C 3 -S 64 -v -V" \
     "$RXE" rping -s -a "$HOST_IP" -S 64 -v --timeout 40
 lossy_off
+# A peer that vanishes mid-connection: the guest's answers (its REJ to our
+# REQs) never arrive; with a 67 ms response timeout and 2 retries our client
+# gives up after three REQs and about 2 s with UNREACHABLE (-ETIMEDOUT).
+check_unreachable() {  # host log
+    grep -q 'cma event Unreachable, error -110' "$1" || { say "     no 'Unreachable, error -110' in the host log"; return 1; }
+    local reqs
+    reqs=$(grep -c 'ConnectRequest' "$PCAPS/cm-unreachable-ks.txt")
+    [ "$reqs" = 3 ] || { say "     $reqs REQs in the capture (3 expected)"; return 1; }
+}
+lossy_on "0,1,2,3,4,5,6,7,8,9" "999999"
+CM_WAIT=1 HOSTCHK=check_unreachable ALLOW=any ONE_WAY=1
+scenario cm-unreachable-ks "rdma_cm: a peer whose answers never come is unreachable after the CM's retries" guest \
+    "sleep 4" \
+    sh -c "\"$RXE\" rping -c -a $GUEST_IP -I $HOST_IP -p 7998 -C 1 --cm-timeout 14 --cm-retries 2 --timeout 20; [ \$? = 1 ]"
+lossy_off
 check_rej8() {  # host log: our client got the kernel's REJ, reason 8
     grep -q 'cma event Rejected, error 8' "$1" || { say "     no 'Rejected, error 8' in the host log"; return 1; }
 }

@@ -308,6 +308,9 @@ pub(crate) struct IdState {
     pub ack_timeout: Option<u8>,
     /// Another id may bind the same port (`set_reuse_addr`).
     pub reuse_addr: bool,
+    /// How long to wait for each answer to the REQ or SIDR_REQ, and how
+    /// often to send it again (`set_cm_timeout`); `None`: rdma_cm's.
+    pub cm_timeout: Option<(u8, u8)>,
 }
 
 impl std::fmt::Debug for CmId {
@@ -401,6 +404,29 @@ impl CmId {
             return Err(invalid("timeout", format!("{timeout} is more than 31")));
         }
         self.inner.st.lock().ack_timeout = Some(timeout);
+        Ok(())
+    }
+
+    /// How long a later [`CmId::connect`] waits for each answer
+    /// (`response_timeout`, a 5-bit exponent: 4.096 µs × 2^t, plus the
+    /// path's round trip) and how often it sends its REQ (or SIDR_REQ) again
+    /// (`max_retries`, 0 to 15), before it gives up with
+    /// [`EventKind::Unreachable`]. rdma_cm's are 20 (about 4.3 s) and 15: a
+    /// peer that vanished is given up after about 77 s.
+    pub fn set_cm_timeout(&self, response_timeout: u8, max_retries: u8) -> Result<(), Error> {
+        if response_timeout > 31 {
+            return Err(invalid(
+                "response_timeout",
+                format!("{response_timeout} is more than 31"),
+            ));
+        }
+        if max_retries > 15 {
+            return Err(invalid(
+                "max_retries",
+                format!("{max_retries} is more than 15"),
+            ));
+        }
+        self.inner.st.lock().cm_timeout = Some((response_timeout, max_retries));
         Ok(())
     }
 
@@ -622,7 +648,10 @@ impl CmId {
             ));
         }
         let (dev, local, tos) = self.ready_to_start(ctx)?;
-        let ack_timeout = self.inner.st.lock().ack_timeout;
+        let (ack_timeout, cm_timeout) = {
+            let st = self.inner.st.lock();
+            (st.ack_timeout, st.cm_timeout)
+        };
         if qp_dev.as_ref().is_some_and(|q| !Arc::ptr_eq(&dev, q)) {
             return Err(invalid("qp", "the QP is on another device than the id"));
         }
@@ -643,6 +672,10 @@ impl CmId {
             p.traffic_class = tos;
             if let Some(t) = ack_timeout {
                 p.local_ack_timeout = t;
+            }
+            if let Some((t, n)) = cm_timeout {
+                p.remote_cm_response_timeout = t;
+                p.max_cm_retries = n;
             }
             // The route's MTU, as the kernel's rdma_cm takes it from the net
             // device: a 1500-byte link gives 1024.

@@ -68,6 +68,14 @@ pub struct Args {
     /// Give up on any one wait after this many seconds.
     #[arg(long, default_value_t = 30)]
     timeout: u64,
+    /// Client: the CM's response timeout for the REQ (5-bit exponent of
+    /// 4.096 µs; rdma_cm's is 20, about 4.3 s).
+    #[arg(long = "cm-timeout")]
+    cm_timeout: Option<u8>,
+    /// Client: how often the REQ is sent again before the server is
+    /// reported unreachable (rdma_cm's: 15).
+    #[arg(long = "cm-retries")]
+    cm_retries: Option<u8>,
 }
 
 /// rping's format of the ping text, and its minimum buffer.
@@ -230,6 +238,10 @@ fn client(a: &Args) -> Result<(), String> {
     let res = Res::new(&ctx, a.size).map_err(|e| e.to_string())?;
     let ch = EventChannel::new();
     let id = CmId::new(&ch, PortSpace::TCP).map_err(|e| e.to_string())?;
+    if a.cm_timeout.is_some() || a.cm_retries.is_some() {
+        id.set_cm_timeout(a.cm_timeout.unwrap_or(20), a.cm_retries.unwrap_or(15))
+            .map_err(|e| e.to_string())?;
+    }
     id.connect(
         &ctx,
         SocketAddr::new(a.addr, a.port),
