@@ -1,0 +1,135 @@
+#!/bin/bash
+# tests/interop/fuzz_kernel.sh - `rxe fuzz` against the kernel's rdma_rxe in
+# the interop guest (issue 22).
+#
+# The guest runs rdma-core's `ibv_rc_pingpong -g $GIDX -n 100000000` in a
+# loop (every NAK that ends its QP ends the program; the loop starts it
+# again, so that the fuzzer's liveness oracle can ask for a fresh
+# connection); the host runs a bounded, seeded `rxe fuzz` campaign at it.
+# Then the verdicts:
+#   * the fuzzer's oracles (liveness: a fresh connection still ACKs a valid
+#     SEND; sanity; peer-wire) - its exit status;
+#   * the guest's kernel log since the campaign began has no oops, BUG,
+#     WARNING, KASAN report, hung task, soft lockup or RCU stall;
+#   * the guest still runs a normal ibv_rc_pingpong exchange (100 iterations
+#     against `rxe pingpong` on the host) and is still up.
+# The campaign's output, the pcap of every packet sent (+ .meta, replayable
+# with `rxe fuzz --replay`), any finding and the guest's log go to
+# $OUT/fuzz/.
+#
+# Two ways to run it:
+#   * sourced by run.sh once the guest is up (it uses run.sh's RXE, OUT,
+#     LOGS, SHARE, NS, QEMU_PID, GIDX, HOST_IP, GUEST_IP, gjob/gwait/grun,
+#     nsx), then `fuzz_kernel` is a function returning 0 (all verdicts ok)
+#     or 1, printing one line per verdict;
+#   * standalone, as root: `bash tests/interop/fuzz_kernel.sh` builds
+#     target/release/rxe, boots the guest as run.sh does (same work dir and
+#     lock, the guest built by build-guest.sh), runs `fuzz_kernel`, and
+#     exits 0/1 (2: cannot run here).
+# Env: RXE_FUZZ_SECONDS (60), RXE_FUZZ_SEED (1), RXE_FUZZ_PORT (18700; the
+#      check exchange uses the next port), RXE_FUZZ_WINDOW_MS (40).
+
+fuzz_kernel() {
+    local secs=${RXE_FUZZ_SECONDS:-60} seed=${RXE_FUZZ_SEED:-1} port=${RXE_FUZZ_PORT:-18700}
+    local win=${RXE_FUZZ_WINDOW_MS:-40}
+    local dir="$OUT/fuzz" rc=0 frc n0 bad
+    mkdir -p "$dir"
+    rm -f "$SHARE/fuzz.stop"
+    echo "== fuzz: rxe fuzz --seed $seed --seconds $secs at the guest's ibv_rc_pingpong (port $port)"
+    # where the kernel log stands before the campaign
+    n0=$(grun fuzz-mark 30 'dmesg | wc -l' 2>/dev/null | tail -1)
+    [[ $n0 =~ ^[0-9]+$ ]] || n0=0
+    # the server loop: a new ibv_rc_pingpong whenever the last one ends
+    gjob fuzz-srv "end=\$((\$(date +%s) + $secs + 120)); n=0
+while [ \$(date +%s) -lt \$end ] && [ ! -e /share/fuzz.stop ]; do
+    timeout 90 ibv_rc_pingpong -d rxe0 -g $GIDX -p $port -n 100000000 >/tmp/fuzz-srv.out 2>&1
+    echo \"run \$n: exit \$?: \$(tail -1 /tmp/fuzz-srv.out)\"; n=\$((n+1))
+done
+echo SERVER_RUNS \$n"
+    sleep 1
+    timeout $((secs + 300)) ip netns exec "$NS" "$RXE" fuzz -d "$HOST_IP" --pingpong "$GUEST_IP:$port" \
+        --seed "$seed" --seconds "$secs" --window-ms "$win" --liveness-timeout 30 \
+        --out "$dir" --save ${RXE_FUZZ_ARGS:-} >"$dir/campaign.log" 2>&1
+    frc=$?
+    touch "$SHARE/fuzz.stop"
+    grun fuzz-kill 20 'killall -q ibv_rc_pingpong; true' >/dev/null 2>&1
+    gwait fuzz-srv 150 >"$dir/guest-server.log" 2>&1
+    sed -n '/^sent /,$p' "$dir/campaign.log"
+    echo "  guest: $(grep -c '^run ' "$dir/guest-server.log") ibv_rc_pingpong runs; exits: $(sed -n 's/^run [0-9]*: exit \([0-9]*\).*/\1/p' "$dir/guest-server.log" | sort | uniq -c | tr -s ' ' | tr '\n' ';')"
+    case $frc in
+        0) echo "verdict fuzz-oracles: ok" ;;
+        1) echo "verdict fuzz-oracles: FINDING (see $dir/campaign.log)"; rc=1 ;;
+        *) echo "verdict fuzz-oracles: FAIL (rxe fuzz exit $frc; see $dir/campaign.log)"; tail -5 "$dir/campaign.log"; rc=1 ;;
+    esac
+
+    # the kernel's log since the campaign began
+    grun fuzz-dmesg 30 "dmesg | tail -n +$((n0 + 1))" >"$dir/guest-dmesg.txt" 2>&1
+    bad=$(grep -E 'Oops|BUG:|WARNING:|KASAN|UBSAN|hung_task|blocked for more than|soft lockup|rcu.*stall|general protection|Call Trace|kernel panic' "$dir/guest-dmesg.txt" | head -20)
+    if [ -n "$bad" ]; then
+        echo "verdict guest-kernel-log: FINDING ($dir/guest-dmesg.txt)"; echo "$bad" | sed 's/^/  /'; rc=1
+    else
+        echo "verdict guest-kernel-log: ok ($(wc -l <"$dir/guest-dmesg.txt") new lines, $(grep -ci rxe "$dir/guest-dmesg.txt") about rxe)"
+    fi
+    grep -iE 'rxe|rdma' "$dir/guest-dmesg.txt" | sort | uniq -c | sort -rn | head -5 | sed 's/^/  guest log: /'
+
+    # a normal exchange still works
+    local pport=$((port + 1)) prc=1 hlog="$dir/check-host.log"
+    gjob fuzz-check "timeout 60 ibv_rc_pingpong -d rxe0 -g $GIDX -p $pport -n 100"
+    for _ in 1 2 3; do
+        sleep 1
+        timeout 60 ip netns exec "$NS" "$RXE" pingpong -d "$HOST_IP" -p "$pport" -n 100 --timeout 20 "$GUEST_IP" >"$hlog" 2>&1 && { prc=0; break; }
+        grep -q "Couldn't connect" "$hlog" || break
+    done
+    gwait fuzz-check 90 >"$dir/check-guest.log" 2>&1 || prc=1
+    if [ "$prc" = 0 ] && kill -0 "$QEMU_PID" 2>/dev/null; then
+        echo "verdict guest-still-works: ok ($(grep -m1 'iters in' "$hlog"))"
+    else
+        echo "verdict guest-still-works: FAIL (host: $(tail -1 "$hlog"); guest: $(tail -1 "$dir/check-guest.log"))"; rc=1
+    fi
+    return $rc
+}
+
+# ---- standalone: boot the guest as run.sh does, then fuzz -----------------------------
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+    set -uo pipefail
+    HERE=$(cd "$(dirname "$0")" && pwd)
+    ROOT=$(cd "$HERE/../.." && pwd)
+    WORK=${RXE_INTEROP_WORK:-/var/tmp/rxe-rs-interop}
+    OUT="$WORK/runs/fuzz-$(date +%Y%m%d-%H%M%S)"
+    LOGS="$OUT/logs" SHARE="$OUT/share"
+    RXE="$ROOT/target/release/rxe"
+    QEMU_PID=""
+    export RXE_PROVIDER=soft
+    source "$HERE/lib.sh"
+    cannot() { echo "fuzz_kernel: CANNOT RUN: $*" >&2; exit 2; }
+    [ "$(id -u)" = 0 ] || cannot "must run as root (network namespace, tap device)"
+    [ -c /dev/net/tun ] || cannot "/dev/net/tun is missing"
+    for c in qemu-system-x86_64 ip cargo; do command -v "$c" >/dev/null || cannot "$c is not installed (run tests/interop/run.sh once)"; done
+    mkdir -p "$WORK" "$LOGS" "$SHARE" || cannot "cannot create $OUT"
+    exec 9>"$WORK/.lock"
+    flock -w 1200 9 || cannot "another interop run holds $WORK/.lock"
+    cleanup() {
+        set +e
+        if [ -n "$QEMU_PID" ]; then
+            gpoweroff 2>/dev/null
+            for _ in $(seq 30); do kill -0 "$QEMU_PID" 2>/dev/null || break; sleep 0.1; done
+            kill "$QEMU_PID" 2>/dev/null; wait "$QEMU_PID" 2>/dev/null
+        fi
+        net_down
+    }
+    trap cleanup EXIT
+    trap 'echo "fuzz_kernel: interrupted"; exit 130' INT TERM
+    ( cd "$ROOT" && cargo build --release -q -p rxe-verbs --bin rxe ) >"$LOGS/build-rxe.log" 2>&1 ||
+        { cat "$LOGS/build-rxe.log"; echo "fuzz_kernel: building rxe failed"; exit 1; }
+    "$HERE/build-guest.sh" >"$LOGS/build-guest.log" 2>&1 ||
+        { tail -30 "$LOGS/build-guest.log"; cannot "building the guest failed"; }
+    net_down
+    net_up 1500 2>"$LOGS/netns.err" || { cat "$LOGS/netns.err" >&2; cannot "cannot create the network namespace"; }
+    guest_boot
+    guest_ready 180 || { tail -20 "$SHARE/console.log" 2>/dev/null; echo "fuzz_kernel: the guest did not come up"; exit 1; }
+    GIDX=$(sed -n 's/^gid_index=//p' "$SHARE/ready")
+    [ -n "$GIDX" ] || { echo "fuzz_kernel: rxe0 has no IPv4 GID"; exit 1; }
+    echo "guest up: kernel $(sed -n 's/^kernel=//p' "$SHARE/ready"), rxe0 on $GUEST_IP, IPv4 GID index $GIDX; results in $OUT/fuzz"
+    fuzz_kernel
+    exit $?
+fi
