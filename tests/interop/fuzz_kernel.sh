@@ -21,13 +21,17 @@
 #   * sourced by run.sh once the guest is up (it uses run.sh's RXE, OUT,
 #     LOGS, SHARE, NS, QEMU_PID, GIDX, HOST_IP, GUEST_IP, gjob/gwait/grun,
 #     nsx), then `fuzz_kernel` is a function returning 0 (all verdicts ok)
-#     or 1, printing one line per verdict;
+#     or 1, printing one line per verdict; in run.sh, after the last
+#     scenario and before the summary (the guest must still be up):
+#         source "$HERE/fuzz_kernel.sh"; fuzz_kernel || FAILED=$((FAILED+1))
+#     (about 90 s with the default 60-second campaign);
 #   * standalone, as root: `bash tests/interop/fuzz_kernel.sh` builds
 #     target/release/rxe, boots the guest as run.sh does (same work dir and
 #     lock, the guest built by build-guest.sh), runs `fuzz_kernel`, and
 #     exits 0/1 (2: cannot run here).
 # Env: RXE_FUZZ_SECONDS (60), RXE_FUZZ_SEED (1), RXE_FUZZ_PORT (18700; the
-#      check exchange uses the next port), RXE_FUZZ_WINDOW_MS (40).
+#      check exchange uses the next port), RXE_FUZZ_WINDOW_MS (40),
+#      RXE_FUZZ_ARGS (more arguments for rxe fuzz, e.g. -v).
 
 fuzz_kernel() {
     local secs=${RXE_FUZZ_SECONDS:-60} seed=${RXE_FUZZ_SEED:-1} port=${RXE_FUZZ_PORT:-18700}
