@@ -21,8 +21,9 @@
 //! request, RTU a response, DREP a DREQ), so the fuzzer reaches every state
 //! quickly. Oracles: no panic; each connection reports `Established` and
 //! `Disconnected` at most once and nothing after `TimewaitExit` (or its
-//! removal); established pairs have crossed PSNs and each other's QPNs;
-//! the transmit queue and the connection table stay within their bounds.
+//! removal); established pairs have crossed PSNs and each other's QPNs
+//! (unless a forged MAD from a peer's address was believed); the transmit
+//! queue and the connection table stay within their bounds.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -52,7 +53,12 @@ impl Input<'_> {
         Some(b)
     }
     fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_be_bytes([self.u8()?, self.u8()?, self.u8()?, self.u8()?]))
+        Some(u32::from_be_bytes([
+            self.u8()?,
+            self.u8()?,
+            self.u8()?,
+            self.u8()?,
+        ]))
     }
     fn bytes(&mut self, n: usize) -> [u8; MAD_LEN] {
         let mut m = [0u8; MAD_LEN];
@@ -81,6 +87,12 @@ struct World {
     agents: [CmAgent; 2],
     wire: Vec<(usize, IpAddr, [u8; MAD_LEN])>,
     seen: [Seen; 2],
+    /// A changed or made-up MAD was delivered as if from the real peer:
+    /// the CM has no integrity check beyond the ICRC (which this target
+    /// skips), so a forged REP with another starting PSN is believed, and
+    /// the crossed-PSN oracle no longer applies. (Found by the smoke run:
+    /// a mutated REP made the two ends disagree, as it would on the wire.)
+    tampered: bool,
 }
 
 impl World {
@@ -106,6 +118,7 @@ impl World {
             agents,
             wire: vec![],
             seen,
+            tampered: false,
         }
     }
 
@@ -167,7 +180,11 @@ impl World {
                 break;
             }
         }
-        // Connections established on both sides have crossed PSNs.
+        // Connections established on both sides have crossed PSNs, unless
+        // a forged MAD from a peer's address was believed.
+        if self.tampered {
+            return;
+        }
         for (c, qa) in &self.seen[0].qp {
             let Some(rid) = self.agents[0].remote_comm_id(*c) else {
                 continue;
@@ -301,6 +318,7 @@ impl World {
                 let at = usize::from(inp.u8()?);
                 mad[at] = inp.u8()?;
                 let from = if op & 0x80 != 0 { ADDRS[2] } else { from };
+                self.tampered |= from != ADDRS[2];
                 self.deliver(to, from, &mad);
             }
             4 => {
@@ -308,6 +326,7 @@ impl World {
                 let from = ADDRS[usize::from(inp.u8()?) % 3];
                 let n = usize::from(inp.u8()?) + 1;
                 let mad = inp.bytes(n);
+                self.tampered |= from != ADDRS[2];
                 self.deliver(to, from, &mad);
             }
             5 => {
