@@ -3,6 +3,7 @@
 //!
 //! Address plan: 127.0.7.N, each test its own pair (noted at its top).
 
+use rxe_tests::rxe_bin;
 use rxe_verbs::cm::{CmId, ConnParam, Event, EventChannel, EventKind, PortSpace};
 use rxe_verbs::*;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
@@ -316,20 +317,6 @@ fn many_connections_to_one_listener() {
 }
 
 // ---- rxe rping, as separate processes -------------------------------------
-
-/// The `rxe` executable (built on first use; `RXE_BIN` overrides).
-fn rxe_bin() -> &'static std::path::Path {
-    static BIN: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    BIN.get_or_init(|| {
-        if let Some(p) = std::env::var_os("RXE_BIN") {
-            return p.into();
-        }
-        rxe_tests::cargo_build(&["-p", "rxe-verbs", "--bin", "rxe"])
-            .into_iter()
-            .find(|f| f.file_name().is_some_and(|n| n == "rxe"))
-            .expect("cargo built no rxe executable")
-    })
-}
 
 /// A running `rxe rping`, its output going to files (a pipe nobody reads
 /// while it runs would fill and stop it).

@@ -12,41 +12,13 @@
 
 use rxe_core::wire::{AethSyndrome, PacketRepr, RoceFrame};
 use rxe_net::capture::{CaptureReader, CaptureWriter, Record};
-use rxe_tests::{pcap_dir, tests_dir};
+use rxe_tests::pcap_dir;
 use serde_json::{json, Value};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
+use std::process::{Command, Output};
 
-/// The `rxe` executable, built on first use.
-fn rxe_bin() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        if let Some(p) = std::env::var_os("RXE_BIN") {
-            return PathBuf::from(p);
-        }
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
-        let out = Command::new(cargo)
-            .args(["build", "-p", "rxe-verbs", "--bin", "rxe"])
-            .arg("--message-format=json-render-diagnostics")
-            .current_dir(tests_dir().parent().unwrap())
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run cargo build");
-        assert!(
-            out.status.success(),
-            "cargo build -p rxe-verbs --bin rxe failed"
-        );
-        let stdout = String::from_utf8(out.stdout).unwrap();
-        stdout
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "rxe")
-            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-            .expect("cargo reported no rxe executable")
-    })
-}
+use rxe_tests::rxe_bin;
 
 fn rxe<S: AsRef<OsStr>>(args: &[S]) -> Output {
     Command::new(rxe_bin())

@@ -12,42 +12,14 @@
 //! replay, 127.0.5.20/21 (port 19701) for the seeds. The `rxe` binary is
 //! found as in `perf_cli.rs` (`RXE_BIN` overrides).
 
-use rxe_tests::tests_dir;
-use serde_json::Value;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-fn rxe_bin() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        if let Some(p) = std::env::var_os("RXE_BIN") {
-            return PathBuf::from(p);
-        }
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
-        let out = Command::new(cargo)
-            .args(["build", "-p", "rxe-verbs", "--bin", "rxe"])
-            .arg("--message-format=json-render-diagnostics")
-            .current_dir(tests_dir().parent().unwrap())
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run cargo build");
-        assert!(
-            out.status.success(),
-            "cargo build -p rxe-verbs --bin rxe failed"
-        );
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "rxe")
-            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-            .expect("cargo reported no rxe executable")
-    })
-}
+use rxe_tests::rxe_bin;
 
 /// `rxe pingpong` as a server on `addr:port`, started again whenever it
 /// ends, until dropped. Keeps what every run printed on stderr.

@@ -24,22 +24,10 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// The `rxe` executable, built on first use.
-fn rxe_bin() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        if let Some(p) = std::env::var_os("RXE_BIN") {
-            return PathBuf::from(p);
-        }
-        rxe_tests::cargo_build(&["-p", "rxe-verbs", "--bin", "rxe"])
-            .into_iter()
-            .find(|f| f.file_name().is_some_and(|n| n == "rxe"))
-            .expect("cargo reported no rxe executable")
-    })
-}
+use rxe_tests::rxe_bin;
 
 fn scratch(name: &str) -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("ladder-{name}"))

@@ -48,6 +48,22 @@ pub fn cargo_build(args: &[&str]) -> Vec<PathBuf> {
         .collect()
 }
 
+/// The `rxe` executable (unoptimised, as `cargo test` builds), built on
+/// first use: Cargo builds no binaries of other packages for integration
+/// tests. `RXE_BIN` names another one.
+pub fn rxe_bin() -> &'static std::path::Path {
+    static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        if let Some(p) = std::env::var_os("RXE_BIN") {
+            return PathBuf::from(p);
+        }
+        cargo_build(&["-p", "rxe-verbs", "--bin", "rxe"])
+            .into_iter()
+            .find(|f| f.file_name().is_some_and(|n| n == "rxe"))
+            .expect("cargo reported no rxe executable")
+    })
+}
+
 /// The drop-in `libibverbs.so` (rxe-verbs/ibverbs), built on first use,
 /// optimised as users build it (`cargo build --release`): an unoptimised
 /// engine under perftest's 8 MiB READs, with the other tests beside it,

@@ -8,41 +8,13 @@
 //! Address plan (127.0.2.N): each test takes the pair noted at its top.
 //! The `rxe` binary is found as in `dump_cli.rs` (`RXE_BIN` overrides).
 
-use rxe_tests::tests_dir;
 use serde_json::Value;
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-fn rxe_bin() -> &'static Path {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        if let Some(p) = std::env::var_os("RXE_BIN") {
-            return PathBuf::from(p);
-        }
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
-        let out = Command::new(cargo)
-            .args(["build", "-p", "rxe-verbs", "--bin", "rxe"])
-            .arg("--message-format=json-render-diagnostics")
-            .current_dir(tests_dir().parent().unwrap())
-            .stderr(Stdio::inherit())
-            .output()
-            .expect("run cargo build");
-        assert!(
-            out.status.success(),
-            "cargo build -p rxe-verbs --bin rxe failed"
-        );
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
-            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "rxe")
-            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
-            .expect("cargo reported no rxe executable")
-    })
-}
+use rxe_tests::rxe_bin;
 
 /// A TCP port nobody listens on right now.
 fn free_port() -> u16 {
