@@ -279,6 +279,46 @@ fn send_longer_than_the_receive_is_an_invalid_request() {
     assert_eq!((cb[0].wr_id, cb[0].status), (5, WcStatus::LocLenErr));
 }
 
+/// The receive buffer's region is deregistered while a multi-packet SEND is
+/// landing in it (its owner tearing down mid-transfer). The kernel's rxe
+/// calls that a malformed WQE (class A): NAK *remote operational error*,
+/// the receive completes with `LocQpOpErr`. It is not an invalid request:
+/// the requester did nothing wrong, and not one more byte is written.
+#[test]
+fn receive_region_deregistered_mid_send_is_a_remote_operational_error() {
+    let (mut net, nodes) = network(16, Faults::none(), 2, 1 << 16);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let (qa, qb) = connect(&mut net, a, b, &rc(7, 7));
+    net.engines[b.idx]
+        .post_recv(
+            qb,
+            RecvWr {
+                wr_id: 5,
+                sg_list: vec![sge(b, 0, 1 << 15)],
+            },
+        )
+        .unwrap();
+    let mut wr = SendWr::new(1, SendOpcode::Send);
+    wr.sg_list = vec![sge(a, 0, 1 << 15)];
+    net.engines[a.idx].post_send(qa, wr).unwrap();
+    // Stop once B has taken the first packets of the SEND in.
+    let before = net.engines[b.idx].counters().rcvd_pkts;
+    assert!(net.run_until(Duration::from_secs(1), |n| {
+        n.engines[b.idx].counters().rcvd_pkts >= before + 2
+    }));
+    net.engines[b.idx].dereg_mr(b.mr.lkey).unwrap();
+    let frozen = b.mem.snapshot();
+    net.run(Duration::from_secs(1));
+    assert_eq!(completions(&mut net, a)[0].status, WcStatus::RemOpErr);
+    let cb = completions(&mut net, b);
+    assert_eq!((cb[0].wr_id, cb[0].status), (5, WcStatus::LocQpOpErr));
+    assert_eq!(
+        b.mem.snapshot(),
+        frozen,
+        "nothing written after deregistration"
+    );
+}
+
 #[test]
 fn uc_and_ud_under_loss_lose_whole_messages_only() {
     for qp_type in [QpType::Uc, QpType::Ud] {

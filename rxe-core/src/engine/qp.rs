@@ -490,15 +490,25 @@ pub(crate) enum BuildError {
     Fill,
 }
 
+/// Why [`scatter`] wrote nothing (or stopped).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ScatterError {
+    /// The data does not fit: the buffers end before it does.
+    TooLong,
+    /// A buffer's key went away (its MR was deregistered or its window
+    /// unbound) while the message was in progress.
+    Revoked,
+}
+
 /// Writes `data` at byte `offset` of the concatenation of `slices`.
-/// Returns false (and writes nothing) if it does not fit.
-pub(crate) fn scatter(slices: &[MemSlice], offset: u64, data: &[u8]) -> bool {
+/// Writes nothing if it does not fit; stops at a revoked slice.
+pub(crate) fn scatter(slices: &[MemSlice], offset: u64, data: &[u8]) -> Result<(), ScatterError> {
     let total: u64 = slices.iter().map(|s| s.len() as u64).sum();
     if offset
         .checked_add(data.len() as u64)
         .is_none_or(|end| end > total)
     {
-        return false;
+        return Err(ScatterError::TooLong);
     }
     let (mut off, mut data) = (offset, data);
     for s in slices {
@@ -512,12 +522,12 @@ pub(crate) fn scatter(slices: &[MemSlice], offset: u64, data: &[u8]) -> bool {
         }
         let n = ((len - off) as usize).min(data.len());
         if s.write(off as usize, &data[..n]).is_err() {
-            return false;
+            return Err(ScatterError::Revoked);
         }
         data = &data[n..];
         off = 0;
     }
-    true
+    Ok(())
 }
 
 /// Fills `out` from byte `offset` of the concatenation of `slices`; false

@@ -992,7 +992,7 @@ impl Qp {
                 }
                 let orig = pkt.atomic_ack_eth().map(|a| a.orig()).unwrap_or(0);
                 let w = &mut self.req.sq[i];
-                let status = if scatter(&w.slices, 0, &orig.to_ne_bytes()) {
+                let status = if scatter(&w.slices, 0, &orig.to_ne_bytes()).is_ok() {
                     WcStatus::Success
                 } else {
                     WcStatus::LocProtErr
@@ -1064,7 +1064,7 @@ impl Qp {
         if payload.len() as u64 != want || want > mtu {
             return self.unexpected(ctx);
         }
-        if !scatter(&w.slices, w.read_rcvd, payload) {
+        if scatter(&w.slices, w.read_rcvd, payload).is_err() {
             return self.fail(ctx, i, WcStatus::LocProtErr);
         }
         let w = &mut self.req.sq[i];

@@ -13,7 +13,7 @@
 
 use super::counters::DropReason;
 use super::mem::{AtomicOp, MemSlice};
-use super::qp::{scatter, BuildError, Qp, DEFAULT_PKEY};
+use super::qp::{scatter, BuildError, Qp, ScatterError, DEFAULT_PKEY};
 use super::{Ctx, RecvMeta, Transmit};
 use crate::psn::Psn;
 use crate::types::*;
@@ -369,11 +369,23 @@ impl Qp {
                 else {
                     unreachable!("a send is in progress")
                 };
-                if !scatter(slices, *written, payload) {
-                    return Err(Refusal::Nak(
-                        NakCode::InvalidRequest,
-                        Some(WcStatus::LocLenErr),
-                    ));
+                match scatter(slices, *written, payload) {
+                    Ok(()) => {}
+                    // Longer than the receive buffers: class B, as the kernel.
+                    Err(ScatterError::TooLong) => {
+                        return Err(Refusal::Nak(
+                            NakCode::InvalidRequest,
+                            Some(WcStatus::LocLenErr),
+                        ))
+                    }
+                    // The receive buffer's MR went away mid-message (its
+                    // owner deregistered it): a malformed WQE, class A.
+                    Err(ScatterError::Revoked) => {
+                        return Err(Refusal::Nak(
+                            NakCode::RemoteOperationalError,
+                            Some(WcStatus::LocQpOpErr),
+                        ))
+                    }
                 }
                 *written += payload.len() as u64;
                 if info.position.ends() {
@@ -709,11 +721,12 @@ impl Qp {
             .recv_slices(ctx, &wr)
             .map_err(|_| WcStatus::LocProtErr)
             .and_then(|s| {
-                if scatter(&s, 0, &grh) && scatter(&s, 40, payload) {
-                    Ok(())
-                } else {
-                    Err(WcStatus::LocLenErr)
-                }
+                scatter(&s, 0, &grh)
+                    .and_then(|()| scatter(&s, 40, payload))
+                    .map_err(|e| match e {
+                        ScatterError::TooLong => WcStatus::LocLenErr,
+                        ScatterError::Revoked => WcStatus::LocProtErr,
+                    })
             });
         match ok {
             Ok(()) => {

@@ -42,12 +42,14 @@ struct Hello {
     rkey: u32,
 }
 
+/// Fields drop in declaration order: the QP before the MR, the PD and the
+/// device it uses.
 struct Side {
-    _ctx: Context,
-    _pd: ProtectionDomain,
+    qp: QueuePair,
     cq: CompletionQueue,
     mr: MemoryRegion,
-    qp: QueuePair,
+    _pd: ProtectionDomain,
+    _ctx: Context,
 }
 
 fn open(addr: IpAddr) -> Result<Side, Error> {

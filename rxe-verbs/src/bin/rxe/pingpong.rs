@@ -272,19 +272,25 @@ fn accept_one(port: u16, timeout: Option<Duration>) -> Res<TcpStream> {
 }
 
 /// The pingpong state: device, buffer, queues (`struct pingpong_context`).
+///
+/// The fields drop in the order they are declared, which is the order
+/// rdma-core's `pp_close_ctx` destroys them: QPs first, the buffer's MR
+/// only after them. (Deregistering the MR first once made a message still
+/// arriving on a live QP fail mid-way with a NAK, which the peer's
+/// `ibv_srq_pingpong` reported as an error.)
 struct Pingpong {
+    qps: Vec<QueuePair>,
+    ah: Option<AddressHandle>,
+    srq: Option<SharedReceiveQueue>,
+    cq: CompletionQueue,
+    channel: Option<CompletionChannel>,
+    mr: MemoryRegion,
+    pd: ProtectionDomain,
+    ctx: Context,
     mode: Mode,
     size: usize,
     /// Where message data starts in the buffer (past the GRH area for UD).
     data_off: usize,
-    ctx: Context,
-    channel: Option<CompletionChannel>,
-    pd: ProtectionDomain,
-    mr: MemoryRegion,
-    cq: CompletionQueue,
-    srq: Option<SharedReceiveQueue>,
-    qps: Vec<QueuePair>,
-    ah: Option<AddressHandle>,
     remote_qpn: u32,
 }
 

@@ -41,18 +41,21 @@ const CYCLE_BUFFER: i32 = 4096;
 const CACHE_LINE: i32 = 64;
 
 /// Device, buffers and queues of one side (`struct pingpong_context`).
+///
+/// Fields drop in declaration order, QPs before the MR their messages land
+/// in, as perftest's `destroy_ctx` does.
 pub(crate) struct Resources {
-    pub ctx: Context,
-    pub pd: ProtectionDomain,
-    pub mr: MemoryRegion,
+    pub qps: Vec<QueuePair>,
+    pub ah: Option<AddressHandle>,
     pub send_cq: CompletionQueue,
     pub recv_cq: CompletionQueue,
     pub channel: Option<CompletionChannel>,
-    pub qps: Vec<QueuePair>,
+    pub mr: MemoryRegion,
+    pub pd: ProtectionDomain,
+    pub ctx: Context,
     /// Bytes per half buffer per QP (`BUFF_SIZE`): QP `i` sends from
     /// `i * half` and is the target at `(qps + i) * half`.
     pub half: usize,
-    pub ah: Option<AddressHandle>,
 }
 
 impl Resources {
