@@ -4,7 +4,7 @@
 //! The `rxe` binary belongs to the rxe-verbs package, so Cargo does not
 //! build it for this crate's tests (`CARGO_BIN_EXE_rxe` exists only in
 //! rxe-verbs' own tests). [`rxe_bin`] therefore runs
-//! `cargo build -p rxe-verbs --bin rxe --message-format=json` once per test
+//! `cargo build -p rxe-tool --message-format=json` once per test
 //! process, with the `cargo` that runs the tests, and takes the executable's
 //! path from Cargo's `compiler-artifact` message: that is right whatever the
 //! target directory, and a no-op when the binary is up to date. Set

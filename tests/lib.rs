@@ -57,7 +57,7 @@ pub fn rxe_bin() -> &'static std::path::Path {
         if let Some(p) = std::env::var_os("RXE_BIN") {
             return PathBuf::from(p);
         }
-        cargo_build(&["-p", "rxe-verbs", "--bin", "rxe"])
+        cargo_build(&["-p", "rxe-tool"])
             .into_iter()
             .find(|f| f.file_name().is_some_and(|n| n == "rxe"))
             .expect("cargo reported no rxe executable")

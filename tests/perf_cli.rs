@@ -3,7 +3,7 @@
 //! counts, checking perftest's header, address lines and result columns,
 //! that the figures parse and are positive, `--out_json`, UD, and the UDP
 //! baseline. (The out-of-band protocol itself is unit-tested against
-//! perftest's bytes in `rxe-verbs/src/bin/rxe/perf/oob.rs`.)
+//! perftest's bytes in `rxe-verbs/tool/src/perf/oob.rs`.)
 //!
 //! Address plan (127.0.2.N): each test takes the pair noted at its top.
 //! The `rxe` binary is found as in `dump_cli.rs` (`RXE_BIN` overrides).

@@ -47,7 +47,7 @@ fn have(progs: &[&str]) -> bool {
 /// The `rxe` executable (and the drop-in library it links).
 fn rxe_bin() -> PathBuf {
     let _ = rxe_tests::dropin_library();
-    rxe_tests::cargo_build(&["--release", "-p", "rxe-verbs", "--bin", "rxe"])
+    rxe_tests::cargo_build(&["--release", "-p", "rxe-tool"])
         .into_iter()
         .find(|f| f.file_name().is_some_and(|n| n == "rxe"))
         .expect("cargo reported no rxe executable")

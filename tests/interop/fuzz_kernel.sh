@@ -123,7 +123,7 @@ if [ "${BASH_SOURCE[0]}" = "$0" ]; then
     }
     trap cleanup EXIT
     trap 'echo "fuzz_kernel: interrupted"; exit 130' INT TERM
-    ( cd "$ROOT" && cargo build --release -q -p rxe-verbs --bin rxe ) >"$LOGS/build-rxe.log" 2>&1 ||
+    ( cd "$ROOT" && cargo build --release -q -p rxe-tool ) >"$LOGS/build-rxe.log" 2>&1 ||
         { cat "$LOGS/build-rxe.log"; echo "fuzz_kernel: building rxe failed"; exit 1; }
     "$HERE/build-guest.sh" >"$LOGS/build-guest.log" 2>&1 ||
         { tail -30 "$LOGS/build-guest.log"; cannot "building the guest failed"; }

@@ -12,7 +12,7 @@
 # that binary too, interleaved with this one (base, new, base, new...), so
 # that two versions meet the same machine load.
 #
-#   cargo build --release -p rxe-verbs --bin rxe
+#   cargo build --release -p rxe-tool
 #   bash tests/perf/measure.sh                 # all groups, 3 rounds
 #   ROUNDS=5 PERF_GROUPS="lat bw" bash tests/perf/measure.sh
 #   RXE_BASE=../old/target/release/rxe bash tests/perf/measure.sh
@@ -33,7 +33,7 @@ NEW=${RXE_BIN:-$HERE/../../target/release/rxe}
 BASE=${RXE_BASE:-}
 ROUNDS=${ROUNDS:-3}
 PERF_GROUPS=${PERF_GROUPS:-lat bw scale fair}
-[ -x "$NEW" ] || { echo "build first: cargo build --release -p rxe-verbs --bin rxe" >&2; exit 2; }
+[ -x "$NEW" ] || { echo "build first: cargo build --release -p rxe-tool" >&2; exit 2; }
 
 # one TAG BIN LABEL TEST ARGS...: one client/server run with its baseline
 one() {
