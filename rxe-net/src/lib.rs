@@ -7,6 +7,8 @@
 //!   SLL/SLL2 and raw-IP link types) into numbered, timestamped frames that
 //!   [`rxe_core::wire::RoceFrame::parse`] takes as they are, and writing
 //!   classic pcap files of what crosses a link.
+//! * [`faults`]: loss, duplication, reordering and corruption injected into
+//!   the batches a real device sends (`RXE_FAULTS`).
 //! * [`sim`]: a simulated network of engines on a virtual clock, with
 //!   seeded loss, duplication, reordering, corruption and delay.
 //! * [`udp`]: RoCE v2 through the kernel's UDP stack, unprivileged
@@ -18,6 +20,7 @@
 #![deny(unsafe_code)]
 
 pub mod capture;
+pub mod faults;
 #[allow(unsafe_code)]
 pub mod route;
 #[allow(unsafe_code)]

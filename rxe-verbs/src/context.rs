@@ -17,6 +17,7 @@ use crate::progress::Receiver;
 use crate::provider::DeviceKind;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use rxe_core::engine::{AsyncEvent, CqId, Engine, EngineConfig, IcrcStatus, Transmit};
+use rxe_net::faults::{FaultCounters, FaultInjector};
 use rxe_net::udp::{RecvMode, UdpTransport, Waiter, BATCH};
 use std::collections::{HashMap, VecDeque};
 use std::net::Ipv6Addr;
@@ -81,6 +82,9 @@ pub(crate) struct Shared {
     pub device: Device,
     /// Where sent and received packets are written, if anywhere.
     pub capture: Option<Capture>,
+    /// Faults injected into what is sent ([`Device::with_faults`],
+    /// `RXE_FAULTS`). Innermost lock, taken under `link`.
+    pub faults: Option<Mutex<FaultInjector>>,
     /// Packets the engine produced, in order, waiting for the socket.
     /// Innermost lock: taken under `engine` or `link`, never the reverse.
     pub outq: Mutex<Vec<Transmit>>,
@@ -170,6 +174,10 @@ impl Shared {
             let mut batch = std::mem::take(&mut *self.outq.lock());
             if batch.is_empty() {
                 return;
+            }
+            if let Some(f) = &self.faults {
+                // Before the capture, so that it shows what went out.
+                f.lock().apply(&mut batch);
             }
             if let Some(c) = &self.capture {
                 batch.iter().for_each(|t| c.sent(t));
@@ -437,6 +445,7 @@ impl Context {
             })?),
             None => None,
         };
+        let faults = device.faults()?.map(|f| Mutex::new(FaultInjector::new(f)));
         let mut config = EngineConfig::new(device.addr(), rand::random());
         config.udp_src_port = Some(link.src_port());
         config.qpn_prefix = Some(link.qpn_prefix());
@@ -469,6 +478,7 @@ impl Context {
             channels: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
             capture,
+            faults,
             outq: Mutex::new(Vec::new()),
             spent: Mutex::new(Vec::new()),
             spin_ns: AtomicU64::new(spin_from_env().as_nanos() as u64),
@@ -496,6 +506,12 @@ impl Context {
         if device.explicit_capture() {
             return Err(crate::error::unsupported(format!(
                 "packet capture of native device {} (capture its traffic with tcpdump)",
+                device.name()
+            )));
+        }
+        if device.explicit_faults() {
+            return Err(crate::error::unsupported(format!(
+                "fault injection on native device {} (use tc netem on its interface)",
                 device.name()
             )));
         }
@@ -658,6 +674,15 @@ impl Context {
         match &self.imp {
             CtxImp::Soft(i) => i.shared.lock().counters().clone(),
             CtxImp::Native(_) => rxe_core::engine::Counters::default(),
+        }
+    }
+
+    /// What the fault injector did to this device's packets so far
+    /// ([`Device::with_faults`], `RXE_FAULTS`); `None` if it injects none.
+    pub fn fault_counters(&self) -> Option<FaultCounters> {
+        match &self.imp {
+            CtxImp::Soft(i) => i.shared.faults.as_ref().map(|f| f.lock().counters()),
+            CtxImp::Native(_) => None,
         }
     }
 }

@@ -14,6 +14,7 @@ use crate::native;
 use crate::provider::{choose, Choice, DeviceKind, NativeDeviceInfo, NativeGid, Provider, Target};
 use rxe_core::engine::EngineConfig;
 use rxe_core::types::{DeviceCaps, Mtu};
+use rxe_net::faults::FaultSpec;
 use std::net::{IpAddr, Ipv6Addr};
 use std::path::PathBuf;
 
@@ -25,11 +26,34 @@ pub struct Device {
     addr: IpAddr,
     mtu: Mtu,
     capture: Option<PathBuf>,
+    /// Faults to inject into what the device sends ([`Device::with_faults`]).
+    faults: Option<Faults>,
     /// For a native device: what libibverbs told of it and the chosen GID.
     native: Option<NativeSel>,
     /// An explicit provider to resolve again with at open.
     provider: Option<Provider>,
 }
+
+/// A [`FaultSpec`] that compares bit for bit, so that [`Device`] stays `Eq`.
+#[derive(Debug, Clone, Copy)]
+struct Faults(FaultSpec);
+
+impl PartialEq for Faults {
+    fn eq(&self, o: &Self) -> bool {
+        let bits = |f: &FaultSpec| {
+            (
+                f.loss.to_bits(),
+                f.duplicate.to_bits(),
+                f.reorder.to_bits(),
+                f.corrupt.to_bits(),
+                f.seed,
+            )
+        };
+        bits(&self.0) == bits(&o.0)
+    }
+}
+
+impl Eq for Faults {}
 
 /// A native device and the GID table entry a context on it uses.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -131,6 +155,7 @@ impl Device {
             addr,
             mtu: Mtu::Mtu4096,
             capture: None,
+            faults: None,
             native: None,
             provider: None,
         }
@@ -143,6 +168,7 @@ impl Device {
             addr,
             mtu: Mtu::Mtu4096,
             capture: None,
+            faults: None,
             native: Some(NativeSel { info, gid }),
             provider: None,
         }
@@ -187,6 +213,41 @@ impl Device {
 
     pub(crate) fn explicit_capture(&self) -> bool {
         self.capture.is_some()
+    }
+
+    pub(crate) fn explicit_faults(&self) -> bool {
+        self.faults.is_some()
+    }
+
+    /// The same device, dropping, duplicating, reordering and corrupting
+    /// the packets it sends as `spec` draws them (see
+    /// [`rxe_net::faults`]): a lossy network on loopback, without root.
+    /// The `RXE_FAULTS` environment variable does the same for every soft
+    /// device a process opens (`RXE_FAULTS='loss=5%,dup=1%,seed=7'`).
+    /// Soft devices only.
+    pub fn with_faults(mut self, spec: FaultSpec) -> Device {
+        self.faults = Some(Faults(spec));
+        self
+    }
+
+    /// The faults this device's packets will meet: those given to
+    /// [`Device::with_faults`], else `RXE_FAULTS`'s; `None` for none. A
+    /// spec that does not parse is an error naming `RXE_FAULTS`.
+    pub fn faults(&self) -> Result<Option<FaultSpec>, Error> {
+        if let Some(Faults(f)) = self.faults {
+            return Ok((!f.is_none()).then_some(f));
+        }
+        let Ok(s) = std::env::var("RXE_FAULTS") else {
+            return Ok(None);
+        };
+        let spec: FaultSpec =
+            s.parse().map_err(
+                |e: rxe_net::faults::FaultSpecError| Error::InvalidArgument {
+                    name: "RXE_FAULTS",
+                    reason: e.to_string(),
+                },
+            )?;
+        Ok((!spec.is_none()).then_some(spec))
     }
 
     /// The same device with another active MTU (default 4096; use 1024 on
