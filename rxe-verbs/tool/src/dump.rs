@@ -6,7 +6,8 @@
 //! parse error. `--json` prints one JSON object per line instead (and no
 //! summary, so stdout stays pure JSON lines). `--ladder OUT.svg` (or
 //! `.html`) draws the capture as a sequence diagram instead (the `ladder`
-//! module).
+//! module). `--explain` takes every packet apart field by field and says
+//! what it does in the capture (the `explain` module).
 
 use rxe_core::wire::{
     AethRepr, AethSyndrome, Error as WireError, LinkType, Operation, PacketRepr, RoceFrame,
@@ -25,6 +26,9 @@ use std::time::Duration;
 
 #[path = "ladder/mod.rs"]
 mod ladder;
+
+#[path = "explain/mod.rs"]
+mod explain;
 
 /// Arguments of `rxe dump`.
 #[derive(Debug, clap::Args)]
@@ -46,6 +50,15 @@ pub struct Args {
     /// instead of printing it: `.svg`, or `.html` with zoom and tooltips.
     #[arg(long, value_name = "OUT.svg|OUT.html", conflicts_with_all = ["json", "check"])]
     pub ladder: Option<PathBuf>,
+    /// Explain every packet instead: every field of every header with its
+    /// byte offset, bits, value and meaning, and one sentence saying what
+    /// the packet does in this capture (docs/explain.md).
+    #[arg(long, conflicts_with_all = ["ladder", "check"])]
+    pub explain: bool,
+    /// With --explain: only these frames, e.g. `3,10-12` (the context
+    /// still comes from the whole capture).
+    #[arg(long, value_name = "LIST", requires = "explain")]
+    pub frames: Option<explain::FrameSet>,
 }
 
 /// A RoCE packet taken apart, as the formatters see it.
@@ -532,6 +545,7 @@ pub fn run(args: &Args) -> ExitCode {
     let mut t0 = None;
     let mut warned = BTreeSet::new();
     let mut any_bad = false;
+    let mut explained = Vec::new();
     for rec in reader {
         let rec = match rec {
             Ok(r) => r,
@@ -548,6 +562,10 @@ pub fn run(args: &Args) -> ExitCode {
             }
         };
         let time = Rel::new(rec.timestamp, *t0.get_or_insert(rec.timestamp));
+        if args.explain {
+            explained.push((rec, time.secs()));
+            continue;
+        }
         let collect = ladder_format.is_some().then_some(&mut ladder_packets);
         let Some(o) = dump_record(&rec, time, args.json, &mut stats, collect) else {
             stats.skipped += 1;
@@ -563,6 +581,17 @@ pub fn run(args: &Args) -> ExitCode {
             if let Err(e) = written {
                 return stdout_error(e);
             }
+        }
+    }
+    if args.explain {
+        match explain::run(&explained, args.frames.as_ref(), args.json, &mut out) {
+            Ok(c) => {
+                stats.roce = c.roce;
+                stats.icrc_bad = c.icrc_bad;
+                stats.malformed = c.malformed;
+                stats.skipped += c.skipped;
+            }
+            Err(e) => return stdout_error(e),
         }
     }
     if let Err(e) = out.flush() {
