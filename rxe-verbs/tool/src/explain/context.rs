@@ -544,11 +544,13 @@ fn request(s: &mut Stream, i: &OpcodeInfo, p: &Facts, u: i64, mtu: Option<usize>
                         hex(u + span - 1)
                     )
                 }
-                Some((r, [a, b])) if r.end.is_some() => t += &format!(
+                Some((r, [a, b])) if r.end.is_some() => {
+                    t += &format!(
                     "; answered by {span} READ response packet(s), PSN {}..{} (frames {a}..{b})",
                     hex(u),
                     hex(u + span - 1)
-                ),
+                )
+                }
                 _ => t += &format!("; expects {span} READ response packet(s) (by the path MTU)"),
             }
             parts.push(t);
