@@ -20,6 +20,7 @@ mod fuzz;
 mod perf;
 mod pingpong;
 mod rping;
+mod stress;
 
 /// rxe-rs: a userspace RoCE v2 stack.
 #[derive(Debug, Parser)]
@@ -56,6 +57,10 @@ enum Command {
     /// Fuzz a live RoCE peer (an ibv_rc_pingpong server): mutated packets
     /// on a real connection, steered by its answers, checked by oracles.
     Fuzz(fuzz::Args),
+    /// Many QPs of every transport between two processes, a random mix of
+    /// SEND, WRITE, READ and atomics, every byte checked (-d ADDR on the
+    /// server; -d ADDR SERVER on the client).
+    Stress(stress::Args),
 }
 
 fn main() -> ExitCode {
@@ -68,5 +73,6 @@ fn main() -> ExitCode {
         Command::Exec(args) => exec::run(&args),
         Command::Rping(args) => rping::run(&args),
         Command::Fuzz(args) => fuzz::run(&args),
+        Command::Stress(args) => stress::run(&args),
     }
 }

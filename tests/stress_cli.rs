@@ -1,0 +1,217 @@
+//! `rxe stress` between two processes on loopback: the summary line, the
+//! exit status, and that its checks catch what they are there to catch.
+//!
+//! Address plan: 127.0.8.N, one pair and one TCP port per test.
+
+use rxe_tests::rxe_bin;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn server(addr: &str, port: u16, extra: &[&str]) -> Child {
+    Command::new(rxe_bin())
+        .args([
+            "stress",
+            "-d",
+            addr,
+            "--port",
+            &port.to_string(),
+            "--wait",
+            "20",
+        ])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the stress server")
+}
+
+fn client(addr: &str, server: &str, port: u16, extra: &[&str]) -> Output {
+    let mut c = Command::new(rxe_bin())
+        .args([
+            "stress",
+            "-d",
+            addr,
+            server,
+            "--port",
+            &port.to_string(),
+            "--wait",
+            "20",
+        ])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start the stress client");
+    let until = Instant::now() + Duration::from_secs(120);
+    while c.try_wait().unwrap().is_none() {
+        if Instant::now() > until {
+            let _ = c.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    c.wait_with_output().unwrap()
+}
+
+fn finish(mut s: Child) -> Output {
+    let until = Instant::now() + Duration::from_secs(30);
+    while s.try_wait().unwrap().is_none() {
+        if Instant::now() > until {
+            let _ = s.kill();
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    s.wait_with_output().unwrap()
+}
+
+/// The `key=value` fields of the `stress:` line of `out`.
+fn fields(out: &Output) -> Vec<(String, String)> {
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("stress: "))
+        .unwrap_or_else(|| {
+            panic!(
+                "no stress: line in {text:?}; stderr {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    line["stress: ".len()..]
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn get(f: &[(String, String)], k: &str) -> String {
+    f.iter()
+        .find(|(key, _)| key == k)
+        .unwrap_or_else(|| panic!("no {k} in {f:?}"))
+        .1
+        .clone()
+}
+
+fn num(f: &[(String, String)], k: &str) -> u64 {
+    get(f, k).trim_end_matches('s').parse().unwrap()
+}
+
+/// `A->B` as (A, B).
+fn span(f: &[(String, String)], k: &str) -> (u64, u64) {
+    let v = get(f, k);
+    let (a, b) = v.split_once("->").unwrap();
+    (a.parse().unwrap(), b.parse().unwrap())
+}
+
+/// Every transport under 5 % loss, 1 % duplication and 1 % reordering on
+/// both sides: no data error, nothing reliable missing, retransmissions
+/// seen, no descriptor gained.
+#[test]
+fn all_transports_under_loss_check_every_byte() {
+    let faults = "loss=5%,dup=1%,reorder=1%";
+    let s = server("127.0.8.1", 18541, &["--faults", faults]);
+    let c = client(
+        "127.0.8.2",
+        "127.0.8.1",
+        18541,
+        &["-n", "20000", "-q", "12", "--seed", "3", "--faults", faults],
+    );
+    let s = finish(s);
+    let (cf, sf) = (fields(&c), fields(&s));
+    let err = String::from_utf8_lossy(&c.stderr);
+    assert!(c.status.success(), "{cf:?} {err}");
+    assert!(s.status.success(), "{sf:?}");
+    assert!(num(&cf, "ops") >= 20_000, "{cf:?}");
+    assert_eq!(num(&cf, "data_errors"), 0);
+    assert_eq!(num(&cf, "errors"), 0);
+    assert_eq!(num(&cf, "rc_missing"), 0);
+    assert!(num(&cf, "bytes_checked") > 10_000_000, "{cf:?}");
+    assert!(
+        num(&cf, "retransmissions") > 0,
+        "5% loss and no retransmission? {cf:?}"
+    );
+    assert!(err.contains("faults injected here:"), "{err}");
+    // The server's own line agrees with what the client printed of it.
+    assert_eq!(get(&sf, "role"), "server");
+    assert_eq!(num(&sf, "rc_missing"), 0);
+    assert_eq!(num(&sf, "lost"), num(&cf, "lost"));
+    let (f0, f1) = span(&cf, "fds");
+    assert_eq!(f0, f1, "descriptors at start and end: {cf:?}");
+    let (p0, p1) = span(&cf, "peer_fds");
+    assert_eq!(p0, p1, "{cf:?}");
+}
+
+/// The checks are not for show: a server whose read-only pattern is
+/// spoiled (`--sabotage`) makes the client report data errors, describe
+/// them and exit 1.
+#[test]
+fn spoiled_memory_is_reported_as_data_errors() {
+    let s = server("127.0.8.3", 18542, &["--sabotage"]);
+    let c = client(
+        "127.0.8.4",
+        "127.0.8.3",
+        18542,
+        &["-n", "3000", "-q", "2", "--transports", "rc", "--seed", "1"],
+    );
+    let _ = finish(s);
+    let cf = fields(&c);
+    assert_eq!(c.status.code(), Some(1), "{cf:?}");
+    assert!(num(&cf, "data_errors") > 0, "{cf:?}");
+    let err = String::from_utf8_lossy(&c.stderr);
+    assert!(
+        err.contains("data error: QP 0 (Rc) READ of"),
+        "the first errors are described: {err}"
+    );
+}
+
+/// Bad arguments and a bad RXE_FAULTS are errors that name what is wrong
+/// (exit status 2), not panics.
+#[test]
+fn bad_arguments_are_named() {
+    let out = Command::new(rxe_bin())
+        .args(["stress", "-d", "127.0.8.5", "127.0.8.6", "--depth", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--depth 1"));
+    let out = Command::new(rxe_bin())
+        .args([
+            "stress",
+            "-d",
+            "127.0.8.5",
+            "--port",
+            "18543",
+            "--wait",
+            "1",
+        ])
+        .env("RXE_FAULTS", "loss=2")
+        .output()
+        .unwrap();
+    // The server only opens its device once a client comes; with none it
+    // says so. The client opens at once and names the variable.
+    assert_eq!(out.status.code(), Some(2));
+    let out = Command::new(rxe_bin())
+        .args(["stress", "-d", "127.0.8.6", "127.0.8.5", "--port", "18543"])
+        .env("RXE_FAULTS", "loss=2")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("RXE_FAULTS") && err.contains("loss=2"),
+        "{err}"
+    );
+    let out = Command::new(rxe_bin())
+        .args([
+            "stress",
+            "-d",
+            "127.0.8.6",
+            "127.0.8.5",
+            "--faults",
+            "reorder=x",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "clap refuses the spec");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("reorder=x"));
+}
