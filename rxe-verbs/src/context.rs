@@ -449,6 +449,8 @@ impl Context {
         let mut config = EngineConfig::new(device.addr(), rand::random());
         config.udp_src_port = Some(link.src_port());
         config.qpn_prefix = Some(link.qpn_prefix());
+        // For testing fuzzers only: off unless RXE_TEST_FAULT is set.
+        config.test_fault = rxe_core::engine::TestFault::from_env();
         let recv_mode = link.recv_mode();
         let waiter = link.waiter().map_err(|source| Error::Io {
             what: "duplicate the socket".into(),

@@ -33,6 +33,7 @@ mod qp;
 mod requester;
 mod responder;
 pub mod state;
+pub mod test_fault;
 pub mod timers;
 mod txpool;
 
@@ -40,6 +41,7 @@ pub use counters::{Counters, DropReason};
 pub use mem::{
     AtomicOp, KeyError, MemError, MemSlice, MemTable, MrKeys, PdId, RegionMemory, VecMemory,
 };
+pub use test_fault::TestFault;
 
 use crate::psn::Psn;
 use crate::types::*;
@@ -100,6 +102,10 @@ pub struct EngineConfig {
     /// QP (`rxe_net::udp`'s sharing): QP numbers are then
     /// `prefix << 16 | random 16 bits`. `None`: random over all 24 bits.
     pub qpn_prefix: Option<u8>,
+    /// A fault put in on purpose, **for testing fuzzers only** (see
+    /// [`test_fault`]): `None`, the default, in anything but a test of a
+    /// fuzzer's oracles.
+    pub test_fault: Option<TestFault>,
 }
 
 impl EngineConfig {
@@ -115,6 +121,7 @@ impl EngineConfig {
             max_in_flight: 1024,
             udp_src_port: None,
             qpn_prefix: None,
+            test_fault: None,
         }
     }
 }

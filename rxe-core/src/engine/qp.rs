@@ -47,6 +47,9 @@ pub(crate) struct Qp {
     /// The deadline filed for this QP in the engine's timer heap (see
     /// `deadlines.rs`): its `next_timeout()` as of the QP's last change.
     pub filed: Option<Instant>,
+    /// The device's test fault (`EngineConfig::test_fault`, for testing
+    /// fuzzers only) has been tripped on this QP.
+    pub fault_tripped: bool,
 }
 
 /// A UDP source port in 0xC000..=0xFFFF derived from the QP number.
@@ -82,6 +85,7 @@ impl Qp {
             budget_waiting: false,
             budget_woken: false,
             filed: None,
+            fault_tripped: false,
         }
     }
 
@@ -407,6 +411,16 @@ impl Qp {
         if meta.icrc == IcrcStatus::Unverified {
             self.counters.icrc_unverified += 1;
         }
+        if let Some(f) = ctx.config.test_fault {
+            // For testing fuzzers only (see `test_fault`); never set unless
+            // the process asked for it.
+            if info.operation.is_request() && pkt.as_bytes()[0] == f.opcode() {
+                self.fault_tripped = true;
+            }
+            if self.fault_tripped && f.wedges() {
+                return;
+            }
+        }
         if self.state == QpState::Rtr && !self.comm_established {
             self.comm_established = true;
             ctx.events.push_back(AsyncEvent::CommEstablished(self.qpn));
@@ -427,10 +441,29 @@ impl Qp {
 
     /// The next packet this QP wants to send: responses first, then requests.
     pub fn poll_transmit(&mut self, ctx: &mut Ctx<'_>) -> Option<Transmit> {
+        if self.fault_tripped {
+            return self.faulty_transmit(ctx);
+        }
         if let Some(t) = self.responder_poll(ctx) {
             return Some(t);
         }
         self.requester_poll(ctx)
+    }
+
+    /// [`Qp::poll_transmit`] on a QP whose test fault has been tripped (for
+    /// testing fuzzers only): a wedged QP sends nothing, a garbling one
+    /// sends its packets cut short.
+    #[cold]
+    fn faulty_transmit(&mut self, ctx: &mut Ctx<'_>) -> Option<Transmit> {
+        let f = ctx.config.test_fault?;
+        if f.wedges() {
+            return None;
+        }
+        let mut t = self
+            .responder_poll(ctx)
+            .or_else(|| self.requester_poll(ctx))?;
+        t.payload.truncate(super::test_fault::GARBLE_LEN);
+        Some(t)
     }
 
     /// Takes a receive WQE from the SRQ or the QP's receive queue.

@@ -1080,6 +1080,13 @@ impl Qp {
 
     /// Runs the transport timer and the RNR wait.
     pub fn handle_timeout(&mut self, ctx: &mut Ctx<'_>) {
+        if self.fault_tripped && ctx.config.test_fault.is_some_and(|f| f.wedges()) {
+            // A wedged QP (a test fault, for testing fuzzers only) neither
+            // retries nor gives up: its timers stop.
+            self.req.rnr_until = None;
+            self.req.retransmit_at = None;
+            return;
+        }
         if self.req.rnr_until.is_some_and(|t| t <= ctx.now) {
             self.req.rnr_until = None;
             self.req.retransmit_at = ack_timeout(self.attr.timeout).map(|d| ctx.now + d);

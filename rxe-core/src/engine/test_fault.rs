@@ -1,0 +1,147 @@
+//! Faults put into a device **on purpose, for testing fuzzers only**: a
+//! fuzzer's oracles are only worth something if they fire on a broken
+//! peer, and this makes an rxe-rs device (an `rxe pingpong` server, say)
+//! that broken peer.
+//!
+//! Off by default. The verbs layer sets [`EngineConfig::test_fault`] from
+//! the environment variable `RXE_TEST_FAULT` of the process that opens the
+//! device ([`TestFault::from_env`]), read once when the device's engine is
+//! built; nothing a packet carries can switch it on, change it or name
+//! another opcode. When it is unset the engine pays one branch on an
+//! `Option` per packet received and sent.
+//!
+//! The faults, each tripped on a QP by the first request *packet* it
+//! receives with the opcode byte given (whatever its PSN, before any check
+//! of the responder), and then lasting as long as the QP:
+//!
+//! * `wedge-after-opcode=0xNN`: the QP stops answering anything. That
+//!   packet and every later one is dropped unanswered, the QP sends nothing
+//!   more (no response, no request, no retransmission) and its timers stop:
+//!   the program that owns it waits for ever, like a hung NIC. A fuzzer's
+//!   liveness oracle (a fresh connection to the program must work) fires.
+//! * `garble-after-opcode=0xNN`: every packet the QP sends from then on,
+//!   responses and requests alike, is cut to 14 bytes (the BTH and half an
+//!   extension header) after its ICRC was computed: no parser takes it. A
+//!   fuzzer's peer-wire oracle (every packet the peer sends parses) fires.
+//!
+//! [`EngineConfig::test_fault`]: super::EngineConfig::test_fault
+
+/// The environment variable [`TestFault::from_env`] reads.
+pub const ENV: &str = "RXE_TEST_FAULT";
+
+/// Where garbled packets are cut.
+pub(crate) const GARBLE_LEN: usize = 14;
+
+/// A fault to put into the device on purpose (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TestFault {
+    /// The QP stops answering anything once it receives this opcode.
+    WedgeAfterOpcode(u8),
+    /// The QP's packets are cut short once it receives this opcode.
+    GarbleAfterOpcode(u8),
+}
+
+impl TestFault {
+    /// Parses `wedge-after-opcode=0x0c` or `garble-after-opcode=12`.
+    pub fn parse(s: &str) -> Result<TestFault, String> {
+        let (name, val) = s
+            .trim()
+            .split_once('=')
+            .ok_or_else(|| format!("{s:?}: want NAME=OPCODE"))?;
+        let val = val.trim();
+        let op = match val.strip_prefix("0x").or_else(|| val.strip_prefix("0X")) {
+            Some(h) => u8::from_str_radix(h, 16),
+            None => val.parse(),
+        }
+        .map_err(|_| format!("{s:?}: the opcode must be a byte (0x0c or 12)"))?;
+        match name.trim() {
+            "wedge-after-opcode" => Ok(TestFault::WedgeAfterOpcode(op)),
+            "garble-after-opcode" => Ok(TestFault::GarbleAfterOpcode(op)),
+            n => Err(format!(
+                "{n:?}: the faults are wedge-after-opcode and garble-after-opcode"
+            )),
+        }
+    }
+
+    /// The fault `RXE_TEST_FAULT` names, if it is set. A value that does
+    /// not parse is reported on stderr and ignored; one that does is
+    /// announced on stderr, so that nobody runs a broken device unawares.
+    pub fn from_env() -> Option<TestFault> {
+        let v = std::env::var_os(ENV)?;
+        let v = v.to_string_lossy();
+        if v.is_empty() {
+            return None;
+        }
+        match TestFault::parse(&v) {
+            Ok(f) => {
+                eprintln!("rxe: {ENV}={v}: this device is broken on purpose (for testing fuzzers)");
+                Some(f)
+            }
+            Err(e) => {
+                eprintln!("rxe: ignoring {ENV}: {e}");
+                None
+            }
+        }
+    }
+
+    /// The opcode byte that trips the fault.
+    pub fn opcode(self) -> u8 {
+        match self {
+            TestFault::WedgeAfterOpcode(o) | TestFault::GarbleAfterOpcode(o) => o,
+        }
+    }
+
+    /// Whether the fault, once tripped, silences the QP.
+    pub(crate) fn wedges(self) -> bool {
+        matches!(self, TestFault::WedgeAfterOpcode(_))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses() {
+        assert_eq!(
+            TestFault::parse("wedge-after-opcode=0x0c"),
+            Ok(TestFault::WedgeAfterOpcode(0x0c))
+        );
+        assert_eq!(
+            TestFault::parse(" garble-after-opcode = 12 "),
+            Ok(TestFault::GarbleAfterOpcode(12))
+        );
+        assert!(TestFault::parse("wedge-after-opcode").is_err());
+        assert!(TestFault::parse("wedge-after-opcode=0x100").is_err());
+        assert!(TestFault::parse("accept-anything=1").is_err());
+    }
+
+    #[test]
+    fn garbled_packets_do_not_parse_but_keep_their_qpn() {
+        use crate::psn::Psn;
+        use crate::wire::{AethRepr, AethSyndrome, BthRepr, Opcode, Packet, PacketRepr};
+        // The shortest packet a QP sends: an ACK (BTH, AETH, ICRC).
+        let mut r = PacketRepr::new(BthRepr {
+            opcode: Opcode::RC_ACKNOWLEDGE,
+            solicited: false,
+            mig_req: false,
+            pad_count: 0,
+            pkey: 0xffff,
+            fecn: false,
+            becn: false,
+            dest_qp: 0x12_3456,
+            ack_req: false,
+            psn: Psn::new(7),
+        });
+        r.aeth = Some(AethRepr {
+            syndrome: AethSyndrome::Ack { credits: 31 },
+            msn: 1,
+        });
+        let mut b = vec![0u8; r.buffer_len()];
+        r.emit(&mut b).unwrap();
+        assert!(Packet::new_checked(&b[..]).is_ok());
+        b.truncate(GARBLE_LEN);
+        assert!(Packet::new_checked(&b[..]).is_err());
+        assert_eq!(u32::from_be_bytes([0, b[5], b[6], b[7]]), 0x12_3456);
+    }
+}
