@@ -215,3 +215,72 @@ fn bad_arguments_are_named() {
     assert_eq!(out.status.code(), Some(2), "clap refuses the spec");
     assert!(String::from_utf8_lossy(&out.stderr).contains("reorder=x"));
 }
+
+/// `rxe churn`: thousands of lifetimes of PDs, CQs, MRs and QPs (every
+/// transport, some moving data), rdma_cm connections and reopened devices
+/// leave memory, descriptors and threads where the warm-up left them.
+#[test]
+fn churn_leaks_nothing() {
+    let out = Command::new(rxe_bin())
+        .args(["churn", "--addrs", "127.0.8.20,127.0.8.21", "-i", "3000"])
+        .args([
+            "--report-every",
+            "500",
+            "--cm-every",
+            "50",
+            "--reopen-every",
+            "700",
+        ])
+        .args(["--cm-port", "7481"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let last = text.lines().last().unwrap();
+    assert!(
+        last.contains("lifetimes=3000 ") && last.ends_with("verdict=ok"),
+        "{last}"
+    );
+    // Six reports, each with the same descriptors and threads.
+    let reports: Vec<&str> = text.lines().filter(|l| l.contains(" fds=")).collect();
+    assert_eq!(reports.len(), 7, "{text}");
+    let fds = |l: &str| {
+        l.split_whitespace()
+            .find_map(|kv| kv.strip_prefix("fds="))
+            .unwrap()
+            .to_string()
+    };
+    assert!(
+        reports[..6].iter().all(|l| fds(l) == fds(reports[0])),
+        "{text}"
+    );
+}
+
+/// The leak check fires: a descriptor leaked every 100 lifetimes is a LEAK
+/// and exit status 1.
+#[test]
+fn churn_catches_a_leak() {
+    let out = Command::new(rxe_bin())
+        .args(["churn", "--addrs", "127.0.8.22,127.0.8.23", "-i", "1000"])
+        .args([
+            "--report-every",
+            "200",
+            "--cm-every",
+            "0",
+            "--traffic-every",
+            "0",
+        ])
+        .args(["--sabotage-leak-every", "100"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        text.lines().last().unwrap().ends_with("verdict=LEAK"),
+        "{text}"
+    );
+}

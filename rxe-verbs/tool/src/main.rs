@@ -12,6 +12,7 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+mod churn;
 mod demo;
 mod devinfo;
 mod dump;
@@ -61,6 +62,9 @@ enum Command {
     /// SEND, WRITE, READ and atomics, every byte checked (-d ADDR on the
     /// server; -d ADDR SERVER on the client).
     Stress(stress::Args),
+    /// Create and destroy PDs, CQs, MRs, QPs, connections and devices in a
+    /// loop; report memory, descriptors, threads and time per lifetime.
+    Churn(churn::Args),
 }
 
 fn main() -> ExitCode {
@@ -74,5 +78,6 @@ fn main() -> ExitCode {
         Command::Rping(args) => rping::run(&args),
         Command::Fuzz(args) => fuzz::run(&args),
         Command::Stress(args) => stress::run(&args),
+        Command::Churn(args) => churn::run(&args),
     }
 }
