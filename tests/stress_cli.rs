@@ -70,7 +70,7 @@ fn fields(out: &Output) -> Vec<(String, String)> {
     let text = String::from_utf8_lossy(&out.stdout);
     let line = text
         .lines()
-        .find(|l| l.starts_with("stress: "))
+        .find(|l| l.starts_with("stress: ") && !l.starts_with("stress: dead_rc_qps="))
         .unwrap_or_else(|| {
             panic!(
                 "no stress: line in {text:?}; stderr {}",
@@ -283,4 +283,92 @@ fn churn_catches_a_leak() {
         text.lines().last().unwrap().ends_with("verdict=LEAK"),
         "{text}"
     );
+}
+
+/// Peer death: the server is killed (SIGKILL) mid-transfer. Every RC QP of
+/// the client ends with a retry-exceeded error, the rest of its work
+/// flushed, no sooner than IBTA's timer allows (4.096 µs × 2^timeout, for
+/// the first try and each retry) and not hugely later; the client reports
+/// it and exits 1. A server restarted on the same address and port serves
+/// a new client at once.
+#[test]
+fn peer_death_is_detected_and_a_restarted_peer_serves_again() {
+    let mut s = server("127.0.8.30", 18545, &[]);
+    let c = Command::new(rxe_bin())
+        .args([
+            "stress",
+            "-d",
+            "127.0.8.31",
+            "127.0.8.30",
+            "--port",
+            "18545",
+        ])
+        .args([
+            "-t",
+            "60",
+            "--transports",
+            "rc",
+            "-q",
+            "4",
+            "--timeout",
+            "10",
+            "--retry",
+            "3",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    s.kill().unwrap();
+    let _ = s.wait();
+    let killed = Instant::now();
+    let mut c = c;
+    while c.try_wait().unwrap().is_none() && killed.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = c.kill();
+    let c = c.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&c.stdout);
+    let err = String::from_utf8_lossy(&c.stderr);
+    assert_eq!(c.status.code(), Some(1), "{text} {err}");
+    let dead = text
+        .lines()
+        .find(|l| l.starts_with("stress: dead_rc_qps="))
+        .unwrap_or_else(|| panic!("{text} {err}"));
+    let f: Vec<(String, String)> = dead["stress: ".len()..]
+        .split_whitespace()
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    assert_eq!(get(&f, "dead_rc_qps"), "4", "{dead}");
+    assert_eq!(get(&f, "first_errors"), "RetryExcErr:4", "{dead}");
+    let budget: f64 = get(&f, "retry_budget_ms").parse().unwrap();
+    assert!(
+        (16.0..18.0).contains(&budget),
+        "4.096 µs × 2^10 × 4: {dead}"
+    );
+    let (lo, hi) = get(&f, "silence_ms")
+        .split_once("..")
+        .map(|(a, b)| (a.parse::<f64>().unwrap(), b.parse::<f64>().unwrap()))
+        .unwrap();
+    // Never before the timer allows; a generous bound above (a busy
+    // machine is slow, a stuck timer is seconds late or never).
+    assert!(lo >= budget * 0.9, "{dead}");
+    assert!(hi <= budget * 20.0 + 2000.0, "{dead}");
+    let cf = fields(&c);
+    assert_eq!(get(&cf, "peer"), "gone");
+    assert_eq!(num(&cf, "data_errors"), 0);
+    // Restarted on the same address and port: served at once.
+    let s = server("127.0.8.30", 18545, &[]);
+    let c = client(
+        "127.0.8.31",
+        "127.0.8.30",
+        18545,
+        &["-n", "2000", "-q", "3"],
+    );
+    let s = finish(s);
+    assert!(c.status.success(), "{:?}", fields(&c));
+    assert!(s.status.success());
+    assert_eq!(get(&fields(&c), "peer"), "ok");
 }

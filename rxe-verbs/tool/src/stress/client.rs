@@ -48,6 +48,9 @@ struct QpState {
     pending: VecDeque<Pending>,
     /// Failed: no more posting; its pending work flushes.
     dead: bool,
+    /// The last successful completion (or the start): the last sign that
+    /// the peer was there.
+    last_ok: Instant,
 }
 
 struct Client {
@@ -60,6 +63,14 @@ struct Client {
     ah: Option<AddressHandle>,
     qps: Vec<QpState>,
     rng: SmallRng,
+    /// How long each failed RC QP went without a completion before its
+    /// error, in milliseconds.
+    silences: Vec<f64>,
+    /// The status each failed QP failed with first, and how many work
+    /// requests completed after that (flushed or otherwise).
+    first_errors: std::collections::BTreeMap<String, u64>,
+    flushed: u64,
+    after_death: u64,
     ops: u64,
     bytes_checked: u64,
     data_errors: u64,
@@ -161,9 +172,14 @@ pub fn run(args: &Args, server: IpAddr) -> Result<bool, String> {
                 model: 0,
                 pending: VecDeque::new(),
                 dead: false,
+                last_ok: Instant::now(),
             })
             .collect(),
         rng: SmallRng::seed_from_u64(seed),
+        silences: Vec::new(),
+        first_errors: Default::default(),
+        flushed: 0,
+        after_death: 0,
         ops: 0,
         bytes_checked: 0,
         data_errors: 0,
@@ -206,6 +222,11 @@ pub fn run(args: &Args, server: IpAddr) -> Result<bool, String> {
         if out_of_budget && in_flight == 0 {
             break;
         }
+        let rc = || c.qps.iter().filter(|q| q.transport == Transport::Rc);
+        if rc().count() > 0 && rc().all(|q| q.dead && q.pending.is_empty()) {
+            eprintln!("rxe stress: every RC QP failed: stopping");
+            break;
+        }
         wcs.clear();
         if c.side.cq.poll_into(&mut wcs, 256) == 0 {
             match c.side.cq.wait(1, Duration::from_millis(5)) {
@@ -225,18 +246,46 @@ pub fn run(args: &Args, server: IpAddr) -> Result<bool, String> {
     }
     let elapsed = t0.elapsed();
     let end = footprint();
-    ch.send(&Done {
+    let done = Done {
         sends: c.qps.iter().map(|q| q.sends).collect(),
         write_imms: c.qps.iter().map(|q| q.write_imms).collect(),
-    })?;
-    let t: Tally = ch.recv("tally")?;
+    };
+    // A server that died (the peer-death test kills it) cannot tally: its
+    // share of the line is zeros and the run has failed.
+    let (t, peer) = match ch.send(&done).and_then(|()| ch.recv::<Tally>("tally")) {
+        Ok(t) => (t, "ok"),
+        Err(e) => {
+            eprintln!("rxe stress: no tally from the server: {e}");
+            (Tally::default(), "gone")
+        }
+    };
+    if !c.silences.is_empty() {
+        let budget = rc_budget_ms(args.timeout, args.retry);
+        let lo = c.silences.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = c.silences.iter().copied().fold(0.0, f64::max);
+        let firsts: Vec<String> = c
+            .first_errors
+            .iter()
+            .map(|(k, v)| format!("{k}:{v}"))
+            .collect();
+        println!(
+            "stress: dead_rc_qps={} first_errors={} flushed={} other_after={} \
+             silence_ms={lo:.0}..{hi:.0} retry_budget_ms={budget:.0} (timeout {} and retry {})",
+            c.silences.len(),
+            firsts.join(","),
+            c.flushed,
+            c.after_death,
+            args.timeout,
+            args.retry
+        );
+    }
     let retrans = c.side.ctx.counters().retransmitted_pkts;
     let data_errors = c.data_errors + t.data_errors;
     let errors = c.errors + t.errors;
     println!(
         "stress: ops={} bytes_checked={} data_errors={} errors={} rc_missing={} lost={} \
          overtaken={} retransmissions={} mem_kib={}->{} fds={}->{} peer_mem_kib={}->{} \
-         peer_fds={}->{} elapsed={:.1}s seed={seed}",
+         peer_fds={}->{} peer={peer} elapsed={:.1}s seed={seed}",
         c.ops,
         c.bytes_checked + t.bytes_checked,
         data_errors,
@@ -261,7 +310,14 @@ pub fn run(args: &Args, server: IpAddr) -> Result<bool, String> {
             f.dropped, f.packets, f.duplicated, f.reordered, f.corrupted
         );
     }
-    Ok(data_errors == 0 && errors == 0 && t.rc_missing == 0)
+    Ok(data_errors == 0 && errors == 0 && t.rc_missing == 0 && peer == "ok")
+}
+
+/// What IBTA's timer gives a requester before it reports a retry-exceeded
+/// error: the first try and `retry` retries, each waiting 4.096 µs ×
+/// 2^`timeout`.
+pub fn rc_budget_ms(timeout: u8, retry: u8) -> f64 {
+    4.096e-3 * f64::from(1u32 << timeout.min(31)) * f64::from(u32::from(retry) + 1)
 }
 
 /// How long after the start the client waits for the last completions.
@@ -531,17 +587,34 @@ impl Client {
                 wc.wr_id, p.wr_id, p.what
             ));
         }
+        if q.dead {
+            match wc.status {
+                WcStatus::WrFlushErr => self.flushed += 1,
+                _ => self.after_death += 1,
+            }
+            return Ok(());
+        }
         if wc.status != WcStatus::Success {
-            if !q.dead {
+            {
                 q.dead = true;
                 self.errors += 1;
+                *self
+                    .first_errors
+                    .entry(format!("{:?}", wc.status))
+                    .or_default() += 1;
+                let silence = q.last_ok.elapsed().as_secs_f64() * 1e3;
+                if t == Transport::Rc {
+                    self.silences.push(silence);
+                }
                 eprintln!(
-                    "rxe stress: QP {qi} ({t:?}) {} failed: {:?}; the QP is done",
+                    "rxe stress: QP {qi} ({t:?}) {} failed: {:?} after {silence:.0} ms without \
+                     a completion; the QP is done",
                     p.what, wc.status
                 );
             }
             return Ok(());
         }
+        q.last_ok = Instant::now();
         self.ops += 1;
         match p.check {
             Check::Nothing => {}
