@@ -2269,3 +2269,45 @@ fn psns_wrap_past_0xffffff_in_the_middle_of_messages() {
         }
     }
 }
+
+/// A device that shares its address (a QP-number prefix, as every soft
+/// device on a UDP socket has) owns 65536 numbers, fewer than `max_qp`
+/// allows. Once they are all taken, creating one more QP is an error, not
+/// a search that never ends; a number set free is found again at once.
+#[test]
+fn a_full_qp_number_range_is_an_error_not_a_hang() {
+    use rxe_core::engine::{Engine, EngineConfig};
+    let mut cfg = EngineConfig::new(IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 7);
+    cfg.qpn_prefix = Some(0);
+    let mut e = Engine::new(cfg);
+    let pd = e.alloc_pd();
+    let cq = e.create_cq(16).unwrap();
+    let init = QpInit {
+        qp_type: QpType::Ud,
+        pd,
+        send_cq: cq,
+        recv_cq: cq,
+        srq: None,
+        cap: QpCap {
+            max_send_wr: 1,
+            max_recv_wr: 1,
+            max_send_sge: 1,
+            max_recv_sge: 1,
+            max_inline_data: 0,
+        },
+        sq_sig_all: false,
+    };
+    // Prefix 0: 0x10..=0xffff, QP 0 and 1 and their neighbours kept clear.
+    let room = 0x1_0000 - 0x10;
+    let mut qpns = Vec::with_capacity(room);
+    for _ in 0..room {
+        qpns.push(e.create_qp(init).expect("a number is free"));
+    }
+    assert!(qpns.iter().all(|&q| (0x10..0x1_0000).contains(&q)));
+    assert!(matches!(
+        e.create_qp(init),
+        Err(EngineError::QueueFull { .. })
+    ));
+    e.destroy_qp(qpns[1234]).unwrap();
+    assert_eq!(e.create_qp(init), Ok(qpns[1234]));
+}

@@ -1317,3 +1317,22 @@ fn rc_writes_survive_injected_faults() {
     assert!(a.ctx.counters().retransmitted_pkts > 0);
     assert_eq!(node(76, QpType::Rc, 64).ctx.fault_counters(), None);
 }
+
+// 127.0.1.77
+/// A region larger than the process can have is an out-of-memory error
+/// that names the size, not an abort.
+#[test]
+fn an_impossible_region_is_an_error() {
+    let n = node(77, QpType::Rc, 64);
+    let huge = usize::MAX / 4;
+    match n.pd.alloc_mr(huge, ALL) {
+        Err(Error::Io { what, source }) => {
+            assert_eq!(source.kind(), std::io::ErrorKind::OutOfMemory);
+            assert!(what.contains(&huge.to_string()), "{what}");
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("{huge} bytes registered"),
+    }
+    // The device still works.
+    assert!(n.pd.alloc_mr(4096, ALL).is_ok());
+}

@@ -147,7 +147,20 @@ impl Context {
 
 impl ProtectionDomain {
     /// Registers `len` zeroed bytes allocated by the library.
+    ///
+    /// Memory the process cannot get is an [`Error::Io`] of kind
+    /// `OutOfMemory` (`ENOMEM` through the C library), not an abort.
     pub fn alloc_mr(&self, len: usize, access: Access) -> Result<MemoryRegion, Error> {
+        // Ask first, fallibly; then take the zeroed memory the usual way,
+        // which maps zero pages lazily (filling a reserved vector with
+        // zeros would touch every page of a large region). A process that
+        // just got `len` bytes gets them again unless it is racing itself.
+        let mut probe: Vec<u8> = Vec::new();
+        probe.try_reserve_exact(len).map_err(|_| Error::Io {
+            what: format!("allocate {len} bytes for a memory region"),
+            source: std::io::Error::from(std::io::ErrorKind::OutOfMemory),
+        })?;
+        drop(probe);
         self.register(vec![0u8; len], access)
     }
 

@@ -655,17 +655,32 @@ impl Engine {
         Ok(())
     }
 
-    fn random_qpn(&mut self) -> u32 {
-        loop {
-            // QP 0 and 1 are special; keep clear of the top few too.
-            let n = match self.config.qpn_prefix {
-                None => self.rng.gen_range(0x10..0x00ff_fff0),
-                Some(p) => (u32::from(p) << 16) | self.rng.gen_range(0..=0xffff),
-            };
-            if (0x10..0x00ff_fff0).contains(&n) && !self.qps.contains_key(&n) {
-                return n;
+    /// A free QP number, drawn at random from the device's range: all of
+    /// 0x10..0xfffff0 (QP 0 and 1 are special; keep clear of the top few
+    /// too), or the 65536 numbers of its prefix (see `qpn_prefix`). `None`
+    /// when every number of the range is taken: with a prefix that happens
+    /// before `max_qp` QPs exist, and drawing until a free one came up used
+    /// to spin for ever.
+    fn random_qpn(&mut self) -> Option<u32> {
+        let range = match self.config.qpn_prefix {
+            None => 0x10..0x00ff_fff0,
+            Some(p) => {
+                let base = u32::from(p) << 16;
+                base.max(0x10)..(base + 0x1_0000).min(0x00ff_fff0)
+            }
+        };
+        for _ in 0..64 {
+            let n = self.rng.gen_range(range.clone());
+            if !self.qps.contains_key(&n) {
+                return Some(n);
             }
         }
+        // Crowded: walk the range from a random point.
+        let len = range.end - range.start;
+        let from = self.rng.gen_range(0..len);
+        (0..len)
+            .map(|k| range.start + (from + k) % len)
+            .find(|n| !self.qps.contains_key(n))
     }
 
     /// Creates a queue pair in RESET; returns its number (random).
@@ -713,7 +728,10 @@ impl Engine {
                 capacity: caps.max_qp as usize,
             });
         }
-        let qpn = self.random_qpn();
+        let qpn = self.random_qpn().ok_or(EngineError::QueueFull {
+            queue: "QP numbers of this device's range",
+            capacity: self.qps.len(),
+        })?;
         let initial_psn = Psn::new(self.rng.gen());
         let mut qp = Qp::new(qpn, init, initial_psn);
         if init.qp_type == QpType::Ud {
