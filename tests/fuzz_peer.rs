@@ -8,9 +8,18 @@
 //! same seed sends the same packets (the hash the tool prints), another
 //! seed others; `--replay` of the saved campaign resends as many packets.
 //!
+//! Each oracle fires on a peer broken on purpose (`RXE_TEST_FAULT`, for
+//! testing fuzzers only; see docs/fuzz-peers.md): a server whose QP stops
+//! answering anything once it receives an RDMA READ request (liveness) and
+//! one whose QP cuts every packet it sends short after one (peer-wire).
+//! The finding replays against a freshly started broken server and not
+//! against a healthy one, and the minimiser shrinks it to the READ.
+//!
 //! Address plan: 127.0.5.10/11 (port 19700) for the campaign and its
-//! replay, 127.0.5.20/21 (port 19701) for the seeds. The `rxe` binary is
-//! found as in `perf_cli.rs` (`RXE_BIN` overrides).
+//! replay, 127.0.5.20/21 (port 19701) for the seeds; broken peers at
+//! 127.0.5.40 (19710), .50 (19712), .60 (19714), their fuzzers at .41, .51,
+//! .61, healthy peers at .42 (19711), .52 (19713), .62 (19715). The `rxe`
+//! binary is found as in `perf_cli.rs` (`RXE_BIN` overrides).
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -32,6 +41,14 @@ struct ServerLoop {
 
 impl ServerLoop {
     fn start(addr: &str, port: u16) -> ServerLoop {
+        ServerLoop::start_with(addr, port, None, 20)
+    }
+
+    /// A server broken on purpose with `RXE_TEST_FAULT=fault` (a healthy
+    /// one for `None`), each run giving up after `timeout` seconds without
+    /// a completion: how a wedged server comes back.
+    fn start_with(addr: &str, port: u16, fault: Option<&str>, timeout: u32) -> ServerLoop {
+        let fault = fault.map(str::to_string);
         let stop = Arc::new(AtomicBool::new(false));
         let stderr = Arc::new(Mutex::new(String::new()));
         let runs = Arc::new(Mutex::new(0));
@@ -39,9 +56,14 @@ impl ServerLoop {
         let addr = addr.to_string();
         let thread = std::thread::spawn(move || {
             while !st.load(Ordering::Relaxed) {
-                let mut child = Command::new(rxe_bin())
+                let mut cmd = Command::new(rxe_bin());
+                match &fault {
+                    Some(f) => cmd.env("RXE_TEST_FAULT", f),
+                    None => cmd.env_remove("RXE_TEST_FAULT"),
+                };
+                let mut child = cmd
                     .args(["pingpong", "-d", &addr, "-p", &port.to_string()])
-                    .args(["-n", "100000000", "--timeout", "20"])
+                    .args(["-n", "100000000", "--timeout", &timeout.to_string()])
                     .stdout(Stdio::null())
                     .stderr(Stdio::piped())
                     .spawn()
@@ -103,10 +125,15 @@ struct Run {
 }
 
 fn fuzz(args: &[&str]) -> Run {
+    fuzz_windows(args, "50", "10")
+}
+
+/// `rxe fuzz` with a step window and grace of its own (milliseconds).
+fn fuzz_windows(args: &[&str], window: &str, grace: &str) -> Run {
     let child = Command::new(rxe_bin())
         .arg("fuzz")
         .args(args)
-        .args(["--window-ms", "50", "--grace-ms", "10"])
+        .args(["--window-ms", window, "--grace-ms", grace])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -290,4 +317,211 @@ fn usage_errors_exit_2() {
     ]);
     assert_eq!(r.code, Some(2), "{}", r.out);
     assert!(r.out.contains("setup"), "{}", r.out);
+}
+
+/// The fault every broken peer below has: tripped by an RDMA READ request
+/// (opcode 0x0c), which the fuzzer's `reth` and `any-opcode` arms send and
+/// its own probes and the WRITE that ends a connection (0x0a) never do.
+const READ_REQUEST: &str = "0x0c";
+
+/// Fast windows for loopback, and a liveness timeout well inside the time
+/// a wedged server (run with `--timeout 5`) takes to give up and come back:
+/// after its QP wedges, a fresh connection is refused for seconds.
+fn fuzz_fast(args: &[&str]) -> Run {
+    let mut a = args.to_vec();
+    a.extend(["--liveness-timeout", "1"]);
+    fuzz_windows(&a, "20", "5")
+}
+
+/// The path after `oracle NAME: FINDING `.
+fn finding(out: &str, oracle: &str) -> Option<PathBuf> {
+    field(out, &format!("oracle {oracle}: FINDING ")).map(PathBuf::from)
+}
+
+/// A campaign against a broken peer: the oracle fires, exit status 1.
+fn campaign_finds(
+    server: &str,
+    local: &str,
+    dir: &std::path::Path,
+    oracle: &str,
+    budget: &str,
+) -> (Run, PathBuf) {
+    let r = fuzz_fast(&[
+        "-d",
+        local,
+        "--pingpong",
+        server,
+        "--seed",
+        "3",
+        "--packets",
+        "400",
+        "--out",
+        dir.to_str().unwrap(),
+        "--minimise-budget",
+        budget,
+    ]);
+    assert_eq!(
+        r.code,
+        Some(1),
+        "no finding against a broken peer:\n{}",
+        r.out
+    );
+    let f = finding(&r.out, oracle)
+        .unwrap_or_else(|| panic!("oracle {oracle} did not fire:\n{}", r.out));
+    assert!(f.exists(), "{}", f.display());
+    assert!(
+        std::fs::read_to_string(format!("{}.meta", f.display()))
+            .unwrap()
+            .contains(&format!("oracle {oracle}\n")),
+        "the sidecar names no oracle"
+    );
+    (r, f)
+}
+
+/// Replays `file` at `server` from `local`: whether `oracle` fired again.
+fn replay_fires(file: &std::path::Path, server: &str, local: &str, oracle: &str) -> bool {
+    let dir = file.parent().unwrap().join("replays");
+    let r = fuzz_fast(&[
+        "-d",
+        local,
+        "--to",
+        server,
+        "--replay",
+        file.to_str().unwrap(),
+        "--out",
+        dir.to_str().unwrap(),
+    ]);
+    let fired = finding(&r.out, oracle).is_some();
+    let verdict = format!("the recording is a finding of oracle {oracle}: ");
+    if fired {
+        assert_eq!(r.code, Some(1), "{}", r.out);
+        assert!(
+            r.out.contains(&format!("{verdict}it fired again")),
+            "{}",
+            r.out
+        );
+    } else {
+        assert!(r.out.contains(&format!("oracle {oracle}: ok")), "{}", r.out);
+        assert!(
+            r.out
+                .contains(&format!("{verdict}it did not fire this time")),
+            "{}",
+            r.out
+        );
+    }
+    fired
+}
+
+/// `minimised NAME: N packets (...) -> M packets (...)`: (N, M).
+fn minimised(out: &str) -> Option<(usize, usize)> {
+    let l = out.lines().find(|l| l.starts_with("minimised "))?;
+    let (from, to) = l.split_once(" -> ")?;
+    let n = from
+        .split(": ")
+        .nth(1)?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    let m = to.split_whitespace().next()?.parse().ok()?;
+    Some((n, m))
+}
+
+#[test]
+fn liveness_fires_on_a_wedged_peer_and_the_finding_replays() {
+    let fault = format!("wedge-after-opcode={READ_REQUEST}");
+    let (server, local) = ("127.0.5.40:19710", "127.0.5.41");
+    let dir = temp_dir("wedge");
+    let broken = ServerLoop::start_with("127.0.5.40", 19710, Some(&fault), 5);
+    let healthy = ServerLoop::start_with("127.0.5.42", 19711, None, 5);
+    let (r, f) = campaign_finds(server, local, &dir, "liveness", "0");
+    // A wedged QP sends nothing, so nothing garbled either.
+    assert!(r.out.contains("oracle peer-wire: ok"), "{}", r.out);
+    assert!(r.out.contains("oracle sanity: ok"), "{}", r.out);
+    assert!(
+        !r.out.contains("minimise"),
+        "a budget of 0 minimises nothing"
+    );
+    assert!(
+        broken.stderr().contains("broken on purpose"),
+        "{}",
+        broken.stderr()
+    );
+    // A freshly started broken server: the finding reproduces.
+    drop(broken);
+    let _broken = ServerLoop::start_with("127.0.5.40", 19710, Some(&fault), 5);
+    assert!(replay_fires(&f, server, local, "liveness"));
+    // A healthy server takes the same packets and stays up.
+    assert!(!replay_fires(&f, "127.0.5.42:19711", local, "liveness"));
+    assert!(
+        !healthy.stderr().contains("panicked"),
+        "{}",
+        healthy.stderr()
+    );
+    assert!(!healthy.stderr().contains("broken on purpose"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn peer_wire_fires_on_a_garbling_peer_replays_and_minimises_on_demand() {
+    let fault = format!("garble-after-opcode={READ_REQUEST}");
+    let (server, local) = ("127.0.5.50:19712", "127.0.5.51");
+    let dir = temp_dir("garble");
+    let broken = ServerLoop::start_with("127.0.5.50", 19712, Some(&fault), 5);
+    let _healthy = ServerLoop::start_with("127.0.5.52", 19713, None, 5);
+    let (r, f) = campaign_finds(server, local, &dir, "peer-wire", "0");
+    assert!(r.out.contains("oracle sanity: ok"), "{}", r.out);
+    // What the peer sent is kept beside what we sent: cut short (14 bytes).
+    let theirs = dir.join("peer-wire-seed3.peer.pcap");
+    assert!(theirs.exists(), "{}", r.out);
+    assert!(r.out.contains("the first 14 bytes: truncated"), "{}", r.out);
+    drop(broken);
+    let _broken = ServerLoop::start_with("127.0.5.50", 19712, Some(&fault), 5);
+    assert!(replay_fires(&f, server, local, "peer-wire"));
+    assert!(!replay_fires(&f, "127.0.5.52:19713", local, "peer-wire"));
+
+    // On demand: rxe fuzz --minimise FILE.
+    let m = fuzz_fast(&[
+        "-d",
+        local,
+        "--to",
+        server,
+        "--minimise",
+        f.to_str().unwrap(),
+        "--minimise-budget",
+        "60",
+    ]);
+    assert_eq!(m.code, Some(1), "{}", m.out);
+    let (n, k) = minimised(&m.out).unwrap_or_else(|| panic!("{}", m.out));
+    let min = dir.join("peer-wire-seed3.min.pcap");
+    assert!(min.exists(), "{}", m.out);
+    assert!(k <= 2 && k * 4 <= n, "{n} -> {k} packets:\n{}", m.out);
+    assert!(m.out.contains("RC_RDMA_READ_REQUEST"), "{}", m.out);
+    assert!(replay_fires(&min, server, local, "peer-wire"));
+    assert!(!replay_fires(&min, "127.0.5.52:19713", local, "peer-wire"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_wedge_finding_is_minimised_to_the_read_that_wedges() {
+    let fault = format!("wedge-after-opcode={READ_REQUEST}");
+    let (server, local) = ("127.0.5.60:19714", "127.0.5.61");
+    let dir = temp_dir("minimise");
+    let broken = ServerLoop::start_with("127.0.5.60", 19714, Some(&fault), 5);
+    let _healthy = ServerLoop::start_with("127.0.5.62", 19715, None, 5);
+    // Minimised right after the campaign, once the peer is back.
+    let (r, f) = campaign_finds(server, local, &dir, "liveness", "90");
+    let (n, k) = minimised(&r.out).unwrap_or_else(|| panic!("not minimised:\n{}", r.out));
+    assert!(k <= 2 && k * 4 <= n, "{n} -> {k} packets:\n{}", r.out);
+    assert!(r.out.contains("RC_RDMA_READ_REQUEST"), "{}", r.out);
+    let min = f.with_file_name(format!(
+        "{}.min.pcap",
+        f.file_stem().unwrap().to_str().unwrap()
+    ));
+    assert!(min.exists() && PathBuf::from(format!("{}.meta", min.display())).exists());
+    drop(broken);
+    let _broken = ServerLoop::start_with("127.0.5.60", 19714, Some(&fault), 5);
+    assert!(replay_fires(&min, server, local, "liveness"));
+    assert!(!replay_fires(&min, "127.0.5.62:19715", local, "liveness"));
+    let _ = std::fs::remove_dir_all(&dir);
 }

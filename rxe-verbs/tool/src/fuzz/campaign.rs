@@ -45,6 +45,10 @@ pub(crate) struct Driver {
     pub sessions: u32,
     /// Datagrams the socket refused (larger than the route takes).
     pub refused: u64,
+    /// `rec.sent[from..to]`: the packets since the last good liveness
+    /// check up to the step that brought the first packet of the peer's
+    /// that our parser refused (the peer-wire oracle's finding).
+    pub peer_wire_at: Option<(usize, usize)>,
     /// Session parameters come from here (seeded).
     srng: StdRng,
 }
@@ -97,6 +101,7 @@ impl Driver {
             last_good: 0,
             sessions: 0,
             refused: 0,
+            peer_wire_at: None,
             srng: StdRng::seed_from_u64(seed ^ 0x005e_ed0f_5e55_1075),
         })
     }
@@ -104,6 +109,12 @@ impl Driver {
     /// A new connection with our initial PSN `psn` (from the seeded
     /// generator when `None`: a quarter of them close to the 24-bit wrap).
     pub(crate) fn connect(&mut self, psn: Option<Psn>) -> Res<Session> {
+        let limit = self.cfg.liveness_timeout;
+        self.connect_within(psn, limit)
+    }
+
+    /// [`Self::connect`], waiting up to `limit` for the peer's server.
+    pub(crate) fn connect_within(&mut self, psn: Option<Psn>, limit: Duration) -> Res<Session> {
         let psn = psn.unwrap_or_else(|| {
             if self.srng.gen_bool(0.25) {
                 Psn::new(0xff_ffff - self.srng.gen_range(0..48))
@@ -115,7 +126,7 @@ impl Driver {
         let index = self.sessions;
         let s = self
             .link
-            .connect(&self.cfg.target, index, psn, low, self.cfg.liveness_timeout)?;
+            .connect(&self.cfg.target, index, psn, low, limit)?;
         self.sessions += 1;
         self.rec.add_session(SessionInfo {
             index,
@@ -187,7 +198,12 @@ impl Driver {
 
     /// Gathers the answers to a step and counts them.
     pub(crate) fn answers(&mut self, s: &mut Session, window: Duration) -> Answers {
+        let before = self.link.unparsable.len();
         let a = self.link.collect(s, window, self.cfg.grace, &mut self.rec);
+        if before == 0 && !self.link.unparsable.is_empty() && self.peer_wire_at.is_none() {
+            let to = self.rec.sent.len();
+            self.peer_wire_at = Some((self.last_good.min(to), to));
+        }
         if a.sig.is_silence() {
             *self.hist.entry("silence").or_default() += 1;
         }
@@ -268,6 +284,22 @@ impl Driver {
         false
     }
 
+    /// Ends a connection that may still be up before the next one is
+    /// made, without waiting long: a WRITE with R_Key 0 and one window for
+    /// its NAK. (The peer's server serves one connection at a time.)
+    pub(crate) fn end_quietly(&mut self, s: &mut Session) {
+        let g = Gen {
+            bytes: kill_packet(s.sq_psn),
+            qpn: QpnChoice::Peer,
+            icrc: IcrcChoice::Right,
+            psn: PsnBase::Ours,
+            wellformed: true,
+        };
+        self.send(s, "kill", &[g]);
+        let w = self.cfg.window;
+        self.answers(s, w);
+    }
+
     /// The final liveness check: end the connection, then a fresh one must
     /// work. `Ok(None)` when it does.
     pub(crate) fn final_check(&mut self, s: Option<Session>) -> Option<String> {
@@ -289,10 +321,15 @@ impl Driver {
         }
     }
 
-    /// Writes the packets since the last good liveness check as a finding.
+    /// Writes the packets since the last good liveness check as a finding
+    /// of the liveness oracle.
     pub(crate) fn write_finding(&mut self, name: &str, why: &str) -> PathBuf {
         let path = self.cfg.out.join(format!("{name}.pcap"));
-        match self.rec.write(&path, self.last_good) {
+        let end = self.rec.sent.len();
+        match self
+            .rec
+            .write_range(&path, self.last_good, end, Some("liveness"))
+        {
             Ok(()) => {
                 let n = self.rec.sent.len() - self.last_good.min(self.rec.sent.len());
                 println!("finding {name}: {why}");
@@ -325,9 +362,9 @@ impl Driver {
         }
     }
 
-    /// The sanity and peer-wire oracles; true if either fired.
-    pub(crate) fn other_oracles(&mut self, tag: &str) -> bool {
-        let mut found = false;
+    /// The sanity and peer-wire oracles: their findings.
+    pub(crate) fn other_oracles(&mut self, tag: &str) -> Vec<Finding> {
+        let mut found = Vec::new();
         let peer = self.link.peer.unwrap_or(self.link.local);
         if self.rec.insane.is_empty() {
             println!("oracle sanity: ok");
@@ -345,25 +382,72 @@ impl Driver {
                 Ok(()) => println!("oracle sanity: FINDING {}", path.display()),
                 Err(e) => println!("oracle sanity: FINDING ({e})"),
             }
-            found = true;
+            found.push(Finding {
+                oracle: "sanity",
+                path,
+                replayable: false,
+            });
         }
         if self.link.unparsable.is_empty() {
             println!("oracle peer-wire: ok");
         } else {
+            // What we sent up to the first refused packet (replayable),
+            // and what the peer sent that our parser refused.
             let path = self.cfg.out.join(format!("peer-wire-{tag}.pcap"));
+            let theirs = self.cfg.out.join(format!("peer-wire-{tag}.peer.pcap"));
+            let (from, to) = self.peer_wire_at.unwrap_or((0, 0));
+            let ours = self.rec.write_range(&path, from, to, Some("peer-wire"));
             let frames = self
                 .link
                 .unparsable
                 .iter()
                 .map(|b| (record::now(), peer, self.link.local, b.as_slice()));
-            match record::write_pcap(&path, frames) {
-                Ok(()) => println!("oracle peer-wire: FINDING {}", path.display()),
+            let r = ours.and(record::write_pcap(&theirs, frames));
+            match r {
+                Ok(()) => {
+                    let b = &self.link.unparsable[0];
+                    println!(
+                        "finding peer-wire-{tag}: the peer sent {} packets our parser refuses, the first {} bytes: {}",
+                        self.link.unparsable.len(),
+                        b.len(),
+                        rxe_core::wire::Packet::new_checked(&b[..])
+                            .err()
+                            .map_or("parses now".into(), |e| e.to_string())
+                    );
+                    println!(
+                        "  {} ({} packets we sent up to the first of them); theirs: {}",
+                        path.display(),
+                        to - from,
+                        theirs.display()
+                    );
+                    println!(
+                        "  replay: rxe fuzz --replay {} -d {} --to {}",
+                        path.display(),
+                        self.cfg.local,
+                        self.cfg.target
+                    );
+                    println!("oracle peer-wire: FINDING {}", path.display());
+                }
                 Err(e) => println!("oracle peer-wire: FINDING ({e})"),
             }
-            found = true;
+            found.push(Finding {
+                oracle: "peer-wire",
+                path,
+                replayable: true,
+            });
         }
         found
     }
+}
+
+/// An oracle's finding.
+#[derive(Debug, Clone)]
+pub(crate) struct Finding {
+    pub oracle: &'static str,
+    pub path: PathBuf,
+    /// What we sent (with its sidecar), so `--replay` and `--minimise`
+    /// take it.
+    pub replayable: bool,
 }
 
 /// The energy scheme over the arms.
@@ -529,15 +613,22 @@ pub(crate) fn run(
         d.rec.write(&path, 0)?;
         println!("saved {} packets to {}", d.rec.sent.len(), path.display());
     }
-    let mut found = false;
+    let mut found = Vec::new();
     match &liveness {
         None => println!("oracle liveness: ok"),
         Some(why) => {
             let path = d.write_finding(&format!("liveness-{tag}"), why);
             println!("oracle liveness: FINDING {}", path.display());
-            found = true;
+            found.push(Finding {
+                oracle: "liveness",
+                path,
+                replayable: true,
+            });
         }
     }
-    found |= d.other_oracles(&tag);
-    Ok(found)
+    found.extend(d.other_oracles(&tag));
+    // The socket is the minimiser's now.
+    drop(d);
+    super::minimise::after_campaign(cfg, &found);
+    Ok(!found.is_empty())
 }

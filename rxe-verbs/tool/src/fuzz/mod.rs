@@ -24,11 +24,15 @@
 //! packet the peer sent parses). A finding is written as a pcap of the
 //! packets since the last good liveness check plus a `.meta` sidecar, and
 //! `rxe fuzz --replay FILE.pcap` resends them on a new connection
-//! ([`replay`]). Minimisation is not done yet.
+//! ([`replay`]). A replayable finding is then minimised ([`minimise`]:
+//! ddmin over connections, steps and packets, each candidate replayed
+//! against the live peer) into `NAME.min.pcap`, within
+//! `--minimise-budget`; `rxe fuzz --minimise FILE.pcap` does it on demand.
 //!
 //! Exit status: 0 no finding, 1 a finding, 2 usage or setup error.
 
 mod campaign;
+mod minimise;
 mod mutate;
 mod record;
 mod replay;
@@ -69,8 +73,24 @@ pub struct Args {
     save: bool,
     /// Resend the packets of a pcap written by `rxe fuzz` (a finding or
     /// sent.pcap) on new connections to the peer named by --to.
-    #[arg(long, value_name = "FILE.pcap")]
+    #[arg(long, value_name = "FILE.pcap", conflicts_with = "minimise")]
     replay: Option<PathBuf>,
+    /// Shrink a finding (delta debugging over its connections, steps and
+    /// packets, each candidate replayed against the peer named by --to)
+    /// into FILE.min.pcap (+ .meta).
+    #[arg(long, value_name = "FILE.pcap")]
+    minimise: Option<PathBuf>,
+    /// Seconds the minimiser may spend, on a campaign's findings (0: do not
+    /// minimise them) or with --minimise.
+    #[arg(
+        long = "minimise-budget",
+        value_name = "SECONDS",
+        default_value_t = 120
+    )]
+    minimise_budget: u64,
+    /// Candidates the minimiser may replay at most.
+    #[arg(long = "minimise-attempts", default_value_t = 200)]
+    minimise_attempts: u32,
     /// The peer's path MTU (ibv_rc_pingpong's -m, 1024 by default).
     #[arg(long, default_value_t = 1024)]
     mtu: usize,
@@ -148,6 +168,10 @@ pub(crate) struct Config {
     pub liveness_timeout: Duration,
     pub out: PathBuf,
     pub verbose: bool,
+    /// Time the minimiser may spend on a campaign's findings (0: none).
+    pub minimise_budget: Duration,
+    /// Candidates the minimiser may replay.
+    pub minimise_attempts: u32,
 }
 
 /// An error that ends the run: `Usage` exits 2, `Setup` exits 2.
@@ -156,7 +180,9 @@ pub(crate) type Res<T> = Result<T, String>;
 /// Runs `rxe fuzz`.
 pub fn run(a: &Args) -> ExitCode {
     let Some(t) = &a.pingpong else {
-        eprintln!("rxe fuzz: name the peer with --pingpong SERVER[:PORT] (or --to with --replay)");
+        eprintln!(
+            "rxe fuzz: name the peer with --pingpong SERVER[:PORT] (or --to with --replay, --minimise)"
+        );
         return ExitCode::from(2);
     };
     let target = match Target::parse(t) {
@@ -185,10 +211,21 @@ pub fn run(a: &Args) -> ExitCode {
         liveness_timeout: Duration::from_secs(a.liveness_timeout.max(1)),
         out: a.out.clone(),
         verbose: a.verbose,
+        minimise_budget: Duration::from_secs(a.minimise_budget),
+        minimise_attempts: a.minimise_attempts.max(1),
     };
-    let r = match &a.replay {
-        Some(file) => replay::run(&cfg, file),
-        None => {
+    let r = match (&a.replay, &a.minimise) {
+        (Some(file), _) => replay::run(&cfg, file),
+        (None, Some(file)) => {
+            if a.minimise_budget == 0 {
+                eprintln!("rxe fuzz: --minimise needs a --minimise-budget above 0");
+                return ExitCode::from(2);
+            }
+            // Exit 1 when the finding reproduced (and was minimised), 0
+            // when it did not.
+            minimise::run(&cfg, file, None, cfg.minimise_budget).map(|p| p.is_some())
+        }
+        (None, None) => {
             if a.packets.is_none() && a.seconds.is_none() {
                 eprintln!("rxe fuzz: give a budget: --packets N or --seconds S");
                 return ExitCode::from(2);

@@ -175,51 +175,74 @@ impl Recorder {
         false
     }
 
-    /// The session a packet belongs to.
-    fn session(&self, index: u32) -> Option<&SessionInfo> {
-        self.sessions.iter().find(|s| s.index == index)
-    }
-
     /// Writes `sent[from..]` as `path` (pcap) and `path.meta`.
     pub(crate) fn write(&self, path: &Path, from: usize) -> Res<()> {
-        let pkts = &self.sent[from.min(self.sent.len())..];
-        write_pcap(
-            path,
-            pkts.iter().filter_map(|p| {
-                let s = self.session(p.session)?;
-                Some((p.time, s.local, s.peer, p.bytes.as_slice()))
-            }),
-        )?;
-        let mut meta = String::from(
-            "rxe-fuzz-meta 1\n# sessions: our initial PSN, the peer's QPN and ours then;\n\
-             # packets, one per pcap frame: session, step, arm, how its QPN, ICRC and PSN\n\
-             # relate to the connection (rxe fuzz --replay rewrites them for a new one)\n",
-        );
-        let mut used: Vec<u32> = pkts.iter().map(|p| p.session).collect();
-        used.dedup();
-        for s in self.sessions.iter().filter(|s| used.contains(&s.index)) {
-            let _ = writeln!(
-                meta,
-                "session {} psn={:06x} peer_qpn={:06x} our_qpn={:06x}",
-                s.index,
-                s.base_psn.value(),
-                s.peer_qpn,
-                s.our_qpn
-            );
-        }
-        for p in pkts {
-            let _ = writeln!(
-                meta,
-                "packet {} {} {} {}",
-                p.session,
-                p.step,
-                p.arm,
-                meta_fields(p)
-            );
-        }
-        std::fs::write(meta_path(path), meta)
-            .map_err(|e| format!("write {}: {e}", meta_path(path).display()))
+        self.write_range(path, from, self.sent.len(), None)
     }
+
+    /// Writes `sent[from..to]` as `path` (pcap) and `path.meta`, naming
+    /// the oracle it is a finding of, if any.
+    pub(crate) fn write_range(
+        &self,
+        path: &Path,
+        from: usize,
+        to: usize,
+        oracle: Option<&str>,
+    ) -> Res<()> {
+        let to = to.min(self.sent.len());
+        write_packets(path, &self.sent[from.min(to)..to], &self.sessions, oracle)
+    }
+}
+
+/// Writes `pkts` as `path` (pcap) and `path.meta`, with the sessions they
+/// belong to (`sessions` may hold more) and the oracle they are a finding
+/// of, if any.
+pub(crate) fn write_packets(
+    path: &Path,
+    pkts: &[Sent],
+    sessions: &[SessionInfo],
+    oracle: Option<&str>,
+) -> Res<()> {
+    let session = |i: u32| sessions.iter().find(|s| s.index == i);
+    write_pcap(
+        path,
+        pkts.iter().filter_map(|p| {
+            let s = session(p.session)?;
+            Some((p.time, s.local, s.peer, p.bytes.as_slice()))
+        }),
+    )?;
+    let mut meta = String::from(
+        "rxe-fuzz-meta 1\n# sessions: our initial PSN, the peer's QPN and ours then;\n\
+         # packets, one per pcap frame: session, step, arm, how its QPN, ICRC and PSN\n\
+         # relate to the connection (rxe fuzz --replay rewrites them for a new one)\n",
+    );
+    if let Some(o) = oracle {
+        let _ = writeln!(meta, "oracle {o}");
+    }
+    let mut used: Vec<u32> = pkts.iter().map(|p| p.session).collect();
+    used.dedup();
+    for s in sessions.iter().filter(|s| used.contains(&s.index)) {
+        let _ = writeln!(
+            meta,
+            "session {} psn={:06x} peer_qpn={:06x} our_qpn={:06x}",
+            s.index,
+            s.base_psn.value(),
+            s.peer_qpn,
+            s.our_qpn
+        );
+    }
+    for p in pkts {
+        let _ = writeln!(
+            meta,
+            "packet {} {} {} {}",
+            p.session,
+            p.step,
+            p.arm,
+            meta_fields(p)
+        );
+    }
+    std::fs::write(meta_path(path), meta)
+        .map_err(|e| format!("write {}: {e}", meta_path(path).display()))
 }
 
 fn meta_fields(p: &Sent) -> String {
@@ -331,6 +354,9 @@ pub(crate) fn now() -> Duration {
 pub(crate) struct Loaded {
     pub sessions: Vec<SessionInfo>,
     pub packets: Vec<Sent>,
+    /// The oracle the recording is a finding of (the sidecar's `oracle`
+    /// line), if it says.
+    pub oracle: Option<String>,
 }
 
 /// Reads a pcap written by [`Recorder::write`] and its sidecar. Without a
@@ -377,12 +403,14 @@ pub(crate) fn load(pcap: &Path) -> Res<Loaded> {
     };
     let mut sessions = Vec::new();
     let mut packets = Vec::new();
+    let mut oracle = None;
     let bad = |l: &str| format!("{}: bad line {l:?}", meta_path(pcap).display());
     let hex = |s: &str, l: &str| u32::from_str_radix(s, 16).map_err(|_| bad(l));
     let mut it = frames.into_iter();
     for l in meta.lines() {
         let w: Vec<&str> = l.split_whitespace().collect();
         match w.first().copied() {
+            Some("oracle") if w.len() == 2 => oracle = Some(w[1].to_string()),
             Some("session") if w.len() == 5 => {
                 let field = |i: usize, k: &str| -> Res<u32> {
                     hex(w[i].strip_prefix(k).ok_or_else(|| bad(l))?, l)
@@ -446,7 +474,11 @@ pub(crate) fn load(pcap: &Path) -> Res<Loaded> {
             pcap.display()
         ));
     }
-    Ok(Loaded { sessions, packets })
+    Ok(Loaded {
+        sessions,
+        packets,
+        oracle,
+    })
 }
 
 /// A pcap without a sidecar: one connection, guessed.
@@ -508,6 +540,7 @@ fn guess(frames: Vec<(Duration, IpAddr, IpAddr, Vec<u8>)>) -> Loaded {
             peer,
         }],
         packets,
+        oracle: None,
     }
 }
 
@@ -529,5 +562,21 @@ mod tests {
         assert_eq!(rxe_core::wire::icrc::verify(&f), Ok(true));
         let fr = rxe_core::wire::RoceFrame::parse(LinkType::RawIp, &f).unwrap();
         assert!(fr.icrc_ok());
+    }
+
+    #[test]
+    fn the_sanity_oracle_fires_on_a_packet_built_wrong() {
+        let mut rec = Recorder::new();
+        // A SEND ONLY (opcode 4) meant to be well formed, cut inside its BTH.
+        let mut p = vec![0u8; 12 + 4];
+        p[0] = 0x04;
+        p[7] = 0x11;
+        assert!(rec.sanity_check(&p, "valid", Some((Psn::new(0), 0x11))));
+        assert!(!rec.sanity_check(&p[..10], "valid", Some((Psn::new(0), 0x11))));
+        // The same bytes, re-parsed with another QPN than we meant.
+        assert!(!rec.sanity_check(&p, "valid", Some((Psn::new(0), 0x12))));
+        // Malformed on purpose: refused without a panic is what we want.
+        assert!(rec.sanity_check(&p[..10], "truncated", None));
+        assert_eq!(rec.insane.len(), 2, "{:?}", rec.insane);
     }
 }

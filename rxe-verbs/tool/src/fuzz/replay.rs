@@ -6,48 +6,78 @@
 //! fields that named the old connection's peer QP name the new one, PSNs
 //! counted from the peer's own PSN are counted from its new one, and a
 //! right ICRC is recomputed (a wrong one stays wrong by the same bits), as
-//! the `.meta` sidecar says. Then the liveness check of a campaign runs.
+//! the `.meta` sidecar says. Before the next recorded connection is made,
+//! one that may still be up (no answer on it ended the peer's QP) is ended
+//! with a WRITE with R_Key 0, as the pingpong server serves one connection
+//! at a time. Then the liveness check of a campaign runs.
+//!
+//! [`execute`] is also what the minimiser runs for every candidate.
 
-use super::campaign::Driver;
+use super::campaign::{Driver, Finding};
 use super::mutate::Gen;
-use super::record;
+use super::record::{self, Sent, SessionInfo};
 use super::session::Session;
 use super::{Config, Res};
 use std::path::Path;
+use std::time::Duration;
 
-/// Replays a recording. `Ok(true)` when an oracle fired.
-pub(crate) fn run(cfg: &Config, file: &Path) -> Res<bool> {
-    let rec = record::load(file)?;
+/// What a replay did and which oracles fired.
+pub(crate) struct Outcome {
+    pub d: Driver,
+    /// Packets of the recording sent.
+    pub replayed: usize,
+    /// Why the liveness oracle fired, if it did.
+    pub liveness: Option<String>,
+}
+
+impl Outcome {
+    /// Whether the oracle named `oracle` fired.
+    pub(crate) fn fired(&self, oracle: &str) -> bool {
+        match oracle {
+            "liveness" => self.liveness.is_some(),
+            "peer-wire" => !self.d.link.unparsable.is_empty(),
+            "sanity" => !self.d.rec.insane.is_empty(),
+            _ => false,
+        }
+    }
+}
+
+/// Replays `pkts` (in order; the sessions they name are in `sessions`),
+/// each recorded connection on a new one, then runs the final liveness
+/// check. The first connection may take `ready` to be accepted (the peer
+/// may still be recovering from an earlier run); without it nothing was
+/// sent and the result is an error, not a finding.
+pub(crate) fn execute(
+    cfg: &Config,
+    sessions: &[SessionInfo],
+    pkts: &[&Sent],
+    ready: Duration,
+) -> Res<Outcome> {
     let mut d = Driver::new(cfg, 0)?;
-    let sessions: Vec<u32> = {
-        let mut v: Vec<u32> = rec.packets.iter().map(|p| p.session).collect();
-        v.dedup();
-        v
-    };
-    println!(
-        "rxe fuzz: replaying {} packets of {} connections from {} at {} (pingpong exchange), from {}",
-        rec.packets.len(),
-        sessions.len(),
-        file.display(),
-        cfg.target,
-        cfg.local
-    );
     let mut cur: Option<(u32, Session)> = None;
+    // An answer on the current connection ended the peer's QP.
+    let mut ended = false;
     let mut liveness = None;
     let mut replayed = 0usize;
     let mut last_fatal = false;
     let mut i = 0;
-    let pkts = &rec.packets;
     while i < pkts.len() {
-        let p = &pkts[i];
+        let p = pkts[i];
         if cur.as_ref().map(|c| c.0) != Some(p.session) {
-            let psn = rec
-                .sessions
+            let psn = sessions
                 .iter()
                 .find(|s| s.index == p.session)
                 .map(|s| s.base_psn);
-            match d.connect(psn) {
+            let first = cur.is_none();
+            if let Some((_, s)) = cur.as_mut() {
+                if !ended {
+                    d.end_quietly(s);
+                }
+            }
+            let limit = if first { ready } else { cfg.liveness_timeout };
+            match d.connect_within(psn, limit) {
                 Ok(s) => cur = Some((p.session, s)),
+                Err(e) if first => return Err(format!("setup: {e}")),
                 Err(e) => {
                     liveness = Some(format!(
                         "no connection for recorded connection {}: {e}",
@@ -56,6 +86,7 @@ pub(crate) fn run(cfg: &Config, file: &Path) -> Res<bool> {
                     break;
                 }
             }
+            ended = false;
         }
         let Some((_, s)) = cur.as_mut() else { break };
         let mut j = i;
@@ -77,11 +108,12 @@ pub(crate) fn run(cfg: &Config, file: &Path) -> Res<bool> {
         // peer's QP waits briefly, other probes long.
         let window = match p.arm.as_str() {
             "probe" if last_fatal => cfg.window * 2,
-            "probe" | "kill" => (cfg.window * 10).max(std::time::Duration::from_millis(300)),
+            "probe" | "kill" => (cfg.window * 10).max(Duration::from_millis(300)),
             _ => cfg.window,
         };
         let a = d.answers(s, window);
         last_fatal = a.sig.fatal();
+        ended |= last_fatal;
         if cfg.verbose {
             println!("step {} {}: {}", p.step, p.arm, a.sig.describe());
         }
@@ -90,20 +122,64 @@ pub(crate) fn run(cfg: &Config, file: &Path) -> Res<bool> {
     if liveness.is_none() {
         liveness = d.final_check(cur.map(|c| c.1));
     }
+    Ok(Outcome {
+        d,
+        replayed,
+        liveness,
+    })
+}
+
+/// Replays a recording. `Ok(true)` when an oracle fired.
+pub(crate) fn run(cfg: &Config, file: &Path) -> Res<bool> {
+    let rec = record::load(file)?;
+    let sessions: Vec<u32> = {
+        let mut v: Vec<u32> = rec.packets.iter().map(|p| p.session).collect();
+        v.dedup();
+        v
+    };
+    println!(
+        "rxe fuzz: replaying {} packets of {} connections from {} at {} (pingpong exchange), from {}",
+        rec.packets.len(),
+        sessions.len(),
+        file.display(),
+        cfg.target,
+        cfg.local
+    );
+    let pkts: Vec<&Sent> = rec.packets.iter().collect();
+    let Outcome {
+        mut d,
+        replayed,
+        liveness,
+    } = execute(cfg, &rec.sessions, &pkts, cfg.liveness_timeout)?;
     println!(
         "replayed {replayed} packets over {} connections ({} ACKs for the peer's own SENDs, {} refused by the socket)",
         d.sessions, d.link.upkeep, d.refused
     );
     d.print_histogram();
-    let mut found = false;
+    let mut found: Vec<Finding> = Vec::new();
     match &liveness {
         None => println!("oracle liveness: ok"),
         Some(why) => {
             let path = d.write_finding("liveness-replay", why);
             println!("oracle liveness: FINDING {}", path.display());
-            found = true;
+            found.push(Finding {
+                oracle: "liveness",
+                path,
+                replayable: true,
+            });
         }
     }
-    found |= d.other_oracles("replay");
-    Ok(found)
+    found.extend(d.other_oracles("replay"));
+    if let Some(o) = &rec.oracle {
+        let again = found.iter().any(|f| f.oracle == o);
+        println!(
+            "the recording is a finding of oracle {o}: {}",
+            if again {
+                "it fired again"
+            } else {
+                "it did not fire this time"
+            }
+        );
+    }
+    Ok(!found.is_empty())
 }

@@ -10,7 +10,7 @@
 
 use super::record::Recorder;
 use super::{Res, Target};
-use crate::pingpong::{client_exchange, gid_addr, Dest};
+use crate::pingpong::{gid_addr, Dest};
 use rxe_core::engine::Transmit;
 use rxe_core::psn::Psn;
 use rxe_core::wire::{
@@ -241,12 +241,12 @@ impl Link {
         };
         let deadline = Instant::now() + limit;
         let theirs = loop {
-            match client_exchange(&target.host, target.port, &[mine], Some(limit)) {
-                Ok(t) => break t[0],
+            match exchange(target, mine, deadline) {
+                Ok(t) => break t,
                 Err(e) if Instant::now() >= deadline => {
                     return Err(format!("no pingpong exchange with {target}: {e}"))
                 }
-                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+                Err(_) => std::thread::sleep(Duration::from_millis(20)),
             }
         };
         if theirs.gid.octets()[8..].iter().all(|&b| b == 0) || theirs.gid == Ipv6Addr::UNSPECIFIED {
@@ -453,6 +453,41 @@ impl Link {
             }
         }
     }
+}
+
+/// One try at the client side of rdma-core's pingpong exchange (as
+/// `pingpong::client_exchange`, which retries its TCP connect for seconds
+/// of its own), bounded by `deadline`: the liveness timeout must be what
+/// the user gave.
+fn exchange(target: &Target, mine: Dest, deadline: Instant) -> Res<Dest> {
+    use std::io::{Read, Write};
+    use std::net::{TcpStream, ToSocketAddrs};
+    let left = || {
+        deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1))
+    };
+    let addrs: Vec<_> = (target.host.as_str(), target.port)
+        .to_socket_addrs()
+        .map_err(|e| format!("{e} for {target}"))?
+        .collect();
+    let mut sock = addrs
+        .iter()
+        .find_map(|a| TcpStream::connect_timeout(a, left()).ok())
+        .ok_or_else(|| format!("Couldn't connect to {target}"))?;
+    sock.set_read_timeout(Some(left()))
+        .and_then(|()| sock.set_write_timeout(Some(left())))
+        .map_err(|e| format!("set a TCP timeout: {e}"))?;
+    let msg = mine.to_wire();
+    sock.write_all(&msg)
+        .map_err(|e| format!("Couldn't send local address: {e}"))?;
+    let mut theirs = msg;
+    sock.read_exact(&mut theirs)
+        .map_err(|e| format!("Couldn't read remote address: {e}"))?;
+    let d = Dest::from_wire(&theirs)?;
+    sock.write_all(b"done\0")
+        .map_err(|e| format!("Couldn't write done: {e}"))?;
+    Ok(d)
 }
 
 /// A BTH with the defaults of a well-behaved requester.
