@@ -7,6 +7,8 @@
 //!   SLL/SLL2 and raw-IP link types) into numbered, timestamped frames that
 //!   [`rxe_core::wire::RoceFrame::parse`] takes as they are, and writing
 //!   classic pcap files of what crosses a link.
+//! * [`live`]: frames from a network interface as they pass (a packet
+//!   socket, as tcpdump uses), for `rxe dump -i`.
 //! * [`faults`]: loss, duplication, reordering and corruption injected into
 //!   the batches a real device sends (`RXE_FAULTS`).
 //! * [`sim`]: a simulated network of engines on a virtual clock, with
@@ -15,12 +17,14 @@
 //!   (`sendmmsg`/`recvmmsg` on a socket bound to port 4791), with an
 //!   optional raw-socket receive mode that checks every IPv4 ICRC.
 //! * [`route`]: the link MTU towards a peer and the RoCE path MTU it allows.
-// `udp`, `share` and `route` make system calls through `libc`; nothing else
+// `udp`, `share`, `route` and `live` make system calls through `libc`; nothing else
 // may use unsafe code.
 #![deny(unsafe_code)]
 
 pub mod capture;
 pub mod faults;
+#[allow(unsafe_code)]
+pub mod live;
 #[allow(unsafe_code)]
 pub mod route;
 #[allow(unsafe_code)]

@@ -13,7 +13,8 @@ use rxe_core::wire::{
     AethRepr, AethSyndrome, Error as WireError, LinkType, Operation, PacketRepr, RoceFrame,
     ROCE_V2_PORT,
 };
-use rxe_net::capture::{CaptureReader, Record};
+use rxe_net::capture::{CaptureReader, CaptureWriter, Record};
+use rxe_net::live::LiveCapture;
 use serde::Serialize;
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
@@ -35,7 +36,23 @@ mod explain;
 pub struct Args {
     /// Capture file: pcap or pcapng (Ethernet, Linux cooked SLL/SLL2 or raw
     /// IP); `-` reads standard input (e.g. `tcpdump -U -w - | rxe dump -`).
-    pub file: PathBuf,
+    #[arg(required_unless_present = "interface", conflicts_with = "interface")]
+    pub file: Option<PathBuf>,
+    /// Capture live from this interface instead (e.g. `lo`; needs root or
+    /// CAP_NET_RAW): RoCE packets are printed as they pass.
+    #[arg(short, long, value_name = "IFACE")]
+    pub interface: Option<String>,
+    /// With -i: stop after this many RoCE packets (needed for --explain
+    /// and --ladder, which draw on the whole capture).
+    #[arg(short, long, value_name = "N", requires = "interface")]
+    pub count: Option<u64>,
+    /// With -i: also write the RoCE packets captured to this pcap file.
+    #[arg(short, long, value_name = "FILE.pcap", requires = "interface")]
+    pub write: Option<PathBuf>,
+    /// Only packets from or to this address (one soft device's traffic on
+    /// a shared interface).
+    #[arg(long, value_name = "ADDR")]
+    pub host: Option<IpAddr>,
     /// Print one JSON object per line instead of text.
     #[arg(long)]
     pub json: bool,
@@ -514,10 +531,19 @@ fn to_json(v: &impl Serialize) -> String {
 
 /// Runs `rxe dump`.
 pub fn run(args: &Args) -> ExitCode {
+    let name = match (&args.file, &args.interface) {
+        (Some(f), _) => f.display().to_string(),
+        (None, Some(i)) => format!("{i} (live)"),
+        (None, None) => "-".into(),
+    };
     let cannot_read = |e: &dyn std::fmt::Display| {
-        eprintln!("rxe: cannot read {}: {e}", args.file.display());
+        eprintln!("rxe: cannot read {name}: {e}");
         ExitCode::from(2)
     };
+    if args.interface.is_some() && args.count.is_none() && (args.explain || args.ladder.is_some()) {
+        eprintln!("rxe: --explain and --ladder on a live interface need -c N");
+        return ExitCode::from(2);
+    }
     let ladder_format = match args.ladder.as_deref().map(ladder::Format::of) {
         Some(Err(e)) => {
             eprintln!("rxe: {e}");
@@ -527,40 +553,93 @@ pub fn run(args: &Args) -> ExitCode {
         None => None,
     };
     let mut ladder_packets = Vec::new();
-    let stdin = args.file.as_os_str() == "-";
-    let input: Box<dyn Read> = if stdin {
-        Box::new(io::stdin().lock())
-    } else {
-        match File::open(&args.file) {
-            Ok(f) => Box::new(f),
+    let mut source = match (&args.file, &args.interface) {
+        (_, Some(iface)) => match live_source(iface, args.write.as_deref()) {
+            Ok(s) => s,
             Err(e) => return cannot_read(&e),
+        },
+        (Some(file), None) => {
+            let input: Box<dyn Read> = if file.as_os_str() == "-" {
+                Box::new(io::stdin().lock())
+            } else {
+                match File::open(file) {
+                    Ok(f) => Box::new(f),
+                    Err(e) => return cannot_read(&e),
+                }
+            };
+            match CaptureReader::new(input) {
+                Ok(r) => Source::File(r),
+                Err(e) => return cannot_read(&e),
+            }
         }
+        (None, None) => unreachable!("clap requires a file or an interface"),
     };
-    let reader = match CaptureReader::new(input) {
-        Ok(r) => r,
-        Err(e) => return cannot_read(&e),
-    };
+    // Reading a pipe or an interface: show each packet at once.
+    let streaming =
+        args.interface.is_some() || args.file.as_ref().is_some_and(|f| f.as_os_str() == "-");
+    let mut live_roce = 0u64;
     let mut out = BufWriter::new(io::stdout().lock());
     let mut stats = Stats::default();
     let mut t0 = None;
     let mut warned = BTreeSet::new();
     let mut any_bad = false;
     let mut explained = Vec::new();
-    for rec in reader {
-        let rec = match rec {
-            Ok(r) => r,
-            Err(e) if !e.is_fatal() => {
-                if warned.insert(e.to_string()) {
-                    eprintln!("rxe: {}: skipping frames: {e}", args.file.display());
+    loop {
+        let rec = match &mut source {
+            Source::File(reader) => match reader.next() {
+                None => break,
+                Some(Ok(r)) => r,
+                Some(Err(e)) if !e.is_fatal() => {
+                    if warned.insert(e.to_string()) {
+                        eprintln!("rxe: {name}: skipping frames: {e}");
+                    }
+                    stats.skipped += 1;
+                    continue;
                 }
-                stats.skipped += 1;
-                continue;
-            }
-            Err(e) => {
-                let _ = out.flush();
-                return cannot_read(&e);
+                Some(Err(e)) => {
+                    let _ = out.flush();
+                    return cannot_read(&e);
+                }
+            },
+            Source::Live(cap, writer) => {
+                if args.count.is_some_and(|c| live_roce >= c) {
+                    break;
+                }
+                let rec = match cap.next_frame(None) {
+                    Ok(Some(r)) => r,
+                    Ok(None) => continue,
+                    Err(e) => {
+                        let _ = out.flush();
+                        return cannot_read(&e);
+                    }
+                };
+                // Only RoCE (UDP to port 4791, parsed or not) of the
+                // chosen host counts; the rest of the interface's traffic
+                // is not even numbered.
+                if !wanted(args.host, rec.link_type, &rec.data) {
+                    continue;
+                }
+                live_roce += 1;
+                let rec = Record {
+                    number: live_roce,
+                    ..rec
+                };
+                if let Some(w) = writer {
+                    if let Err(e) = w.write(rec.timestamp, &rec.data) {
+                        eprintln!("rxe: cannot write the capture: {e}");
+                        return ExitCode::from(2);
+                    }
+                }
+                rec
             }
         };
+        if args.interface.is_none()
+            && args.host.is_some()
+            && !wanted(args.host, rec.link_type, &rec.data)
+        {
+            stats.skipped += 1;
+            continue;
+        }
         let time = Rel::new(rec.timestamp, *t0.get_or_insert(rec.timestamp));
         if args.explain {
             explained.push((rec, time.secs()));
@@ -573,9 +652,8 @@ pub fn run(args: &Args) -> ExitCode {
         };
         any_bad |= o.bad;
         if ladder_format.is_none() && (o.bad || !args.check) {
-            // Reading a live capture from a pipe: show each packet at once.
             let mut written = writeln!(out, "{}", o.line);
-            if stdin {
+            if streaming {
                 written = written.and_then(|()| out.flush());
             }
             if let Err(e) = written {
@@ -598,10 +676,12 @@ pub fn run(args: &Args) -> ExitCode {
         return stdout_error(e);
     }
     if let (Some(path), Some(format)) = (&args.ladder, ladder_format) {
-        let title = args
-            .file
-            .file_name()
-            .map_or_else(|| "-".into(), |n| n.to_string_lossy());
+        let title = match &args.file {
+            Some(f) => f
+                .file_name()
+                .map_or_else(|| "-".into(), |n| n.to_string_lossy().into_owned()),
+            None => name.clone(),
+        };
         let doc = ladder::render(&ladder_packets, &title, format);
         if let Err(e) = std::fs::write(path, doc) {
             eprintln!("rxe: cannot write {}: {e}", path.display());
@@ -611,11 +691,7 @@ pub fn run(args: &Args) -> ExitCode {
     if !args.json && !args.quiet {
         eprintln!(
             "{}: {} RoCE packets ({} ICRC BAD, {} malformed), {} other frames skipped",
-            args.file.display(),
-            stats.roce,
-            stats.icrc_bad,
-            stats.malformed,
-            stats.skipped
+            name, stats.roce, stats.icrc_bad, stats.malformed, stats.skipped
         );
     }
     if args.check && any_bad {
@@ -623,6 +699,38 @@ pub fn run(args: &Args) -> ExitCode {
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// A RoCE frame (UDP to port 4791) from or to `host`, if one is named.
+fn wanted(host: Option<IpAddr>, link: LinkType, frame: &[u8]) -> bool {
+    match roce_addresses(link, frame) {
+        None => false,
+        Some((s, d)) => host.is_none_or(|h| h == s || h == d),
+    }
+}
+
+/// Where the frames come from.
+enum Source {
+    File(CaptureReader<Box<dyn Read>>),
+    /// A live interface, and the file its RoCE frames are also written to.
+    Live(LiveCapture, Option<CaptureWriter<File>>),
+}
+
+fn live_source(iface: &str, write: Option<&std::path::Path>) -> io::Result<Source> {
+    let cap = LiveCapture::open(iface)?;
+    let writer = match write {
+        // Unbuffered: a capture stopped with Ctrl-C keeps every frame.
+        Some(p) => Some(
+            File::create(p)
+                .map_err(|e| io::Error::other(format!("create {}: {e}", p.display())))
+                .and_then(|f| {
+                    CaptureWriter::new(f, cap.link_type())
+                        .map_err(|e| io::Error::other(format!("write {}: {e}", p.display())))
+                })?,
+        ),
+        None => None,
+    };
+    Ok(Source::Live(cap, writer))
 }
 
 /// A closed pipe (`rxe dump f | head`) ends the dump quietly.
