@@ -80,8 +80,11 @@ pub struct Args {
     /// 'loss=5%,dup=1%,reorder=1%' (the same as RXE_FAULTS).
     #[arg(long, value_name = "SPEC")]
     pub faults: Option<FaultSpec>,
-    /// RC local ACK timeout code (4.096 µs × 2^N; the client's QPs).
-    #[arg(long, default_value_t = 12)]
+    /// RC local ACK timeout code (4.096 µs × 2^N; the client's QPs). The
+    /// default, rdma-core's pingpong's, gives up after about 0.5 s of
+    /// silence (8 tries); 12 (134 ms) lost RC QPs on a busy 2-CPU machine
+    /// whose builds starved the stress processes for 200-500 ms.
+    #[arg(long, default_value_t = 14)]
     pub timeout: u8,
     /// RC retry count (the client's QPs).
     #[arg(long, default_value_t = 7)]
