@@ -371,7 +371,9 @@ impl Qp {
                 };
                 match scatter(slices, *written, payload) {
                     Ok(()) => {}
-                    // Longer than the receive buffers: class B, as the kernel.
+                    // Longer than the receive buffers: invalid request, as
+                    // IBTA and NICs answer (the kernel's rxe 6.1 answers
+                    // remote operational error: docs/divergences.md).
                     Err(ScatterError::TooLong) => {
                         return Err(Refusal::Nak(
                             NakCode::InvalidRequest,
