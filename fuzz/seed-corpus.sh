@@ -22,8 +22,8 @@
 #   A" operation (84 00 ff + 256 bytes), all of a capture's MADs in one
 #   input, and a few operation scripts (connect, deliver, timers,
 #   disconnect) that make a whole connection between the two agents.
-# * responder, requester: nothing; their inputs are structured (the
-#   `arbitrary` crate) and they find their way from an empty corpus.
+# * responder, requester, multi_qp: nothing; their inputs are structured
+#   (the `arbitrary` crate) and they find their way from an empty corpus.
 #
 # Files are named by their SHA-1, as libFuzzer names its own.
 #
@@ -36,7 +36,7 @@ out=
 case "${1:-}" in
     "") targets="frame_parser capture_reader mad_parser cm_agent" ;;
     frame_parser | capture_reader | mad_parser | cm_agent) targets=$1; out=${2:-} ;;
-    responder | requester) echo "seed-corpus: $1 starts from an empty corpus"; exit 0 ;;
+    responder | requester | multi_qp) echo "seed-corpus: $1 starts from an empty corpus"; exit 0 ;;
     *) targets=frame_parser; out=$1 ;;
 esac
 for t in $targets; do

@@ -87,8 +87,8 @@ const MAX_STEPS: usize = 240;
 /// Receive slots per (side, pair) and per SRQ.
 const RECV_SLOTS: usize = 24;
 const SRQ_SLOTS: usize = 48;
-/// Bytes per slot; messages are at most `MAX_LEN`.
-const SLOT: usize = 3136;
+/// Bytes per slot; messages are at most `MAX_LEN` (plus a GRH for UD).
+const SLOT: usize = 3152;
 const MAX_LEN: usize = 3104;
 /// The edge area at the end of `L` and `R`.
 const EDGE: usize = 512;
@@ -121,6 +121,9 @@ struct QpSpec {
     min_rnr: u8,
     rd_atomic: u8,
     srq: bool,
+    /// Receives posted (of the largest size) before anything is sent, on
+    /// each side: `prepost % 4`.
+    prepost: u8,
 }
 
 #[derive(Arbitrary, Debug, Clone, Copy)]
@@ -479,6 +482,7 @@ impl Harness {
                 min_rnr: 1,
                 rd_atomic: 3,
                 srq: specs.len() == 1,
+                prepost: 1,
             });
         }
         // How many work requests each pair gets (slots to allocate).
@@ -649,7 +653,7 @@ impl Harness {
             .try_into()
             .ok()
             .expect("two devices");
-        Harness {
+        let mut h = Harness {
             dev,
             pairs,
             order,
@@ -659,7 +663,15 @@ impl Harness {
             net: VecDeque::new(),
             now: 0,
             hold: false,
+        };
+        for (k, q) in specs.iter().enumerate() {
+            for s in 0..2 {
+                for _ in 0..q.prepost % 4 {
+                    h.post_recv(s, Some(k), SLOT, false);
+                }
+            }
         }
+        h
     }
 }
 
