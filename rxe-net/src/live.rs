@@ -34,8 +34,12 @@ const SNAPLEN: usize = 65_536;
 const ARPHRD_ETHER: u32 = 1;
 const ARPHRD_LOOPBACK: u32 = 772;
 const ARPHRD_NONE: u32 = 0xfffe;
-/// `SOL_PACKET` option (linux/if_packet.h); Linux 4.20 and later.
+/// `SOL_PACKET` options (linux/if_packet.h); the first Linux 4.20 and later.
 const PACKET_IGNORE_OUTGOING: libc::c_int = 23;
+const PACKET_STATISTICS: libc::c_int = 6;
+/// The socket's receive buffer, as large as tcpdump's default: a busy
+/// loopback fills the kernel's default (about 200 KiB) in a blink.
+const RCVBUF: libc::c_int = 4 << 20;
 
 /// Frames from one interface, as they pass.
 #[derive(Debug)]
@@ -45,6 +49,7 @@ pub struct LiveCapture {
     link: LinkType,
     buf: Vec<u8>,
     next_number: u64,
+    drops: u64,
 }
 
 fn context(e: io::Error, what: String) -> io::Error {
@@ -119,6 +124,23 @@ impl LiveCapture {
                 format!("bind to {iface}"),
             ));
         }
+        // Room for bursts: SO_RCVBUFFORCE (root) past rmem_max, else as
+        // much as SO_RCVBUF allows. Failing both is no reason to stop.
+        for opt in [libc::SO_RCVBUFFORCE, libc::SO_RCVBUF] {
+            // SAFETY: setsockopt(2) with an int option.
+            let r = unsafe {
+                libc::setsockopt(
+                    fd.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    opt,
+                    (&RCVBUF as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
+            if r == 0 {
+                break;
+            }
+        }
         if kind == ARPHRD_LOOPBACK {
             let one: libc::c_int = 1;
             // SAFETY: setsockopt(2) with an int option.
@@ -144,7 +166,30 @@ impl LiveCapture {
             link,
             buf: vec![0; SNAPLEN],
             next_number: 1,
+            drops: 0,
         })
+    }
+
+    /// Frames the kernel dropped so far because this socket's buffer was
+    /// full (what tcpdump reports as "dropped by kernel").
+    pub fn drops(&mut self) -> u64 {
+        let mut st = [0u32; 2]; // struct tpacket_stats { tp_packets, tp_drops }
+        let mut len = std::mem::size_of_val(&st) as libc::socklen_t;
+        // SAFETY: getsockopt(2) into a buffer of the size given; the
+        // kernel resets its counters on each read, so they are summed.
+        let r = unsafe {
+            libc::getsockopt(
+                self.fd.as_raw_fd(),
+                libc::SOL_PACKET,
+                PACKET_STATISTICS,
+                st.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        if r == 0 {
+            self.drops += u64::from(st[1]);
+        }
+        self.drops
     }
 
     /// The interface.
