@@ -372,3 +372,176 @@ fn peer_death_is_detected_and_a_restarted_peer_serves_again() {
     assert!(s.status.success());
     assert_eq!(get(&fields(&c), "peer"), "ok");
 }
+
+/// A network namespace this test owns, removed when dropped.
+struct Netns(String);
+
+impl Netns {
+    /// A namespace whose loopback holds `addrs` (/32 each), or
+    /// `None` when this machine cannot make one (not root).
+    fn new(tag: &str, addrs: &[&str]) -> Option<Netns> {
+        let name = format!("rxe-{tag}-{}", std::process::id());
+        let ok = |args: &[&str]| {
+            Command::new("ip")
+                .args(args)
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        if !ok(&["netns", "add", &name]) {
+            return None;
+        }
+        let ns = Netns(name);
+        let n = ns.0.as_str();
+        assert!(ok(&["-n", n, "link", "set", "lo", "up"]));
+        for a in addrs {
+            assert!(ok(&[
+                "-n",
+                n,
+                "addr",
+                "add",
+                &format!("{a}/32"),
+                "dev",
+                "lo"
+            ]));
+        }
+        Some(ns)
+    }
+
+    fn ip(&self, args: &[&str]) {
+        let st = Command::new("ip")
+            .arg("-n")
+            .arg(&self.0)
+            .args(args)
+            .status()
+            .unwrap();
+        assert!(st.success(), "ip -n {} {args:?}", self.0);
+    }
+
+    fn rxe(&self, args: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", &self.0]).arg(rxe_bin()).args(args);
+        c.stdout(Stdio::piped()).stderr(Stdio::piped());
+        c
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+    }
+}
+
+/// The peer's address disappears (removed from its interface, in a
+/// namespace this test owns): the client's RC QPs fail with retry exceeded
+/// as when the peer dies, the server, cut off, notices its client is gone
+/// after --wait and ends (exit 1, no hang); with the address back, a new
+/// pair runs at once.
+#[test]
+fn peer_address_disappearing_fails_the_rc_qps_and_comes_back() {
+    let Some(ns) = Netns::new("addr", &["10.77.0.1", "10.77.0.2"]) else {
+        eprintln!("skipped: cannot create a network namespace (not root?)");
+        return;
+    };
+    let s = ns
+        .rxe(&[
+            "stress",
+            "-d",
+            "10.77.0.1",
+            "--port",
+            "18551",
+            "--wait",
+            "3",
+        ])
+        .spawn()
+        .unwrap();
+    let c = ns
+        .rxe(&[
+            "stress",
+            "-d",
+            "10.77.0.2",
+            "10.77.0.1",
+            "--port",
+            "18551",
+            "--wait",
+            "3",
+        ])
+        .args([
+            "-t",
+            "60",
+            "--transports",
+            "rc",
+            "-q",
+            "4",
+            "--timeout",
+            "10",
+            "--retry",
+            "3",
+        ])
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    ns.ip(&["addr", "del", "10.77.0.1/32", "dev", "lo"]);
+    let (c, s) = (finish_within(c, 30), finish_within(s, 30));
+    let text = String::from_utf8_lossy(&c.stdout);
+    assert_eq!(
+        c.status.code(),
+        Some(1),
+        "{text} {}",
+        String::from_utf8_lossy(&c.stderr)
+    );
+    assert!(
+        text.contains("dead_rc_qps=4 first_errors=RetryExcErr:4"),
+        "{text}"
+    );
+    let stext = String::from_utf8_lossy(&s.stdout);
+    assert_eq!(
+        s.status.code(),
+        Some(1),
+        "{stext} {}",
+        String::from_utf8_lossy(&s.stderr)
+    );
+    assert!(
+        stext.contains("peer=gone") && stext.contains("data_errors=0"),
+        "{stext}"
+    );
+    // The address is back: a new pair runs at once.
+    ns.ip(&["addr", "add", "10.77.0.1/32", "dev", "lo"]);
+    let s = ns
+        .rxe(&[
+            "stress",
+            "-d",
+            "10.77.0.1",
+            "--port",
+            "18552",
+            "--wait",
+            "20",
+        ])
+        .spawn()
+        .unwrap();
+    let c = ns
+        .rxe(&[
+            "stress",
+            "-d",
+            "10.77.0.2",
+            "10.77.0.1",
+            "--port",
+            "18552",
+            "-n",
+            "2000",
+        ])
+        .spawn()
+        .unwrap();
+    let (c, s) = (finish_within(c, 60), finish_within(s, 30));
+    assert!(c.status.success(), "{}", String::from_utf8_lossy(&c.stderr));
+    assert!(s.status.success());
+}
+
+fn finish_within(mut p: Child, secs: u64) -> Output {
+    let until = Instant::now() + Duration::from_secs(secs);
+    while p.try_wait().unwrap().is_none() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = p.kill();
+    p.wait_with_output().unwrap()
+}

@@ -103,24 +103,52 @@ pub fn run(args: &Args) -> Result<bool, String> {
     })?;
     let start = footprint();
     let mut wcs = Vec::with_capacity(256);
-    // Traffic until the client says it is done.
-    let done: Done = loop {
+    // Traffic until the client says it is done, or until it has been
+    // silent (no completion, no word) for --wait: a client that died or
+    // lost its address leaves nothing else to wait for.
+    let mut heard = Instant::now();
+    let done: Option<Done> = loop {
         wcs.clear();
         if s.side.cq.poll_into(&mut wcs, 256) == 0 {
             if let Ok(v) = s.side.cq.wait(1, Duration::from_millis(5)) {
                 wcs.extend(v);
             }
         }
+        if !wcs.is_empty() {
+            heard = Instant::now();
+        }
         for wc in std::mem::take(&mut wcs) {
             s.complete(&wc)?;
         }
         if ch.ready()? {
-            let d: Done = ch.recv("tally of what it sent")?;
-            if d.sends.len() != s.qps.len() || d.write_imms.len() != s.qps.len() {
-                return Err("the client's tally does not match its QPs".into());
+            match ch.recv::<Done>("tally of what it sent") {
+                Ok(d) if d.sends.len() == s.qps.len() && d.write_imms.len() == s.qps.len() => {
+                    break Some(d)
+                }
+                Ok(_) => return Err("the client's tally does not match its QPs".into()),
+                Err(e) => {
+                    eprintln!("rxe stress: the client is gone: {e}");
+                    break None;
+                }
             }
-            break d;
         }
+        if heard.elapsed() > wait_limit(args) {
+            eprintln!(
+                "rxe stress: nothing from the client for {:?}: it is gone",
+                wait_limit(args)
+            );
+            break None;
+        }
+    };
+    let Some(done) = done else {
+        let end = footprint();
+        let t = &s.tally;
+        println!(
+            "stress: role=server received={} bytes_checked={} data_errors={} errors={} \
+             mem_kib={}->{} fds={}->{} peer=gone",
+            t.checked, t.bytes_checked, t.data_errors, t.errors, start.0, end.0, start.1, end.1
+        );
+        return Ok(false);
     };
     // Stragglers: what was in flight when the client stopped.
     let mut quiet = Instant::now();
