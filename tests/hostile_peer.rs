@@ -1265,9 +1265,12 @@ fn keys_and_qp_numbers_are_not_guessable() {
         1000,
         "a QPN twice"
     );
-    assert_eq!(
-        close_neighbours(&qpns, 1),
-        0,
+    // The low 16 bits are random (the top 8 are the process's prefix), so
+    // two consecutive QPNs land next to each other with odds of 2 in
+    // 65536: about 3% of runs see one such pair among 999 (a CI run did).
+    // A counter would give 999; three or more happen once in 10^5 runs.
+    assert!(
+        close_neighbours(&qpns, 1) <= 2,
         "sequential QPNs: {:x?}",
         &qpns[..8]
     );
