@@ -205,9 +205,29 @@ pub fn run(args: &Args, server: IpAddr) -> Result<bool, String> {
     );
     let start = footprint();
     let t0 = Instant::now();
+    let every = (args.report_every > 0.0).then(|| Duration::from_secs_f64(args.report_every));
+    let mut next_report = every.map(|e| t0 + e);
     let mut posted = 0u64;
     let mut wcs = Vec::with_capacity(256);
     loop {
+        if let (Some(at), Some(e)) = (next_report, every) {
+            if Instant::now() >= at {
+                let f = footprint();
+                println!(
+                    "stress: t={:.0}s ops={} bytes_checked={} data_errors={} errors={} \
+                     retransmissions={} mem_kib={} fds={}",
+                    t0.elapsed().as_secs_f64(),
+                    c.ops,
+                    c.bytes_checked,
+                    c.data_errors,
+                    c.errors,
+                    c.side.ctx.counters().retransmitted_pkts,
+                    f.0,
+                    f.1
+                );
+                next_report = Some(at + e);
+            }
+        }
         let out_of_budget =
             budget_time.is_some_and(|b| t0.elapsed() >= b) || args.ops.is_some_and(|n| posted >= n);
         if !out_of_budget {

@@ -92,6 +92,10 @@ pub struct Args {
     /// Give up waiting for the peer after this many seconds.
     #[arg(long, default_value_t = 30.0)]
     pub wait: f64,
+    /// Client: print a progress line (operations, retransmissions, memory,
+    /// descriptors) every this many seconds (0: none).
+    #[arg(long, default_value_t = 0.0, value_name = "SECS")]
+    pub report_every: f64,
     /// Server, for testing the checks themselves: spoil the read-only
     /// pattern of the first QP (as a stack that corrupted memory would), so
     /// the client's READs must report data errors.
