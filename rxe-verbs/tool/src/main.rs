@@ -18,6 +18,7 @@ mod devinfo;
 mod dump;
 mod exec;
 mod fuzz;
+mod lesson;
 mod perf;
 mod pingpong;
 mod rping;
@@ -65,6 +66,10 @@ enum Command {
     /// Create and destroy PDs, CQs, MRs, QPs, connections and devices in a
     /// loop; report memory, descriptors, threads and time per lifetime.
     Churn(churn::Args),
+    /// Run a small seeded RoCE scenario (a SEND, a READ, a loss and
+    /// go-back-N, an RNR NAK, ...) between two engines on the simulated
+    /// network and write its packets to a pcap file (--list shows them).
+    Lesson(lesson::Args),
 }
 
 fn main() -> ExitCode {
@@ -79,5 +84,6 @@ fn main() -> ExitCode {
         Command::Fuzz(args) => fuzz::run(&args),
         Command::Stress(args) => stress::run(&args),
         Command::Churn(args) => churn::run(&args),
+        Command::Lesson(args) => lesson::run(&args),
     }
 }
