@@ -244,8 +244,8 @@ fn check_html(html: &str, frames: &BTreeSet<u64>) {
     }
 }
 
-/// `node --check` on the page's script, where node is installed (a test
-/// in a real browser, zoom and hover included, is still to come).
+/// `node --check` on the page's script, where node is installed (it runs
+/// in a real browser, zoom and hover included, in `ladder_browser.rs`).
 fn check_js_syntax(code: &str) {
     // One file per test thread: tests run in parallel.
     let js = scratch(&format!("script-{:?}.js", std::thread::current().id()));
@@ -507,7 +507,7 @@ fn thousands_of_packets_stay_small() {
     let doc = parse(&svg);
     let root = doc.root_element();
     let arrows = check_svg(root, &frames);
-    // 3607 packets make 222 arrows and 141 kB today.
+    // 3607 packets make 222 arrows and 163 kB today.
     assert!(arrows * 10 < n, "{arrows} arrows for {n} packets");
     assert!(
         svg.len() < 200_000,

@@ -7,8 +7,10 @@
 #
 #   * Debian packages (apt-get; `apt-get update` only when one is missing):
 #     ibverbs-utils perftest libibverbs-dev librdmacm-dev python3-pyverbs
-#     rdmacm-utils binutils (objdump) gcc. python3-pyverbs is for Debian's /usr/bin/python3,
-#     which need not be the `python3` on PATH.
+#     rdmacm-utils binutils (objdump) gcc chromium chromium-driver.
+#     python3-pyverbs is for Debian's /usr/bin/python3, which need not be
+#     the `python3` on PATH; chromium and its chromedriver are the headless
+#     browser of tests/ladder_browser.rs.
 #   * scapy (`scapy.contrib.roce`, the scapy cross-check in
 #     tests/scapy_crosscheck.rs) for the interpreter the tests use:
 #     $RXE_PYTHON, default `python3` from PATH, with `python3 -m pip install`.
@@ -25,7 +27,7 @@ cd "$(dirname "$0")/.."   # not tests/: its scapy/ folder is not the package
 
 PY=${RXE_PYTHON:-python3}
 DEB_PACKAGES=(ibverbs-utils perftest libibverbs-dev librdmacm-dev python3-pyverbs
-              rdmacm-utils binutils gcc)
+              rdmacm-utils binutils gcc chromium chromium-driver)
 
 say() { echo "setup: $*" >&2; }
 

@@ -1,8 +1,10 @@
 //! The HTML ladder: the same SVG inline, with a small script for zoom
 //! (buttons, `+`/`-`/`0` keys, Ctrl + wheel) and a tooltip that shows the
-//! `rxe dump` lines of the packet under the pointer. Self-contained: no
-//! external script, style or font. The page is also well-formed XML (the
-//! script sits in a CDATA section), so tests parse it with an XML parser.
+//! `rxe dump` lines of the packet under the pointer (anywhere in its row:
+//! each arrow's group holds an unpainted band, see [`super::svg`]).
+//! Self-contained: no external script, style or font. The page is also
+//! well-formed XML (the script sits in a CDATA section), so tests parse it
+//! with an XML parser; `tests/ladder_browser.rs` runs it in Chromium.
 
 use super::svg::esc;
 
@@ -15,7 +17,7 @@ body{margin:0;font-family:DejaVu Sans Mono,Menlo,Consolas,monospace;background:#
 .pkt{cursor:default}
 .pkt:hover line,.pkt.hl line{stroke-width:3}
 .pkt.thick:hover line{stroke-width:7}
-#tip{position:fixed;display:none;z-index:3;max-width:90vw;background:#ffffe8;border:1px solid #999;padding:4px 6px;font-size:12px;white-space:pre;pointer-events:none;box-shadow:2px 2px 4px rgba(0,0,0,.2)}
+#tip{position:fixed;display:none;z-index:3;max-width:90vw;background:#ffffe8;border:1px solid #999;padding:4px 6px;font-size:12px;white-space:pre-wrap;pointer-events:none;box-shadow:2px 2px 4px rgba(0,0,0,.2)}
 "#;
 
 const SCRIPT: &str = r#"
@@ -65,10 +67,15 @@ const SCRIPT: &str = r#"
     if (!g) { tip.style.display = 'none'; return; }
     tip.textContent = g.getAttribute('data-tip');
     tip.style.display = 'block';
-    var x = e.clientX + 14, y = e.clientY + 14;
+    // Measured at the top left, where it has the whole width, and kept
+    // inside the page's visible area (the scroll bars are not).
+    tip.style.left = '0px';
+    tip.style.top = '0px';
     var r = tip.getBoundingClientRect();
-    if (x + r.width > window.innerWidth) { x = Math.max(0, e.clientX - r.width - 14); }
-    if (y + r.height > window.innerHeight) { y = Math.max(0, e.clientY - r.height - 14); }
+    var vw = document.documentElement.clientWidth, vh = document.documentElement.clientHeight;
+    var x = e.clientX + 14, y = e.clientY + 14;
+    if (x + r.width > vw) { x = Math.max(0, Math.min(e.clientX - 14, vw) - r.width); }
+    if (y + r.height > vh) { y = Math.max(0, Math.min(e.clientY - 14, vh) - r.height); }
     tip.style.left = x + 'px';
     tip.style.top = y + 'px';
   });

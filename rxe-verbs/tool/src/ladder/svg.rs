@@ -5,6 +5,8 @@
 //! font at [`FONT`] px, a little wider than DejaVu Sans Mono's 0.602 em):
 //! a row is at least [`ROW`] px below the previous one, its label sits
 //! above its arrow, its marks after its label, its time in the left column.
+//! Each arrow's group also holds an unpainted band over its row that the
+//! pointer finds it in (for tooltips), the rows' bands never overlapping.
 //!
 //! Time runs down. The scale is linear with [`ROW`] px standing for the
 //! median gap between rows; rows closer than that are spread to one row
@@ -33,6 +35,9 @@ const LANE_GAP: f64 = 250.0;
 const MAX_LANE_GAP: f64 = 400.0;
 /// Label offset from the arrow's left end.
 const LABEL_DX: f64 = 10.0;
+/// How far below its arrow a row's hover band reaches, px (the band is
+/// [`ROW`] px high, so it reaches `ROW - HIT_BELOW` above, over the label).
+const HIT_BELOW: f64 = 3.0;
 
 /// Colours of the kinds (stroke and text).
 pub fn colour(k: Kind) -> &'static str {
@@ -224,6 +229,8 @@ pub fn render(l: &Ladder, title: &str) -> String {
     // Content width: lanes, and the rows' labels and marks.
     let mut width = lane_x.last().copied().unwrap_or(LANE0) + gap / 2.0;
     let mut label_x = Vec::with_capacity(l.rows.len());
+    // Where each row's label and marks end.
+    let mut row_end = Vec::with_capacity(l.rows.len());
     for r in &l.rows {
         let (a, b) = (lane_x[r.from], lane_x[r.to]);
         let x = a.min(b) + LABEL_DX;
@@ -232,6 +239,7 @@ pub fn render(l: &Ladder, title: &str) -> String {
         for m in &r.marks {
             end += 2.0 * CHAR_W + text_w(&m.text);
         }
+        row_end.push(end);
         width = width.max(end + 20.0);
     }
 
@@ -391,6 +399,23 @@ pub fn render(l: &Ladder, title: &str) -> String {
         );
         let _ = writeln!(o, "<title>{}</title>", esc(&tooltip(r)));
         let (x1, x2) = (lane_x[r.from], lane_x[r.to]);
+        // The band the pointer finds the arrow in: its row (ROW px, so
+        // rows never share one) from the arrow's left end to the end of
+        // its arrow, label or marks. A 1.5 px line, dashed at that, is
+        // too thin to point at.
+        let hit_x0 = x1.min(x2);
+        let arrow_end = if r.from == r.to {
+            x1 + 30.0
+        } else {
+            x1.max(x2)
+        };
+        let hit_x1 = arrow_end.max(row_end[i]);
+        let _ = writeln!(
+            o,
+            r#"<rect class="hit" x="{hit_x0:.1}" y="{:.1}" width="{:.1}" height="{ROW}" fill="none" pointer-events="all"/>"#,
+            y - ROW + HIT_BELOW,
+            hit_x1 - hit_x0
+        );
         let head = if r.count() > 1 { 9.0 } else { 6.0 };
         if r.from == r.to {
             // To itself: a small loop to the right.
