@@ -35,9 +35,19 @@ const LANE_GAP: f64 = 250.0;
 const MAX_LANE_GAP: f64 = 400.0;
 /// Label offset from the arrow's left end.
 const LABEL_DX: f64 = 10.0;
-/// How far below its arrow a row's hover band reaches, px (the band is
-/// [`ROW`] px high, so it reaches `ROW - HIT_BELOW` above, over the label).
-const HIT_BELOW: f64 = 3.0;
+/// A label's baseline above its arrow, px. A monospace font's line box is
+/// about 1.17 em (13 px at [`FONT`], 3 px of it below the baseline), so
+/// the label's box ends 2 px above its arrow, where a thick arrow's 4 px
+/// line begins, and starts 15 px above it, where the thick line of the
+/// row before (at least [`ROW`] px up) ends: no arrow runs through a label,
+/// its underscores included.
+const LABEL_UP: f64 = 5.0;
+/// How far below its arrow a row's hover band reaches, px: to where the
+/// capitals of the next row's label begin (the band is [`ROW`] px high, so
+/// it reaches `ROW - HIT_BELOW` above, to this label's capitals). The
+/// labels and marks themselves are transparent to the pointer, so the
+/// bands alone say which arrow it is on.
+const HIT_BELOW: f64 = 4.0;
 
 /// Colours of the kinds (stroke and text).
 pub fn colour(k: Kind) -> &'static str {
@@ -177,6 +187,46 @@ fn time_axis(rows: &[Row], top: f64) -> TimeAxis {
     TimeAxis { ys, cuts, unit_ns }
 }
 
+/// Length of a row's arrowhead, px (longer for a thick arrow).
+fn head_len(r: &Row) -> f64 {
+    if r.count() > 1 {
+        9.0
+    } else {
+        6.0
+    }
+}
+
+/// Where a row's label and marks start (the label first), for an arrow
+/// from `x1` to `x2`: the label [`LABEL_DX`] after the arrow's left end,
+/// each mark two characters after the text before it. A text that would
+/// run over the arrowhead of a left-to-right arrow (or over an arrow to
+/// its own lane, a loop) starts one character after it instead.
+fn text_xs(r: &Row, x1: f64, x2: f64) -> Vec<f64> {
+    let obstacle = if r.from == r.to {
+        Some((x1, x1 + 30.0))
+    } else if x2 > x1 {
+        Some((x2 - head_len(r), x2))
+    } else {
+        None
+    };
+    let widths = std::iter::once(text_w(&r.label)).chain(r.marks.iter().map(|m| text_w(&m.text)));
+    let mut xs = Vec::with_capacity(1 + r.marks.len());
+    let mut x = x1.min(x2) + LABEL_DX;
+    for (i, w) in widths.enumerate() {
+        if i > 0 {
+            x += 2.0 * CHAR_W;
+        }
+        if let Some((a, b)) = obstacle {
+            if x < b + 1.0 && x + w > a - 1.0 {
+                x = b + CHAR_W;
+            }
+        }
+        xs.push(x);
+        x += w;
+    }
+    xs
+}
+
 /// A `<text>` element (left-aligned; every text of the diagram is).
 fn text(out: &mut String, class: &str, x: f64, y: f64, size: f64, s: &str) {
     let _ = writeln!(
@@ -228,17 +278,16 @@ pub fn render(l: &Ladder, title: &str) -> String {
 
     // Content width: lanes, and the rows' labels and marks.
     let mut width = lane_x.last().copied().unwrap_or(LANE0) + gap / 2.0;
-    let mut label_x = Vec::with_capacity(l.rows.len());
-    // Where each row's label and marks end.
+    // Where each row's label and marks go, and where they end.
+    let mut row_x: Vec<Vec<f64>> = Vec::with_capacity(l.rows.len());
     let mut row_end = Vec::with_capacity(l.rows.len());
     for r in &l.rows {
-        let (a, b) = (lane_x[r.from], lane_x[r.to]);
-        let x = a.min(b) + LABEL_DX;
-        label_x.push(x);
-        let mut end = x + text_w(&r.label);
-        for m in &r.marks {
-            end += 2.0 * CHAR_W + text_w(&m.text);
-        }
+        let xs = text_xs(r, lane_x[r.from], lane_x[r.to]);
+        let end = match r.marks.last() {
+            Some(m) => xs[xs.len() - 1] + text_w(&m.text),
+            None => xs[0] + text_w(&r.label),
+        };
+        row_x.push(xs);
         row_end.push(end);
         width = width.max(end + 20.0);
     }
@@ -281,8 +330,8 @@ pub fn render(l: &Ladder, title: &str) -> String {
         l.packets
     );
     o.push_str("<style>\n");
-    o.push_str("text{white-space:pre}\n.lbl,.pkt [class^=m-]{stroke:#fff;stroke-width:3px;stroke-linejoin:round;paint-order:stroke}\n.pkt line,.pkt path{fill:none;stroke-width:1.5}\n");
-    o.push_str(".pkt.thick line{stroke-width:5}\n.pkt.dashed line{stroke-dasharray:6 4}\n");
+    o.push_str("text{white-space:pre}\n.lbl,.pkt [class^=m-]{stroke:#fff;stroke-width:3px;stroke-linejoin:round;paint-order:stroke;pointer-events:none}\n.pkt line,.pkt path{fill:none;stroke-width:1.5}\n");
+    o.push_str(".pkt.thick line{stroke-width:4}\n.pkt.dashed line{stroke-dasharray:6 4}\n");
     o.push_str(".lane{stroke:#c8c8c8;stroke-width:1}\n.t,.pkt .t{fill:#555}\n.cut{fill:#eeeeee}\n");
     o.push_str(".m-retx,.pkt .m-retx{fill:#d0201a}\n.m-gap,.pkt .m-gap{fill:#b06000;font-weight:bold}\n.pkt .m-nak{fill:#d0201a}\n.pkt .m-note{fill:#000}\n");
     o.push_str(".link{fill:none;stroke:#d0201a;stroke-width:1.2;stroke-dasharray:2 3}\n");
@@ -416,7 +465,7 @@ pub fn render(l: &Ladder, title: &str) -> String {
             y - ROW + HIT_BELOW,
             hit_x1 - hit_x0
         );
-        let head = if r.count() > 1 { 9.0 } else { 6.0 };
+        let head = head_len(r);
         if r.from == r.to {
             // To itself: a small loop to the right.
             let _ = writeln!(
@@ -437,13 +486,10 @@ pub fn render(l: &Ladder, title: &str) -> String {
                 head * 1.1
             );
         }
-        let ly = y - 4.0;
-        text(&mut o, "lbl", label_x[i], ly, FONT, &r.label);
-        let mut mx = label_x[i] + text_w(&r.label);
-        for m in &r.marks {
-            mx += 2.0 * CHAR_W;
+        let ly = y - LABEL_UP;
+        text(&mut o, "lbl", row_x[i][0], ly, FONT, &r.label);
+        for (m, &mx) in r.marks.iter().zip(&row_x[i][1..]) {
             text(&mut o, m.kind.class(), mx, ly, FONT, &m.text);
-            mx += text_w(&m.text);
         }
         text(&mut o, "t", 6.0, y + 4.0, 10.0, &secs(r.time_ns));
         o.push_str("</g>\n");
