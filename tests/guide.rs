@@ -157,16 +157,13 @@ fn excerpts(text: &str) -> Vec<Excerpt> {
             "a figure marker is followed by a fenced block, not {fence:?}"
         );
         let body_start = fence_line_end + 1;
-        let close = text[body_start..]
-            .find("\n```")
-            .map(|j| body_start + j + 1)
-            .unwrap_or_else(|| {
-                if text[body_start..].starts_with("```") {
-                    body_start
-                } else {
-                    panic!("unclosed block")
-                }
-            });
+        // An empty block closes at once; otherwise at the next fence line.
+        let rest = &text[body_start..];
+        let close = if rest.starts_with("```") {
+            body_start
+        } else {
+            body_start + rest.find("\n```").expect("a closed block") + 1
+        };
         v.push(Excerpt {
             file: spec[0].to_string(),
             lines,

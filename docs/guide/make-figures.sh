@@ -109,6 +109,8 @@ rxe dump -q --explain --frames 1 tests/data/pcaps/rping.pcap > rping-explain-1.t
 rxe dump -q tests/data/pcaps/rc_pingpong_small.pcap > rc_pingpong_small-dump.txt
 rxe dump -q --ladder rc_pingpong_small.svg tests/data/pcaps/rc_pingpong_small.pcap
 rxe dump -q --explain --frames 1-4 tests/data/pcaps/rc_pingpong_small.pcap > rc_pingpong_small-explain-1-4.txt
+# A coalesced ACK from the kernel's rdma_rxe (ib_write_bw with losses).
+rxe dump -q --explain --frames 44 tests/data/pcaps/loss_write_bw_4096.pcap > loss_write_bw_4096-explain-44.txt
 
 rm -rf tests
 find "$OUT" -maxdepth 1 -type f -delete
