@@ -8,7 +8,9 @@
 //! * every `rxe lesson` / `rxe dump` command a chapter shows in a fenced
 //!   block is one the script runs (commands on the reader's own captures,
 //!   under `/tmp/`, excepted);
-//! * each lesson's ladder holds every frame of its capture;
+//! * each lesson's ladder holds every frame of its capture, and no text on
+//!   any of the guide's ladders overlaps another or is cut by the edge
+//!   (the check of tests/ladder.rs, shared through tests/common/);
 //! * `rxe lesson` is deterministic: the same seed gives the same bytes,
 //!   another seed other bytes (and, for `loss`, other losses); a bad name
 //!   is refused with status 2 and the list of lessons.
@@ -16,7 +18,9 @@
 //! `RXE_BLESS=1 cargo test -p rxe-tests --test guide` rewrites the figures
 //! and the pasted excerpts from what the commands make now.
 
-use roxmltree::{Document, ParsingOptions};
+#[path = "common/ladder_svg.rs"]
+mod ladder_svg;
+
 use rxe_net::capture::CaptureReader;
 use rxe_tests::{rxe_bin, tests_dir};
 use std::collections::{BTreeMap, BTreeSet};
@@ -331,16 +335,6 @@ fn commands_shown_are_the_commands_run() {
     assert!(shown >= 15, "only {shown} commands shown");
 }
 
-/// `1-3,5` → {1, 2, 3, 5}.
-fn parse_frames(s: &str) -> Vec<u64> {
-    s.split(',')
-        .flat_map(|part| match part.split_once('-') {
-            Some((a, b)) => (a.parse::<u64>().unwrap()..=b.parse().unwrap()).collect(),
-            None => vec![part.parse().unwrap()],
-        })
-        .collect()
-}
-
 fn lessons() -> Vec<String> {
     let o = Command::new(rxe_bin())
         .args(["lesson", "--list"])
@@ -373,24 +367,37 @@ fn each_lesson_ladder_shows_every_frame() {
             "{name}: {n} frames (a lesson fits one diagram)"
         );
         let svg = std::fs::read_to_string(dir.join(format!("{name}.svg"))).unwrap();
-        let opts = ParsingOptions {
-            allow_dtd: true,
-            ..ParsingOptions::default()
-        };
-        let doc = Document::parse_with_options(&svg, opts).expect("well-formed SVG");
-        let mut drawn = Vec::new();
-        for g in doc.descendants().filter(|n| n.has_tag_name("g")) {
-            if let Some(f) = g.attribute("data-frames") {
-                drawn.extend(parse_frames(f));
-            }
-        }
-        drawn.sort_unstable();
-        assert_eq!(
-            drawn,
-            (1..=n).collect::<Vec<_>>(),
-            "{name}: the ladder draws every frame once"
+        // Every frame once, and no text overlapping another or cut by the
+        // edge (the same check as tests/ladder.rs).
+        ladder_svg::check_svg(
+            ladder_svg::parse(&svg).root_element(),
+            &(1..=n).collect::<BTreeSet<u64>>(),
         );
     }
+}
+
+/// The guide's other ladders (of bundled kernel captures): well-formed, and
+/// no text overlapping another or cut by the edge. (Which frames they hold
+/// is checked on the same captures by tests/ladder.rs.)
+#[test]
+fn every_guide_ladder_is_legible() {
+    let mut checked = 0;
+    for (name, bytes) in files(&figures_dir()) {
+        if !name.ends_with(".svg") {
+            continue;
+        }
+        let svg = String::from_utf8(bytes).unwrap();
+        let doc = ladder_svg::parse(&svg);
+        let root = doc.root_element();
+        let frames: BTreeSet<u64> = ladder_svg::arrows(root)
+            .into_iter()
+            .flat_map(|(f, _, _)| f)
+            .collect();
+        assert!(!frames.is_empty(), "{name}: no arrows");
+        ladder_svg::check_svg(root, &frames);
+        checked += 1;
+    }
+    assert!(checked >= 10, "only {checked} ladders in the guide");
 }
 
 fn lesson(args: &[&str], out: &Path) -> (std::process::Output, Vec<u8>) {
