@@ -2767,6 +2767,16 @@ mod tests {
     /// Drives both devices over real sockets until each has `want`
     /// completions (or 10 s pass); returns them.
     fn run_until(devs: &mut [Dev; 2], want: [usize; 2]) -> [Vec<Completion>; 2] {
+        run_until_dropping(devs, want, &mut |_| false)
+    }
+
+    /// [`run_until`], with the datagrams `lose` says true for lost on
+    /// arrival.
+    fn run_until_dropping(
+        devs: &mut [Dev; 2],
+        want: [usize; 2],
+        lose: &mut dyn FnMut(&Datagram<'_>) -> bool,
+    ) -> [Vec<Completion>; 2] {
         let mut done: [Vec<Completion>; 2] = [Vec::new(), Vec::new()];
         let deadline = Instant::now() + Duration::from_secs(10);
         while Instant::now() < deadline && (0..2).any(|i| done[i].len() < want[i]) {
@@ -2789,7 +2799,9 @@ mod tests {
             for (i, d) in devs.iter_mut().enumerate() {
                 let Dev { e, t, cq, .. } = d;
                 t.recv_with(Some(Duration::from_micros(200)), |dg| {
-                    e.handle_datagram(Instant::now(), dg.meta, dg.payload)
+                    if !lose(&dg) {
+                        e.handle_datagram(Instant::now(), dg.meta, dg.payload)
+                    }
                 })
                 .unwrap();
                 e.poll_cq(*cq, usize::MAX, &mut done[i]).unwrap();
@@ -2905,5 +2917,515 @@ mod tests {
             return;
         };
         engines_over_udp(a, b);
+    }
+
+    // ---- GSO and GRO ----
+
+    /// Packets of `len` bytes of data each (a different QP every other
+    /// one), then one shorter: a run of equal lengths whose last is shorter.
+    fn gso_run_pkts(from: &UdpTransport, dst: IpAddr, n: usize, len: usize) -> Vec<Transmit> {
+        let mut v: Vec<Transmit> = (0..n)
+            .map(|i| {
+                let data: Vec<u8> = (0..len).map(|j| (i * 31 + j) as u8).collect();
+                let mut t = transmit(from, dst, 100 + i as u32, &data);
+                if i % 2 == 1 {
+                    // Another QP: BTH bytes 5..8 are the destination QP.
+                    t.payload[7] = 0x34;
+                    let end = t.payload.len() - ICRC_LEN;
+                    let c = icrc::compute_udp(t.src, t.dst, t.src_port, &t.payload[..end]).unwrap();
+                    t.payload[end..].copy_from_slice(&c.to_le_bytes());
+                }
+                t
+            })
+            .collect();
+        v.push(transmit(from, dst, 100 + n as u32, b"short last"));
+        v
+    }
+
+    /// The ID-per-segment rule against a segment list: the packet that
+    /// becomes segment k of a GSO send leaves with the ICRC for IPv4 ID k,
+    /// which verifies against segment k's real header (ID k, DF, its own
+    /// lengths) and not against ID 0.
+    #[test]
+    fn gso_segment_k_carries_the_icrc_for_ip_id_k() {
+        let (src, dst) = (Ipv4Addr::new(10, 1, 2, 3), Ipv4Addr::new(10, 1, 2, 4));
+        let mut deltas = IdDeltas::default();
+        for (n, len) in [(2usize, 16usize), (5, 1024), (64, 200), (15, 4096)] {
+            let mut pkts: Vec<Vec<u8>> = (0..n)
+                .map(|i| {
+                    let data: Vec<u8> = (0..len).map(|j| (i ^ j) as u8).collect();
+                    roce(src.into(), dst.into(), 4791, i as u32, &data)
+                })
+                .collect();
+            pkts.push(roce(src.into(), dst.into(), 4791, 99, b"last"));
+            let ts: Vec<Transmit> = pkts
+                .iter()
+                .map(|p| Transmit {
+                    src: src.into(),
+                    dst: dst.into(),
+                    src_port: 4791,
+                    traffic_class: 0,
+                    hop_limit: 64,
+                    payload: p.clone(),
+                })
+                .collect();
+            let run = gso_run(&ts, &[]);
+            assert_eq!(run, (n + 1).min(GSO_MAX_SEGMENTS), "n {n}");
+            for (k, p) in pkts.iter().enumerate().take(run) {
+                // What send_gso puts on the wire for segment k.
+                let body = &p[..p.len() - ICRC_LEN];
+                let carried = u32::from_le_bytes(p[p.len() - ICRC_LEN..].try_into().unwrap());
+                let crc = carried ^ deltas.delta(body.len(), k as u16);
+                // Segment k as the kernel writes it.
+                let seg = |id: u16| {
+                    let mut ip = Vec::new();
+                    ip.extend_from_slice(&[0x45, 0]);
+                    ip.extend_from_slice(&((28 + p.len()) as u16).to_be_bytes());
+                    ip.extend_from_slice(&id.to_be_bytes());
+                    ip.extend_from_slice(&[0x40, 0, 64, 17, 0, 0]);
+                    ip.extend_from_slice(&src.octets());
+                    ip.extend_from_slice(&dst.octets());
+                    ip.extend_from_slice(&4791u16.to_be_bytes());
+                    ip.extend_from_slice(&4791u16.to_be_bytes());
+                    ip.extend_from_slice(&((8 + p.len()) as u16).to_be_bytes());
+                    ip.extend_from_slice(&[0, 0]);
+                    ip.extend_from_slice(body);
+                    ip.extend_from_slice(&crc.to_le_bytes());
+                    ip
+                };
+                assert!(icrc::verify(&seg(k as u16)).unwrap(), "n {n}, segment {k}");
+                if k > 0 {
+                    assert!(!icrc::verify(&seg(0)).unwrap(), "n {n}, segment {k}");
+                }
+            }
+        }
+        // What ends a run: another destination, TOS, a longer packet, the
+        // segment and byte limits.
+        let t = |dst: u8, tc: u8, len: usize| Transmit {
+            src: src.into(),
+            dst: IpAddr::V4(Ipv4Addr::new(10, 1, 2, dst)),
+            src_port: 4791,
+            traffic_class: tc,
+            hop_limit: 64,
+            payload: vec![0; len],
+        };
+        assert_eq!(gso_run(&[t(4, 0, 100), t(4, 0, 100), t(5, 0, 100)], &[]), 2);
+        assert_eq!(gso_run(&[t(4, 0, 100), t(4, 4, 100)], &[]), 1);
+        assert_eq!(gso_run(&[t(4, 0, 100), t(4, 0, 101)], &[]), 1);
+        assert_eq!(gso_run(&[t(4, 0, 100), t(4, 0, 50), t(4, 0, 50)], &[]), 2);
+        assert_eq!(gso_run(&vec![t(4, 0, 100); 80], &[]), 64);
+        assert_eq!(gso_run(&vec![t(4, 0, 4112); 20], &[]), 15);
+        assert_eq!(gso_run(&vec![t(4, 0, 100); 3], &[t(4, 0, 0).dst]), 1);
+        assert_eq!(gso_run(&[t(4, 0, 8), t(4, 0, 8)], &[]), 1, "not RoCE");
+    }
+
+    /// One GSO send that mixes QPs and ends shorter, with a corrupted
+    /// packet in the middle, to a plain receiver with UDP_GRO (one
+    /// datagram, cut at the segment size), a plain one without (the UDP
+    /// layer segments) and a raw one with GSO (the unsegmented
+    /// super-packet): all get every packet.
+    #[test]
+    fn gso_sender_reaches_gro_plain_and_raw_receivers() {
+        let mut tx = bind_loopback(lo(30), RecvMode::Plain).unwrap();
+        tx.set_gso(true).unwrap();
+        let mut gro = bind_loopback(lo(31), RecvMode::Plain).unwrap();
+        gro.set_gso(true).unwrap();
+        let mut plain = bind_loopback(lo(32), RecvMode::Plain).unwrap();
+        plain.set_gso(false).unwrap();
+        let mut raw = bind_raw(lo(33), "gso_sender_reaches_gro_plain_and_raw_receivers");
+        if let Some(r) = raw.as_mut() {
+            r.set_gso(true).unwrap();
+        }
+        let mut rxs: Vec<&mut UdpTransport> = vec![&mut gro, &mut plain];
+        if let Some(r) = raw.as_mut() {
+            rxs.push(r);
+        }
+        for rx in rxs {
+            let before = *tx.stats();
+            let mut pkts = gso_run_pkts(&tx, rx.addr(), 9, 300);
+            pkts[4] = corrupt(pkts[4].clone());
+            assert_eq!(tx.send_batch(&pkts).unwrap(), pkts.len());
+            assert_eq!(tx.stats().tx_gso_sends - before.tx_gso_sends, 1);
+            assert_eq!(
+                tx.stats().tx_gso_segments - before.tx_gso_segments,
+                pkts.len() as u64
+            );
+            let mut got = Vec::new();
+            let deadline = Instant::now() + Duration::from_secs(2);
+            while got.len() < pkts.len() && Instant::now() < deadline {
+                rx.recv_with(Some(Duration::from_millis(100)), |d| {
+                    got.push((
+                        d.meta.icrc,
+                        d.payload.to_vec(),
+                        d.ip_packet.map(<[u8]>::to_vec),
+                    ))
+                })
+                .unwrap();
+            }
+            let (mode, gso) = (rx.recv_mode(), rx.gso());
+            assert_eq!(got.len(), pkts.len(), "{mode} gso {gso}");
+            for (k, ((v, p, ip), t)) in got.iter().zip(&pkts).enumerate() {
+                let end = p.len() - ICRC_LEN;
+                assert_eq!(p[..end], t.payload[..end], "{mode} gso {gso} packet {k}");
+                let want = match (k, gso) {
+                    (4, _) => IcrcStatus::Bad,
+                    (0, _) | (_, true) => IcrcStatus::Ok,
+                    // No header, no GRO: the solver finds ID k.
+                    (_, false) => IcrcStatus::Unverified,
+                };
+                assert_eq!(*v, want, "{mode} gso {gso} packet {k}");
+                if let Some(ip) = ip {
+                    // Raw mode: the segment as the kernel would have cut it.
+                    assert_eq!(u16::from_be_bytes([ip[4], ip[5]]), k as u16);
+                    assert_eq!(&ip[28..], &p[..]);
+                    assert_eq!(icrc::verify(ip).unwrap(), k != 4, "packet {k}");
+                    assert_eq!(
+                        RoceFrame::parse_ip(ip, None).unwrap().transport,
+                        &p[..],
+                        "lengths add up"
+                    );
+                }
+            }
+            let s = rx.stats();
+            assert_eq!(s.rx_gso_split, u64::from(gso), "{mode}");
+            assert_eq!(s.icrc_bad, 1);
+            assert_nothing_queued(rx);
+        }
+    }
+
+    /// Raw mode with GSO: a long packet no segment size explains is dropped
+    /// and counted; a short one goes on as one Bad packet; a super-packet
+    /// whose segments are not of one size is not split; none panics.
+    #[test]
+    fn raw_mode_drops_malformed_super_packets() {
+        let Some(mut rx) = bind_raw(lo(34), "raw_mode_drops_malformed_super_packets") else {
+            return;
+        };
+        rx.set_gso(true).unwrap();
+        let tx4 = lo(35);
+        let IpAddr::V4(rx4) = rx.addr() else {
+            unreachable!()
+        };
+        // 20,000 bytes of garbage behind a good BTH: longer than any packet.
+        let mut big = rxe_style_ipv4(tx4, rx4, 7, 1, &vec![0x5a; 20_000]);
+        let n = big.len();
+        big[n - 1] ^= 1;
+        send_ip_hdrincl(&big, rx4).unwrap();
+        // Segments of 3 sizes, each ICRC right for ID + k: no one size
+        // explains them, and it is short enough for one packet.
+        let mut odd = Vec::new();
+        let mut payload = Vec::new();
+        for (k, len) in [40usize, 60, 40].into_iter().enumerate() {
+            let seg = rxe_style_ipv4(tx4, rx4, 50 + k as u16, k as u32, &vec![k as u8; len]);
+            payload.extend_from_slice(&seg[28..]);
+            if k == 0 {
+                odd.extend_from_slice(&seg[..28]);
+            }
+        }
+        odd.extend_from_slice(&payload);
+        let l = odd.len();
+        odd[2..4].copy_from_slice(&(l as u16).to_be_bytes());
+        odd[24..26].copy_from_slice(&((l - 20) as u16).to_be_bytes());
+        send_ip_hdrincl(&odd, rx4).unwrap();
+        let (got, _) = recv_n(&mut rx, 1);
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].meta.icrc, IcrcStatus::Bad);
+        assert_eq!(got[0].data, odd[28..]);
+        assert_nothing_queued(&mut rx);
+        let s = rx.stats();
+        assert_eq!(s.rx_gso_malformed, 1, "{s:?}");
+        assert_eq!(s.rx_gso_split, 0, "{s:?}");
+        assert_eq!(s.rx_packets, 1, "{s:?}");
+    }
+
+    /// RC over GSO senders and GRO (plain) or splitting (raw) receivers,
+    /// with packet 2 of a GSO batch lost on arrival: the responder NAKs,
+    /// the requester goes back, the bytes arrive right.
+    fn gso_engines_recover_a_lost_segment(mut a: UdpTransport, mut b: UdpTransport) {
+        a.set_gso(true).unwrap();
+        b.set_gso(true).unwrap();
+        let mode = a.recv_mode();
+        let mut devs = [dev(a, 21), dev(b, 22)];
+        let (aa, ba) = (devs[0].t.addr(), devs[1].t.addr());
+        let qa = create_rc_qp(&mut devs[0]);
+        let qb = create_rc_qp(&mut devs[1]);
+        bring_up(&mut devs[0], qa, ba, qb, 7000, 300);
+        bring_up(&mut devs[1], qb, aa, qa, 300, 7000);
+        const LEN: usize = 150 * 1024 + 77;
+        let data: Vec<u8> = (0..LEN as u32)
+            .map(|i| (i.wrapping_mul(2246822519) >> 11) as u8)
+            .collect();
+        assert!(devs[0].mem.write(0, &data));
+        let mut wr = SendWr::new(3, SendOpcode::RdmaWrite);
+        wr.sg_list = vec![Sge {
+            addr: IOVA,
+            length: LEN as u32,
+            lkey: devs[0].mr.lkey,
+        }];
+        wr.remote_addr = IOVA + 400_000;
+        wr.rkey = devs[1].mr.rkey;
+        devs[0].e.post_send(qa, wr).unwrap();
+        // Segment 2 of a GSO send: its ICRC is right for ID 2, not 0.
+        let mut deltas = IdDeltas::default();
+        let mut lost = 0;
+        let [ca, _] = run_until_dropping(&mut devs, [1, 0], &mut |d| {
+            let p = d.payload;
+            if lost > 0 || d.meta.dst != ba || p.len() < 100 {
+                return false;
+            }
+            let (body, tail) = p.split_at(p.len() - ICRC_LEN);
+            let carried = u32::from_le_bytes(tail.try_into().unwrap());
+            let c0 = icrc::compute_udp(d.meta.src, d.meta.dst, d.meta.src_port, body).unwrap();
+            if c0 ^ deltas.delta(body.len(), 2) == carried {
+                lost += 1;
+                return true;
+            }
+            false
+        });
+        assert_eq!(lost, 1, "{mode}: a segment 2 came by");
+        assert_eq!(ca.len(), 1, "{mode}: {ca:?}");
+        assert_eq!(ca[0].status, WcStatus::Success);
+        assert!(devs[1].mem.snapshot()[400_000..400_000 + LEN] == data[..]);
+        let c = devs[0].e.counters();
+        assert!(c.retransmitted_pkts > 0, "{mode}: {c:?}");
+        for d in &devs {
+            let s = d.t.stats();
+            assert!(s.tx_gso_sends > 0 || d.t.addr() == ba, "{mode}: {s:?}");
+            assert_eq!(s.icrc_bad, 0, "{mode}: {s:?}");
+            assert_eq!(s.icrc_unverified, 0, "{mode}: {s:?}");
+        }
+        assert!(devs[1].t.stats().rx_gso_split > 0);
+    }
+
+    #[test]
+    fn gso_rc_write_recovers_a_segment_lost_mid_batch_plain() {
+        let a = bind_loopback(lo(36), RecvMode::Plain).unwrap();
+        let b = bind_loopback(lo(37), RecvMode::Plain).unwrap();
+        gso_engines_recover_a_lost_segment(a, b);
+    }
+
+    #[test]
+    fn gso_rc_write_recovers_a_segment_lost_mid_batch_raw() {
+        let test = "gso_rc_write_recovers_a_segment_lost_mid_batch_raw";
+        let Some(a) = bind_raw(lo(38), test) else {
+            return;
+        };
+        let Some(b) = bind_raw(lo(39), test) else {
+            return;
+        };
+        gso_engines_recover_a_lost_segment(a, b);
+    }
+
+    /// A network namespace of its own (`ip netns add`), deleted on drop.
+    struct Netns(String);
+
+    impl Netns {
+        fn new(tag: &str) -> Option<Netns> {
+            let name = format!("rxe-gso-{tag}-{}", std::process::id());
+            let ok = std::process::Command::new("ip")
+                .args(["netns", "add", &name])
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success());
+            ok.then_some(Netns(name))
+        }
+
+        /// Runs a command in the namespace; true if it succeeded.
+        fn run(&self, cmd: &str) -> bool {
+            std::process::Command::new("ip")
+                .args(["netns", "exec", &self.0])
+                .args(cmd.split_whitespace())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        }
+
+        /// Moves the calling thread into the namespace (sockets it opens
+        /// then belong there, and stay there).
+        fn enter(&self) {
+            let f = std::fs::File::open(format!("/run/netns/{}", self.0)).unwrap();
+            // SAFETY: plain system call on an open descriptor.
+            let r = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+            assert_eq!(r, 0, "setns: {}", io::Error::last_os_error());
+        }
+    }
+
+    impl Drop for Netns {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("ip")
+                .args(["netns", "del", &self.0])
+                .status();
+        }
+    }
+
+    /// Receives `n` packets (or for 3 s): (verdict, payload, IP packet).
+    fn recv_full(rx: &mut UdpTransport, n: usize) -> Vec<(IcrcStatus, Vec<u8>, Option<Vec<u8>>)> {
+        let mut got = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while got.len() < n && Instant::now() < deadline {
+            rx.recv_with(Some(Duration::from_millis(100)), |d| {
+                got.push((
+                    d.meta.icrc,
+                    d.payload.to_vec(),
+                    d.ip_packet.map(<[u8]>::to_vec),
+                ))
+            })
+            .unwrap();
+        }
+        got
+    }
+
+    /// On the wire: a GSO send cut up in software in front of a veth (its
+    /// UDP segmentation offload off) arrives as ordinary packets with IDs
+    /// 0, 1, 2..., all DF, which a raw receiver without GSO checks against
+    /// their real headers: every ICRC right. With the offload on, the
+    /// super-packet crosses the veth whole and a raw receiver with GSO
+    /// splits it. Two namespaces of the test's own, root only.
+    #[test]
+    fn gso_segments_on_the_wire_carry_ids_0_1_2_and_verify() {
+        let test = "gso_segments_on_the_wire_carry_ids_0_1_2_and_verify";
+        let (Some(na), Some(nb)) = (Netns::new("wa"), Netns::new("wb")) else {
+            println!("SKIPPED {test}: cannot create network namespaces");
+            return;
+        };
+        let setup = [
+            (
+                &na,
+                format!("ip link add va type veth peer name vb netns {}", nb.0),
+            ),
+            (&na, "ip addr add 10.213.7.1/24 dev va".into()),
+            (&nb, "ip addr add 10.213.7.2/24 dev vb".into()),
+            (&na, "ip link set va up".into()),
+            (&nb, "ip link set vb up".into()),
+            (&na, "ethtool -K va tx-udp-segmentation off".into()),
+        ];
+        for (ns, cmd) in &setup {
+            if !ns.run(cmd) {
+                println!("SKIPPED {test}: `{cmd}` failed");
+                return;
+            }
+        }
+        std::thread::spawn(move || {
+            let (a4, b4) = (Ipv4Addr::new(10, 213, 7, 1), Ipv4Addr::new(10, 213, 7, 2));
+            na.enter();
+            let mut tx = UdpTransport::bind(a4.into()).unwrap();
+            tx.set_gso(true).unwrap();
+            nb.enter();
+            let mut rx = UdpTransport::bind_with(b4.into(), RecvMode::Raw).unwrap();
+            rx.set_gso(false).unwrap();
+            // Resolve the neighbour first.
+            let (txa, rxa) = (tx.addr(), rx.addr());
+            assert_eq!(tx.send_batch(&[transmit(&tx, rxa, 1, b"arp")]).unwrap(), 1);
+            assert_eq!(recv_full(&mut rx, 1).len(), 1);
+            for offload in [false, true] {
+                if offload {
+                    assert!(na.run("ethtool -K va tx-udp-segmentation on"));
+                    rx.set_gso(true).unwrap();
+                }
+                let mut pkts = gso_run_pkts(&tx, rxa, 9, 300);
+                pkts[4] = corrupt(pkts[4].clone());
+                let sends = tx.stats().tx_gso_sends;
+                assert_eq!(tx.send_batch(&pkts).unwrap(), pkts.len());
+                assert_eq!(tx.stats().tx_gso_sends, sends + 1);
+                let got = recv_full(&mut rx, pkts.len());
+                assert_eq!(got.len(), pkts.len(), "offload {offload}");
+                for (k, ((v, p, ip), t)) in got.iter().zip(&pkts).enumerate() {
+                    let ip = ip.as_ref().unwrap();
+                    let end = p.len() - ICRC_LEN;
+                    assert_eq!(p[..end], t.payload[..end]);
+                    assert_eq!(u16::from_be_bytes([ip[4], ip[5]]), k as u16, "IP ID");
+                    assert_eq!(ip[6] & 0x40, 0x40, "DF");
+                    let want = if k == 4 {
+                        IcrcStatus::Bad
+                    } else {
+                        IcrcStatus::Ok
+                    };
+                    assert_eq!(*v, want, "offload {offload}, packet {k}");
+                }
+                assert_eq!(rx.stats().rx_gso_split, u64::from(offload));
+            }
+            let _ = txa;
+            drop((tx, rx));
+            (na, nb)
+        })
+        .join()
+        .unwrap();
+    }
+
+    /// A full socket buffer cuts a batch of GSO sends short at a send: the
+    /// call returns how many packets went (whole runs), counts `tx_full`,
+    /// and the rest goes once there is room; the receiver gets exactly the
+    /// packets sent, in order, every ICRC right. The buffer fills behind a
+    /// slow qdisc (4 Mbit/s) on the loopback device of a namespace of the
+    /// test's own.
+    #[test]
+    fn gso_send_cut_short_by_a_full_socket_buffer() {
+        let test = "gso_send_cut_short_by_a_full_socket_buffer";
+        let Some(ns) = Netns::new("full") else {
+            println!("SKIPPED {test}: cannot create a network namespace");
+            return;
+        };
+        for cmd in [
+            "ip link set lo up",
+            "tc qdisc add dev lo root tbf rate 4mbit burst 64kb limit 64mb",
+        ] {
+            if !ns.run(cmd) {
+                println!("SKIPPED {test}: `{cmd}` failed");
+                return;
+            }
+        }
+        std::thread::spawn(move || {
+            ns.enter();
+            let mut tx = UdpTransport::bind(lo(2).into()).unwrap();
+            tx.set_gso(true).unwrap();
+            let mut rx = UdpTransport::bind(lo(3).into()).unwrap();
+            rx.set_gso(true).unwrap();
+            setsockopt_int(tx.udp.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, 65536).unwrap();
+            let rxa = rx.addr();
+            // Four runs a batch: 16 packets of 1040 bytes, 1 of 26, ...
+            let batch: Vec<Transmit> = (0..4)
+                .flat_map(|r| gso_run_pkts(&tx, rxa, 15, 1000 + 8 * r))
+                .collect();
+            let bounds: Vec<usize> = (0..=4).map(|r| 16 * r).collect();
+            let mut sent: Vec<Transmit> = Vec::new();
+            let mut cut = None;
+            for _ in 0..100 {
+                let n = tx.send_batch(&batch).unwrap();
+                sent.extend_from_slice(&batch[..n]);
+                if n < batch.len() {
+                    cut = Some(n);
+                    break;
+                }
+            }
+            let n = cut.expect("the send buffer never filled");
+            assert!(bounds.contains(&n), "cut at {n}: not at a run's end");
+            assert!(tx.stats().tx_full >= 1);
+            // Room again once the qdisc lets some out: the rest goes.
+            assert!(tx.wait_writable(Some(Duration::from_secs(10))).unwrap());
+            let mut rest = &batch[n..];
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while !rest.is_empty() && Instant::now() < deadline {
+                let k = tx.send_batch(rest).unwrap();
+                sent.extend_from_slice(&rest[..k]);
+                rest = &rest[k..];
+                if k == 0 {
+                    tx.wait_writable(Some(Duration::from_millis(10))).unwrap();
+                }
+            }
+            assert!(rest.is_empty());
+            let got = recv_full(&mut rx, sent.len());
+            assert_eq!(got.len(), sent.len());
+            for (k, ((v, p, _), t)) in got.iter().zip(&sent).enumerate() {
+                let end = p.len() - ICRC_LEN;
+                assert_eq!(p[..end], t.payload[..end], "packet {k}");
+                assert_eq!(*v, IcrcStatus::Ok, "packet {k}");
+            }
+            assert_nothing_queued(&mut rx);
+            drop((tx, rx));
+            ns
+        })
+        .join()
+        .unwrap();
     }
 }
