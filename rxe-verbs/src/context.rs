@@ -12,6 +12,7 @@ use crate::capture::Capture;
 use crate::cq::ChannelInner;
 use crate::device::{gid_of, Device, DeviceAttr, PortAttr};
 use crate::error::Error;
+use crate::events::AsyncEvents;
 use crate::native::NContext;
 use crate::progress::Receiver;
 use crate::provider::DeviceKind;
@@ -19,10 +20,10 @@ use parking_lot::{Condvar, Mutex, MutexGuard};
 use rxe_core::engine::{AsyncEvent, CqId, Engine, EngineConfig, IcrcStatus, Transmit};
 use rxe_net::faults::{FaultCounters, FaultInjector};
 use rxe_net::udp::{RecvMode, UdpTransport, Waiter, BATCH};
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::net::Ipv6Addr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -73,10 +74,9 @@ pub(crate) struct Shared {
     pub receiver: Receiver,
     /// `Engine::completions_delivered` when last collected.
     pub delivered: AtomicU64,
-    pub events: Mutex<VecDeque<AsyncEventKind>>,
-    pub events_cond: Condvar,
-    /// Takes async events instead of the queue ([`Context::set_async_notify`]).
-    pub events_notify: OnceLock<AsyncNotify>,
+    /// Async events, for [`Context::get_async_event`] or the hook
+    /// [`Context::set_async_notify`] sets.
+    pub events: AsyncEvents<AsyncEventKind>,
     pub channels: Mutex<HashMap<CqId, Arc<ChannelInner>>>,
     pub stop: AtomicBool,
     pub device: Device,
@@ -133,21 +133,7 @@ impl Shared {
         while let Some(e) = engine.poll_event() {
             new_events.push(AsyncEventKind::from(e));
         }
-        if !new_events.is_empty() {
-            // Under the queue's lock, so that a hook being set (which
-            // drains the queue under the same lock) misses nothing.
-            let mut q = self.events.lock();
-            match self.events_notify.get() {
-                Some(f) => {
-                    drop(q);
-                    new_events.into_iter().for_each(f);
-                }
-                None => {
-                    q.extend(new_events);
-                    self.events_cond.notify_all();
-                }
-            }
-        }
+        self.events.raise(new_events);
         let channels = self.channels.lock();
         for (cq, ch) in channels.iter() {
             if engine.take_cq_notification(*cq) {
@@ -474,9 +460,7 @@ impl Context {
             waiter,
             receiver: Receiver::new(),
             delivered: AtomicU64::new(0),
-            events: Mutex::new(VecDeque::from([AsyncEventKind::PortActive])),
-            events_cond: Condvar::new(),
-            events_notify: OnceLock::new(),
+            events: AsyncEvents::new([AsyncEventKind::PortActive]),
             channels: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
             capture,
@@ -634,16 +618,7 @@ impl Context {
             CtxImp::Soft(i) => &i.shared,
             CtxImp::Native(n) => return n.get_async_event(timeout),
         };
-        let deadline = Instant::now() + timeout;
-        let mut q = s.events.lock();
-        loop {
-            if let Some(e) = q.pop_front() {
-                return Some(e);
-            }
-            if s.events_cond.wait_until(&mut q, deadline).timed_out() {
-                return q.pop_front();
-            }
-        }
+        s.events.get(Instant::now() + timeout)
     }
 
     /// Hands every asynchronous event from now on to `f` instead of the
@@ -661,13 +636,11 @@ impl Context {
                 ))
             }
         };
-        let mut q = s.events.lock();
-        let f = match s.events_notify.set(f) {
-            Ok(()) => s.events_notify.get().expect("just set"),
-            Err(_) => return Err(crate::error::unsupported("a second async notify hook")),
-        };
-        q.drain(..).for_each(f);
-        Ok(())
+        if s.events.set_hook(f) {
+            Ok(())
+        } else {
+            Err(crate::error::unsupported("a second async notify hook"))
+        }
     }
 
     /// Engine counters (like `rdma statistic show`). A native device's

@@ -2,36 +2,17 @@
 
 use crate::context::{Context, CtxImp, Inner};
 use crate::error::Error;
+use crate::events::ChannelEvents;
+pub use crate::events::Notify;
 use crate::native::{NChannel, NCq};
-use parking_lot::{Condvar, Mutex};
 use rxe_core::engine::CqId;
 use rxe_core::types::Completion;
-use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-pub(crate) struct ChannelInner {
-    events: Mutex<VecDeque<CqId>>,
-    cond: Condvar,
-    /// Called after each event is queued ([`CompletionChannel::set_notify`]).
-    notify: OnceLock<Notify>,
-}
-
-/// A hook called after an event is queued, with the engine locked: it must
-/// be quick and must not call back into the device (writing a byte to a
-/// pipe or an eventfd is what it is for).
-pub type Notify = Box<dyn Fn() + Send + Sync>;
-
-impl ChannelInner {
-    pub fn push(&self, cq: CqId) {
-        self.events.lock().push_back(cq);
-        self.cond.notify_all();
-        if let Some(f) = self.notify.get() {
-            f();
-        }
-    }
-}
+/// A soft completion channel's queue.
+pub(crate) type ChannelInner = ChannelEvents<CqId>;
 
 /// A completion channel (`ibv_comp_channel`): a CQ armed with
 /// [`CompletionQueue::req_notify`] posts one event here when its next
@@ -58,7 +39,7 @@ impl std::fmt::Debug for CompletionChannel {
         match &self.imp {
             ChanImp::Soft { inner, .. } => f
                 .debug_struct("CompletionChannel")
-                .field("pending", &inner.events.lock().len())
+                .field("pending", &inner.len())
                 .finish(),
             ChanImp::Native(_) => f
                 .debug_struct("CompletionChannel")
@@ -81,10 +62,10 @@ impl CompletionChannel {
     /// device, or when already set, it returns [`Error::Unsupported`].
     pub fn set_notify(&self, f: Notify) -> Result<(), Error> {
         match &self.imp {
-            ChanImp::Soft { inner, .. } => inner
-                .notify
-                .set(f)
-                .map_err(|_| crate::error::unsupported("a second notify hook on a channel")),
+            ChanImp::Soft { inner, .. } if inner.set_notify(f) => Ok(()),
+            ChanImp::Soft { .. } => Err(crate::error::unsupported(
+                "a second notify hook on a channel",
+            )),
             _ => Err(crate::error::unsupported(
                 "notify hooks on a native completion channel",
             )),
@@ -95,12 +76,7 @@ impl CompletionChannel {
     /// destroyed, and the kernel drops them too); returns how many.
     pub fn forget(&self, cq: u32) -> usize {
         match &self.imp {
-            ChanImp::Soft { inner, .. } => {
-                let mut q = inner.events.lock();
-                let before = q.len();
-                q.retain(|c| c.0 != cq);
-                before - q.len()
-            }
+            ChanImp::Soft { inner, .. } => inner.forget(|c| c.0 == cq),
             _ => 0,
         }
     }
@@ -116,16 +92,7 @@ impl CompletionChannel {
                 return None;
             }
         };
-        let deadline = Instant::now() + timeout;
-        let mut q = inner.events.lock();
-        loop {
-            if let Some(cq) = q.pop_front() {
-                return Some(cq.0);
-            }
-            if inner.cond.wait_until(&mut q, deadline).timed_out() {
-                return q.pop_front().map(|c| c.0);
-            }
-        }
+        inner.pop(Instant::now() + timeout).map(|c| c.0)
     }
 }
 
@@ -176,11 +143,7 @@ impl Context {
         Ok(CompletionChannel {
             imp: match &self.imp {
                 CtxImp::Soft(inner) => ChanImp::Soft {
-                    inner: Arc::new(ChannelInner {
-                        events: Mutex::new(VecDeque::new()),
-                        cond: Condvar::new(),
-                        notify: OnceLock::new(),
-                    }),
+                    inner: Arc::new(ChannelInner::new()),
                     ctx: inner.clone(),
                 },
                 CtxImp::Native(n) => ChanImp::Native(NChannel::create(n)?),
@@ -338,6 +301,16 @@ impl CompletionQueue {
                 // `crate::progress`).
                 let mut got = 0;
                 let r = (|| loop {
+                    // Look before sleeping: a completion another thread
+                    // delivered after the look above but before this thread
+                    // took the token woke nobody (`Shared::collect` wakes
+                    // the receiver only while the token is taken), and
+                    // nothing else would end the wait below (see
+                    // "Concurrency" in docs/reliability.md).
+                    s.lock().poll_cq(c.id, n - out.len(), &mut out)?;
+                    if out.len() >= n {
+                        return Ok(std::mem::take(&mut out));
+                    }
                     let left = match deadline {
                         Some(d) => match d.checked_duration_since(Instant::now()) {
                             Some(left) if !left.is_zero() => Some(left),
@@ -371,10 +344,6 @@ impl CompletionQueue {
                     // What this round produces waits for the application's
                     // answer if the wait ends here ("Deferred sending").
                     got = s.round(readable, true, false);
-                    s.lock().poll_cq(c.id, n - out.len(), &mut out)?;
-                    if out.len() >= n {
-                        return Ok(std::mem::take(&mut out));
-                    }
                 })();
                 drop(token);
                 // Another waiting thread may take the socket now.

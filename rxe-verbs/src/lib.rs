@@ -62,12 +62,14 @@ mod context;
 mod cq;
 mod device;
 mod error;
+mod events;
 mod mr;
 #[allow(unsafe_code)]
 mod native;
 mod progress;
 pub mod provider;
 mod qp;
+mod sync;
 
 pub use context::{AsyncEventKind, AsyncNotify, Context};
 pub use cq::Notify;

@@ -7,44 +7,17 @@
 //! is about.
 
 use crate::device::{check_port, dev_of, device_attr, port_attr, Dev};
+pub use crate::event_count::EventCount;
 use crate::events::EventPipe;
 use crate::ffi::{arg, arg_mut, guard, int_result, minus_one_result, ptr_result, Fail};
 use crate::live::{self, Kind};
 use crate::sys::*;
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 use rxe_verbs::AsyncEventKind;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_int, c_void};
 use std::mem::{offset_of, size_of};
 use std::sync::{Arc, Weak};
-
-/// How many events about an object the program took
-/// (`ibv_get_async_event`, `ibv_get_cq_event`) and how many it
-/// acknowledged: destroying the object waits until they are equal, as
-/// libibverbs does. Events still queued and not taken do not count: they
-/// are dropped with the object, as the kernel drops them.
-#[derive(Debug, Default)]
-pub struct EventCount {
-    counts: Mutex<(u64, u64)>,
-    cond: Condvar,
-}
-
-impl EventCount {
-    pub fn reported(&self, n: u64) {
-        self.counts.lock().0 += n;
-    }
-    pub fn acked(&self, n: u64) {
-        self.counts.lock().1 += n;
-        self.cond.notify_all();
-    }
-    /// Waits until every reported event is acknowledged.
-    pub fn wait_all_acked(&self) {
-        let mut c = self.counts.lock();
-        while c.1 < c.0 {
-            self.cond.wait(&mut c);
-        }
-    }
-}
 
 /// An async event on its way to the program (`ibv_async_event` with its
 /// pointer as an address, so it may cross threads).

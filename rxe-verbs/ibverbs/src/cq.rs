@@ -344,13 +344,21 @@ pub unsafe extern "C" fn ibv_get_cq_event(
                     continue;
                 };
                 // An event of a CQ destroyed meanwhile is dropped, as the
-                // kernel drops it.
-                let Some(&addr) = ch.cqs.lock().get(&id) else {
+                // kernel drops it. The event is counted before the
+                // channel's lock is let go: `ibv_destroy_cq` takes the CQ
+                // off the channel under that lock and then waits for the
+                // events counted, so it either finds this one counted or
+                // took the CQ off first (counting it after the lock let
+                // `ibv_destroy_cq` free the CQ in between: a use after
+                // free; see "Concurrency" in docs/reliability.md).
+                let cqs = ch.cqs.lock();
+                let Some(&addr) = cqs.get(&id) else {
                     continue;
                 };
                 // SAFETY: a CQ on the channel is live.
                 let c = unsafe { &*(addr as *const Cq) };
                 c.comp_events.reported(1);
+                drop(cqs);
                 // SAFETY: checked non-NULL; the program's outputs.
                 unsafe {
                     *cq = addr as *mut ibv_cq;

@@ -44,6 +44,7 @@ mod compat;
 mod context;
 mod cq;
 mod device;
+mod event_count;
 mod events;
 #[cfg(not(test))]
 mod exports;
@@ -56,5 +57,6 @@ mod native;
 mod qp;
 mod rdmacm;
 mod strings;
+mod sync;
 mod unsupported;
 mod wr;

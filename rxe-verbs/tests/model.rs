@@ -1,0 +1,432 @@
+//! Model tests of the verbs layer's threading, under loom: every
+//! interleaving of the threads (up to a bound on preemptions, 3 unless
+//! `LOOM_MAX_PREEMPTIONS` says otherwise; `tests/loom.sh` runs them with
+//! no bound these small models reach, about a minute), with every lock, wait, notify and atomic access a scheduling point.
+//!
+//! The modules whose correctness is a matter of threads only are compiled
+//! here as they are, against a `sync` module that maps their primitives to
+//! loom's (`model/sync.rs`): the completion channel's and the async
+//! events' queues (`src/events.rs`), the receiver token
+//! (`src/progress/receiver.rs`) and the C library's event counts
+//! (`ibverbs/src/event_count.rs`). Where a protocol is spread over code
+//! that also talks to the socket or the engine (`Shared::collect`,
+//! `CompletionQueue::wait` and `poll_progress`, `ibv_get_cq_event` and
+//! `ibv_destroy_cq`), the test repeats its steps in the same order around
+//! the real modules, the engine reduced to a CQ under a lock; each such
+//! test names the code it follows, which must be kept in step with it.
+//!
+//! docs/reliability.md ("Concurrency") lists what each test checks and the
+//! bug put in on purpose that showed it can fail.
+
+#![allow(dead_code)]
+
+#[path = "model/sync.rs"]
+mod sync;
+
+#[path = "../src/events.rs"]
+mod events;
+
+/// What `src/progress/receiver.rs` takes from its parent module.
+mod progress {
+    pub const HANDOFF: std::time::Duration = std::time::Duration::from_micros(500);
+}
+
+#[path = "../src/progress/receiver.rs"]
+mod receiver;
+
+#[path = "../ibverbs/src/event_count.rs"]
+mod event_count;
+
+use event_count::EventCount;
+use events::{AsyncEvents, ChannelEvents};
+use loom::cell::UnsafeCell;
+use loom::sync::atomic::AtomicUsize;
+use loom::sync::Arc;
+use loom::thread;
+use receiver::Receiver;
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+use sync::{AtomicBool, AtomicU64, Condvar, Mutex, Ordering};
+
+/// Runs `f` under loom, every interleaving up to the preemption bound.
+fn check(f: impl Fn() + Sync + Send + 'static) {
+    let mut b = loom::model::Builder::new();
+    if b.preemption_bound.is_none() {
+        b.preemption_bound = Some(3);
+    }
+    b.check(f);
+}
+
+/// A deadline loom never reaches: a wait for it ends only when notified.
+fn never() -> Instant {
+    Instant::now() + Duration::from_secs(3600)
+}
+
+/// A completion channel: events pushed by two threads (with the hook
+/// counting them, as the C library's pipe does) reach a thread blocked in
+/// `pop`, each once; no wake-up is lost (loom reports a thread that waits
+/// for ever as a deadlock).
+#[test]
+fn channel_event_wakes_the_waiter() {
+    check(|| {
+        let ch = Arc::new(ChannelEvents::<u32>::new());
+        let hooked = Arc::new(AtomicUsize::new(0));
+        let h = hooked.clone();
+        assert!(ch.set_notify(Box::new(move || {
+            h.fetch_add(1, Ordering::SeqCst);
+        })));
+        let producers: Vec<_> = [1, 2]
+            .into_iter()
+            .map(|e| {
+                let ch = ch.clone();
+                thread::spawn(move || ch.push(e))
+            })
+            .collect();
+        let mut got = vec![ch.pop(never()).unwrap(), ch.pop(never()).unwrap()];
+        producers.into_iter().for_each(|p| p.join().unwrap());
+        got.sort();
+        assert_eq!(got, [1, 2]);
+        assert_eq!(hooked.load(Ordering::SeqCst), 2);
+        assert_eq!(ch.len(), 0);
+    });
+}
+
+/// A completion channel with a CQ destroyed while its events are taken:
+/// every event is taken once, or withdrawn once, or still queued; none is
+/// both taken and withdrawn.
+#[test]
+fn channel_forget_and_pop_take_each_event_once() {
+    check(|| {
+        let ch = Arc::new(ChannelEvents::<u32>::new());
+        let producer = {
+            let ch = ch.clone();
+            thread::spawn(move || {
+                ch.push(1);
+                ch.push(2);
+            })
+        };
+        let destroyer = {
+            let ch = ch.clone();
+            thread::spawn(move || ch.forget(|e| *e == 1))
+        };
+        let now = Instant::now();
+        let taken: Vec<u32> = std::iter::from_fn(|| ch.pop(now)).collect();
+        producer.join().unwrap();
+        let forgotten = destroyer.join().unwrap();
+        let left: Vec<u32> = std::iter::from_fn(|| ch.pop(now)).collect();
+        let ones = taken.iter().chain(&left).filter(|e| **e == 1).count() + forgotten;
+        let twos = taken.iter().chain(&left).filter(|e| **e == 2).count();
+        assert_eq!(
+            (ones, twos),
+            (1, 1),
+            "taken {taken:?} left {left:?} forgotten {forgotten}"
+        );
+    });
+}
+
+/// Async events raised while the C library sets its hook
+/// (`Context::set_async_notify` against `Shared::collect`): the hook gets
+/// every event, the one queued at open first, each once, in order, and
+/// none stays behind in the queue.
+#[test]
+fn async_hook_misses_no_event() {
+    check(|| {
+        let ev = Arc::new(AsyncEvents::<u32>::new([0]));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let raiser = {
+            let ev = ev.clone();
+            thread::spawn(move || {
+                ev.raise(vec![1]);
+                ev.raise(vec![2]);
+            })
+        };
+        let s = seen.clone();
+        assert!(ev.set_hook(Box::new(move |e| s.lock().push(e))));
+        raiser.join().unwrap();
+        assert_eq!(*seen.lock(), [0, 1, 2]);
+        assert_eq!(ev.get(Instant::now()), None);
+    });
+}
+
+/// The receiver token: two threads try to take it (as
+/// `CompletionQueue::wait` and `poll_socket_as_receiver` do); at most one
+/// holds it at a time, and what one holder did is visible to the next (the
+/// socket it receives on is modelled as a cell loom checks for unordered
+/// access).
+#[test]
+fn receiver_token_is_exclusive() {
+    check(|| {
+        let r = Arc::new(Receiver::new());
+        let socket = Arc::new(UnsafeCell::new(0u32));
+        let holders = Arc::new(AtomicUsize::new(0));
+        let threads: Vec<_> = (0..2)
+            .map(|_| {
+                let (r, socket, holders) = (r.clone(), socket.clone(), holders.clone());
+                thread::spawn(move || {
+                    let Some(token) = r.try_take() else {
+                        return false;
+                    };
+                    assert_eq!(holders.fetch_add(1, Ordering::Relaxed), 0, "two holders");
+                    // SAFETY: loom checks that no other thread touches the
+                    // cell at the same time (that is what the test asserts).
+                    socket.with_mut(|s| unsafe { *s += 1 });
+                    assert!(r.is_taken());
+                    holders.fetch_sub(1, Ordering::Relaxed);
+                    drop(token);
+                    true
+                })
+            })
+            .collect();
+        let took = threads
+            .into_iter()
+            .filter_map(|t| t.join().unwrap().then_some(()))
+            .count();
+        assert!(took >= 1);
+        // SAFETY: both threads are joined.
+        assert_eq!(socket.with(|s| unsafe { *s }), took as u32);
+        assert!(!r.is_taken());
+        assert!(r.try_take().is_some());
+    });
+}
+
+/// The CQ and the counts `Shared::collect` keeps, reduced to what the
+/// protocols below need.
+struct Engine {
+    /// Completions in the CQ.
+    cq: VecDeque<u64>,
+    /// `Engine::completions_delivered`.
+    delivered: u64,
+    /// The CQ is armed for a channel event (`req_notify`).
+    armed: bool,
+}
+
+/// A soft device reduced to its threading: the engine lock and its
+/// condition variable, `Shared::delivered`, the receiver token, the
+/// socket waiter's wake-up (an eventfd: a wake-up is kept until a wait
+/// uses it) and one CQ's channel.
+struct Device {
+    engine: Mutex<Engine>,
+    progress: Condvar,
+    delivered: AtomicU64,
+    receiver: Receiver,
+    wake: Mutex<bool>,
+    wake_cond: Condvar,
+    channel: ChannelEvents<u32>,
+    /// The CQ's `empty_at` (`CompletionQueue::poll_progress`).
+    empty_at: AtomicU64,
+}
+
+impl Device {
+    fn new(armed: bool) -> Self {
+        Device {
+            engine: Mutex::new(Engine {
+                cq: VecDeque::new(),
+                delivered: 0,
+                armed,
+            }),
+            progress: Condvar::new(),
+            delivered: AtomicU64::new(0),
+            receiver: Receiver::new(),
+            wake: Mutex::new(false),
+            wake_cond: Condvar::new(),
+            channel: ChannelEvents::new(),
+            empty_at: AtomicU64::new(u64::MAX),
+        }
+    }
+
+    /// `Shared::collect`, in its order: the delivered count, the
+    /// receiver's wake-up, channel notifications, the condition variable.
+    fn collect(&self, e: &mut Engine, by_receiver: bool) {
+        if self.delivered.swap(e.delivered, Ordering::AcqRel) != e.delivered
+            && !by_receiver
+            && self.receiver.is_taken()
+        {
+            *self.wake.lock() = true;
+            self.wake_cond.notify_all();
+        }
+        if e.armed && !e.cq.is_empty() {
+            e.armed = false;
+            self.channel.push(1);
+        }
+        self.progress.notify_all();
+    }
+
+    /// Another thread's call that delivers a completion (a post to a QP
+    /// in error, a modify to the error state, a timer): `with_engine`.
+    fn deliver(&self, wr_id: u64) {
+        let mut e = self.engine.lock();
+        e.cq.push_back(wr_id);
+        e.delivered += 1;
+        self.collect(&mut e, false);
+    }
+
+    /// `Waiter::wait` on a socket that receives nothing: returns when
+    /// woken, using the wake-up up.
+    fn sleep_on_socket(&self) {
+        let mut w = self.wake.lock();
+        while !*w {
+            self.wake_cond.wait(&mut w);
+        }
+        *w = false;
+    }
+
+    fn poll(&self) -> Option<u64> {
+        self.engine.lock().cq.pop_front()
+    }
+
+    /// `CompletionQueue::wait` for one completion, with no timeout.
+    fn wait(&self) -> u64 {
+        loop {
+            if let Some(c) = self.poll() {
+                return c;
+            }
+            if let Some(token) = self.receiver.try_take() {
+                self.receiver.set_poller(false);
+                let c = loop {
+                    // The look before sleeping.
+                    if let Some(c) = self.poll() {
+                        break c;
+                    }
+                    self.sleep_on_socket();
+                    // `Shared::round(false, true, false)`: nothing
+                    // received; timers and collect.
+                    let mut e = self.engine.lock();
+                    self.collect(&mut e, true);
+                };
+                drop(token);
+                self.progress.notify_all();
+                return c;
+            }
+            let mut e = self.engine.lock();
+            if let Some(c) = e.cq.pop_front() {
+                return c;
+            }
+            self.progress.wait(&mut e);
+        }
+    }
+
+    /// `Shared::poll_socket_as_receiver` on a socket with nothing.
+    fn poll_socket_as_receiver(&self) {
+        let Some(_token) = self.receiver.try_take() else {
+            return;
+        };
+        self.receiver.set_poller(true);
+        let mut e = self.engine.lock();
+        self.collect(&mut e, true);
+    }
+
+    /// `CompletionQueue::poll_progress` for one completion, on a socket
+    /// with nothing.
+    fn poll_progress(&self) -> Option<u64> {
+        let seen = self.delivered.load(Ordering::Acquire);
+        if self.empty_at.load(Ordering::Relaxed) != seen {
+            if let Some(c) = self.poll() {
+                return Some(c);
+            }
+            self.empty_at.store(seen, Ordering::Relaxed);
+        }
+        None
+    }
+}
+
+/// A thread waiting for a completion (`CompletionQueue::wait`) while
+/// another thread delivers it and a third polls the socket as receiver:
+/// the waiter always gets it. Before the look between taking the token
+/// and sleeping, a completion delivered in between woke nobody and the
+/// waiter slept until the next packet or its timeout (loom: deadlock).
+#[test]
+fn wait_wakes_for_a_completion_another_thread_delivers() {
+    check(|| {
+        let d = Arc::new(Device::new(false));
+        let deliverer = {
+            let d = d.clone();
+            thread::spawn(move || d.deliver(7))
+        };
+        let poller = {
+            let d = d.clone();
+            thread::spawn(move || d.poll_socket_as_receiver())
+        };
+        assert_eq!(d.wait(), 7);
+        deliverer.join().unwrap();
+        poller.join().unwrap();
+    });
+}
+
+/// A thread that learns from the completion channel that its CQ has a
+/// completion, then polls it the cheap way (`poll_progress`, which skips
+/// the engine lock while `Shared::delivered` has not moved), while
+/// another thread polls the same CQ: one of the two gets the completion.
+#[test]
+fn channel_event_then_cheap_poll_finds_the_completion() {
+    check(|| {
+        let d = Arc::new(Device::new(true));
+        let deliverer = {
+            let d = d.clone();
+            thread::spawn(move || d.deliver(7))
+        };
+        let other = {
+            let d = d.clone();
+            thread::spawn(move || d.poll_progress())
+        };
+        assert_eq!(d.channel.pop(never()), Some(1));
+        let mine = d.poll_progress();
+        let theirs = other.join().unwrap();
+        deliverer.join().unwrap();
+        assert_eq!(
+            mine.into_iter().chain(theirs).collect::<Vec<_>>(),
+            [7],
+            "mine {mine:?} theirs {theirs:?}"
+        );
+    });
+}
+
+/// `ibv_get_cq_event` against `ibv_destroy_cq` (rxe-verbs/ibverbs/src/cq.rs):
+/// a CQ with an event queued on its channel is destroyed while another
+/// thread takes the event and acknowledges it. Destroy must not free the
+/// CQ while an event it handed out is not acknowledged, and the taker must
+/// never count an event on a freed CQ (in C, a use after free).
+#[test]
+fn destroy_cq_waits_for_the_event_taken() {
+    struct Cq {
+        comp_events: EventCount,
+        freed: AtomicBool,
+    }
+    check(|| {
+        let ch = Arc::new(ChannelEvents::<u32>::new());
+        ch.push(1);
+        let cq = Arc::new(Cq {
+            comp_events: EventCount::default(),
+            freed: AtomicBool::new(false),
+        });
+        // The channel's CQs by number (`Channel::cqs`).
+        let cqs = Arc::new(Mutex::new(Some(cq.clone())));
+        let taker = {
+            let (ch, cqs) = (ch.clone(), cqs.clone());
+            thread::spawn(move || {
+                // ibv_get_cq_event, the pipe's byte taken.
+                let Some(1) = ch.pop(Instant::now()) else {
+                    return;
+                };
+                let on_channel = cqs.lock();
+                let Some(c) = on_channel.clone() else {
+                    return;
+                };
+                assert!(
+                    !c.freed.load(Ordering::SeqCst),
+                    "event counted on a freed CQ"
+                );
+                c.comp_events.reported(1);
+                drop(on_channel);
+                // The program looks at its CQ, then acknowledges.
+                assert!(!c.freed.load(Ordering::SeqCst), "CQ freed before the ack");
+                c.comp_events.acked(1);
+            })
+        };
+        // ibv_destroy_cq.
+        let c = cqs.lock().take().unwrap();
+        c.comp_events.wait_all_acked();
+        c.freed.store(true, Ordering::SeqCst);
+        ch.forget(|e| *e == 1);
+        taker.join().unwrap();
+    });
+}
