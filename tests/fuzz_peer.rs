@@ -15,11 +15,20 @@
 //! The finding replays against a freshly started broken server and not
 //! against a healthy one, and the minimiser shrinks it to the READ.
 //!
+//! Against perftest's `ib_read_bw` server (`rxe perf read_bw`, looped the
+//! same way), whose buffer is registered for remote READ and not WRITE:
+//! a seeded campaign keeps the canary and data oracles ok on a healthy
+//! server; on one that executes WRITEs without the permission
+//! (`RXE_TEST_FAULT=ignore-write-access`) the canary oracle fires, and the
+//! finding replays against a fresh broken server and not a healthy one.
+//!
 //! Address plan: 127.0.5.10/11 (port 19700) for the campaign and its
 //! replay, 127.0.5.20/21 (port 19701) for the seeds; broken peers at
 //! 127.0.5.40 (19710), .50 (19712), .60 (19714), their fuzzers at .41, .51,
-//! .61, healthy peers at .42 (19711), .52 (19713), .62 (19715). The `rxe`
-//! binary is found as in `perf_cli.rs` (`RXE_BIN` overrides).
+//! .61, healthy peers at .42 (19711), .52 (19713), .62 (19715); perftest
+//! servers at 127.0.5.70 (healthy, 19720), .72 (broken, 19721), .74
+//! (healthy, 19722), their fuzzers at .71 and .73. The `rxe` binary is
+//! found as in `perf_cli.rs` (`RXE_BIN` overrides).
 
 use std::io::Read;
 use std::path::PathBuf;
@@ -48,12 +57,48 @@ impl ServerLoop {
     /// one for `None`), each run giving up after `timeout` seconds without
     /// a completion: how a wedged server comes back.
     fn start_with(addr: &str, port: u16, fault: Option<&str>, timeout: u32) -> ServerLoop {
+        let args = [
+            "pingpong",
+            "-d",
+            addr,
+            "-p",
+            &port.to_string(),
+            "-n",
+            "100000000",
+            "--timeout",
+            &timeout.to_string(),
+        ]
+        .map(str::to_string);
+        ServerLoop::run(args.to_vec(), fault)
+    }
+
+    /// `rxe perf read_bw` (perftest's `ib_read_bw`) as a server on
+    /// `addr:port` with a 4096-byte buffer, broken on purpose with
+    /// `RXE_TEST_FAULT=fault`, or healthy.
+    fn perftest(addr: &str, port: u16, fault: Option<&str>) -> ServerLoop {
+        let args = [
+            "perf",
+            "read_bw",
+            "-d",
+            addr,
+            "-p",
+            &port.to_string(),
+            "-s",
+            "4096",
+            "--timeout",
+            "5",
+        ]
+        .map(str::to_string);
+        ServerLoop::run(args.to_vec(), fault)
+    }
+
+    /// `rxe ARGS`, again whenever it ends.
+    fn run(args: Vec<String>, fault: Option<&str>) -> ServerLoop {
         let fault = fault.map(str::to_string);
         let stop = Arc::new(AtomicBool::new(false));
         let stderr = Arc::new(Mutex::new(String::new()));
         let runs = Arc::new(Mutex::new(0));
         let (st, se, ru) = (stop.clone(), stderr.clone(), runs.clone());
-        let addr = addr.to_string();
         let thread = std::thread::spawn(move || {
             while !st.load(Ordering::Relaxed) {
                 let mut cmd = Command::new(rxe_bin());
@@ -62,8 +107,7 @@ impl ServerLoop {
                     None => cmd.env_remove("RXE_TEST_FAULT"),
                 };
                 let mut child = cmd
-                    .args(["pingpong", "-d", &addr, "-p", &port.to_string()])
-                    .args(["-n", "100000000", "--timeout", &timeout.to_string()])
+                    .args(&args)
                     .stdout(Stdio::null())
                     .stderr(Stdio::piped())
                     .spawn()
@@ -523,5 +567,119 @@ fn a_wedge_finding_is_minimised_to_the_read_that_wedges() {
     let _broken = ServerLoop::start_with("127.0.5.60", 19714, Some(&fault), 5);
     assert!(replay_fires(&min, server, local, "liveness"));
     assert!(!replay_fires(&min, "127.0.5.62:19715", local, "liveness"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A seeded campaign against `rxe perf read_bw` on loopback (4096-byte
+/// buffer, 400 packets).
+fn perftest_campaign(server: &str, local: &str, dir: &std::path::Path, seed: &str) -> Run {
+    fuzz_fast(&[
+        "-d",
+        local,
+        "--perftest",
+        server,
+        "--size",
+        "4096",
+        "--seed",
+        seed,
+        "--packets",
+        "400",
+        "--out",
+        dir.to_str().unwrap(),
+        "--minimise-budget",
+        "0",
+    ])
+}
+
+#[test]
+fn canary_and_data_stay_ok_against_a_healthy_perftest_server() {
+    let server = ServerLoop::perftest("127.0.5.70", 19720, None);
+    let dir = temp_dir("perftest-healthy");
+    let r = perftest_campaign("127.0.5.70:19720", "127.0.5.71", &dir, "3");
+    assert_eq!(r.code, Some(0), "a finding on a healthy server:\n{}", r.out);
+    for o in ["liveness", "canary", "data", "sanity", "peer-wire"] {
+        assert!(
+            r.out.contains(&format!("oracle {o}: ok")),
+            "oracle {o}:\n{}",
+            r.out
+        );
+    }
+    // The exchange named the buffer, and the READs of it came back.
+    assert!(r.out.contains("region: 4096 bytes at 0x"), "{}", r.out);
+    let h = histogram(&r.out);
+    let kinds: Vec<&str> = h.iter().map(|(k, _)| k.as_str()).collect();
+    for k in ["READ data", "NAK remote access error", "RNR NAK"] {
+        assert!(kinds.contains(&k), "no {k:?} in {h:?}:\n{}", r.out);
+    }
+    // WRITEs and atomics aimed at the buffer were sent (and refused).
+    let region_steps: u64 = r
+        .out
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("region="))
+        .and_then(|v| v.split('/').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(region_steps >= 5, "{region_steps} region steps:\n{}", r.out);
+    let runs = *server.runs.lock().unwrap();
+    assert!(runs > 3, "the server ran {runs} times");
+    let srv = server.stderr();
+    assert!(!srv.contains("panicked"), "{srv}");
+    assert!(!srv.contains("broken on purpose"), "{srv}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn canary_fires_on_a_peer_that_writes_without_permission_and_replays() {
+    let fault = "ignore-write-access";
+    let (server, local) = ("127.0.5.72:19721", "127.0.5.73");
+    let dir = temp_dir("perftest-broken");
+    let broken = ServerLoop::perftest("127.0.5.72", 19721, Some(fault));
+    let _healthy = ServerLoop::perftest("127.0.5.74", 19722, None);
+    let r = perftest_campaign(server, local, &dir, "3");
+    assert_eq!(
+        r.code,
+        Some(1),
+        "no finding against a broken peer:\n{}",
+        r.out
+    );
+    let f = finding(&r.out, "canary").unwrap_or_else(|| panic!("canary did not fire:\n{}", r.out));
+    assert!(
+        r.out
+            .contains("the region the peer registered without remote write changed"),
+        "{}",
+        r.out
+    );
+    for o in ["liveness", "data", "sanity", "peer-wire"] {
+        assert!(
+            r.out.contains(&format!("oracle {o}: ok")),
+            "{o}:\n{}",
+            r.out
+        );
+    }
+    assert!(f.exists(), "{}", f.display());
+    let meta = std::fs::read_to_string(format!("{}.meta", f.display())).unwrap();
+    assert!(meta.contains("oracle canary\n"), "{meta}");
+    assert!(meta.contains("peer perftest-read size=4096\n"), "{meta}");
+    // From a READ that found the buffer unchanged to the one that did not,
+    // with what wrote it in between, aimed at the buffer with its key.
+    let arms: Vec<&str> = meta
+        .lines()
+        .filter_map(|l| l.strip_prefix("packet "))
+        .map(|l| l.split_whitespace().nth(2).unwrap())
+        .collect();
+    assert_eq!(arms.first(), Some(&"canary"), "{meta}");
+    assert_eq!(arms.last(), Some(&"canary"), "{meta}");
+    assert!(meta.contains("/x0\n"), "{meta}");
+    assert!(
+        broken.stderr().contains("broken on purpose"),
+        "{}",
+        broken.stderr()
+    );
+    // Against a freshly started broken server the buffer changes again; a
+    // healthy server refuses the same packets.
+    drop(broken);
+    let _broken = ServerLoop::perftest("127.0.5.72", 19721, Some(fault));
+    assert!(replay_fires(&f, server, local, "canary"));
+    assert!(!replay_fires(&f, "127.0.5.74:19722", local, "canary"));
     let _ = std::fs::remove_dir_all(&dir);
 }

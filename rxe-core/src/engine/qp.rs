@@ -414,7 +414,7 @@ impl Qp {
         if let Some(f) = ctx.config.test_fault {
             // For testing fuzzers only (see `test_fault`); never set unless
             // the process asked for it.
-            if info.operation.is_request() && pkt.as_bytes()[0] == f.opcode() {
+            if info.operation.is_request() && Some(pkt.as_bytes()[0]) == f.opcode() {
                 self.fault_tripped = true;
             }
             if self.fault_tripped && f.wedges() {

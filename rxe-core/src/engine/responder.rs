@@ -14,7 +14,7 @@
 use super::counters::DropReason;
 use super::mem::{AtomicOp, MemSlice};
 use super::qp::{scatter, BuildError, Qp, ScatterError, DEFAULT_PKEY};
-use super::{Ctx, RecvMeta, Transmit};
+use super::{Ctx, RecvMeta, TestFault, Transmit};
 use crate::psn::Psn;
 use crate::types::*;
 use crate::wire::aeth::CREDITS_INVALID;
@@ -414,7 +414,14 @@ impl Qp {
             }
             Operation::RdmaWrite => {
                 if let Some(reth) = pkt.reth() {
-                    if !self.attr.access.contains(Access::REMOTE_WRITE) {
+                    // For testing fuzzers only (`test_fault`): a device
+                    // broken on purpose skips the permission checks.
+                    let need = if TestFault::ignores_write_access(ctx.config.test_fault) {
+                        Access::empty()
+                    } else {
+                        Access::REMOTE_WRITE
+                    };
+                    if !self.attr.access.contains(need) {
                         return Err(Refusal::Nak(NakCode::RemoteAccessError, None));
                     }
                     let dma_len = u64::from(reth.dma_len());
@@ -423,14 +430,7 @@ impl Qp {
                     }
                     let slice = ctx
                         .mem
-                        .remote(
-                            self.pd,
-                            self.qpn,
-                            reth.rkey(),
-                            reth.va(),
-                            dma_len,
-                            Access::REMOTE_WRITE,
-                        )
+                        .remote(self.pd, self.qpn, reth.rkey(), reth.va(), dma_len, need)
                         .map_err(refuse_key)?;
                     self.resp.cur = Some(InMsg::Write {
                         slice,

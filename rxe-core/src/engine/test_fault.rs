@@ -24,6 +24,16 @@
 //!   extension header) after its ICRC was computed: no parser takes it. A
 //!   fuzzer's peer-wire oracle (every packet the peer sends parses) fires.
 //!
+//! And one that needs no trip, on every QP of the device from the start:
+//!
+//! * `ignore-write-access`: the responder executes an RDMA WRITE whatever
+//!   the remote-write permission of the QP and of the region its R_Key
+//!   names (the key, the protection domain and the range are still
+//!   checked): a region registered for remote READ only (an `ib_read_bw`
+//!   server's) can be written by anyone who holds its key. A fuzzer's canary
+//!   oracle (a region the peer registered without remote write stays
+//!   unchanged) fires.
+//!
 //! [`EngineConfig::test_fault`]: super::EngineConfig::test_fault
 
 /// The environment variable [`TestFault::from_env`] reads.
@@ -39,11 +49,17 @@ pub enum TestFault {
     WedgeAfterOpcode(u8),
     /// The QP's packets are cut short once it receives this opcode.
     GarbleAfterOpcode(u8),
+    /// RDMA WRITEs are executed without the remote-write permission.
+    IgnoreWriteAccess,
 }
 
 impl TestFault {
-    /// Parses `wedge-after-opcode=0x0c` or `garble-after-opcode=12`.
+    /// Parses `wedge-after-opcode=0x0c`, `garble-after-opcode=12` or
+    /// `ignore-write-access`.
     pub fn parse(s: &str) -> Result<TestFault, String> {
+        if s.trim() == "ignore-write-access" {
+            return Ok(TestFault::IgnoreWriteAccess);
+        }
         let (name, val) = s
             .trim()
             .split_once('=')
@@ -58,7 +74,7 @@ impl TestFault {
             "wedge-after-opcode" => Ok(TestFault::WedgeAfterOpcode(op)),
             "garble-after-opcode" => Ok(TestFault::GarbleAfterOpcode(op)),
             n => Err(format!(
-                "{n:?}: the faults are wedge-after-opcode and garble-after-opcode"
+                "{n:?}: the faults are wedge-after-opcode, garble-after-opcode and ignore-write-access"
             )),
         }
     }
@@ -84,11 +100,18 @@ impl TestFault {
         }
     }
 
-    /// The opcode byte that trips the fault.
-    pub fn opcode(self) -> u8 {
+    /// The opcode byte that trips the fault on a QP (`None`: a fault of
+    /// every QP from the start).
+    pub fn opcode(self) -> Option<u8> {
         match self {
-            TestFault::WedgeAfterOpcode(o) | TestFault::GarbleAfterOpcode(o) => o,
+            TestFault::WedgeAfterOpcode(o) | TestFault::GarbleAfterOpcode(o) => Some(o),
+            TestFault::IgnoreWriteAccess => None,
         }
+    }
+
+    /// Whether RDMA WRITEs skip the remote-write permission checks.
+    pub(crate) fn ignores_write_access(f: Option<TestFault>) -> bool {
+        f == Some(TestFault::IgnoreWriteAccess)
     }
 
     /// Whether the fault, once tripped, silences the QP.
@@ -114,6 +137,13 @@ mod tests {
         assert!(TestFault::parse("wedge-after-opcode").is_err());
         assert!(TestFault::parse("wedge-after-opcode=0x100").is_err());
         assert!(TestFault::parse("accept-anything=1").is_err());
+        assert_eq!(
+            TestFault::parse(" ignore-write-access "),
+            Ok(TestFault::IgnoreWriteAccess)
+        );
+        assert!(TestFault::parse("ignore-write-access=1").is_err());
+        assert_eq!(TestFault::IgnoreWriteAccess.opcode(), None);
+        assert!(!TestFault::IgnoreWriteAccess.wedges());
     }
 
     #[test]

@@ -16,11 +16,17 @@
 //! fires. At the end the connection is ended on purpose (a WRITE with R_Key
 //! 0, which the pingpong servers' QPs refuse) and a last fresh connection
 //! is checked the same way.
+//!
+//! Against a perftest server the check is a READ of its whole buffer and
+//! one of a part of it instead of the SEND (see [`super::canary`]), a
+//! connection is ended perftest's way (the end of the TCP exchange) and the
+//! `region` arm joins the others.
 
-use super::mutate::{self, Arm, Ctx, Gen, ARMS};
+use super::canary::{self, Canary, Check, RegionFinding};
+use super::mutate::{self, Arm, Ctx, Gen, ARMS, REGION_ARMS};
 use super::record::{self, IcrcChoice, PsnBase, QpnChoice, Recorder, Sent, SessionInfo};
 use super::session::{Answers, Kind, Link, Session, Signature};
-use super::{Config, Res};
+use super::{Config, Peer, Res};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rxe_core::psn::Psn;
@@ -51,10 +57,21 @@ pub(crate) struct Driver {
     pub peer_wire_at: Option<(usize, usize)>,
     /// Session parameters come from here (seeded).
     srng: StdRng,
+    /// Where the data oracle's READs go (seeded).
+    pub vrng: StdRng,
+    /// The current connection's region and its baseline (perftest).
+    pub canary: Option<Canary>,
+    /// The current connection is in a clean state: just made, or right
+    /// after a legitimate READ that completed.
+    pub clean: bool,
+    /// An earlier connection's R_Key (for the `region` arm).
+    pub stale_rkey: Option<u32>,
+    /// The canary or data oracle's finding.
+    pub region_finding: Option<RegionFinding>,
 }
 
 /// Packets to send for a probe: a valid SEND ONLY of a fixed pattern.
-fn probe_packet(psn: Psn) -> Vec<u8> {
+pub(crate) fn probe_packet(psn: Psn) -> Vec<u8> {
     let data = *b"rxe fuzz liveness probe.";
     let mut r = PacketRepr::new(super::session::bth_repr(Opcode::RC_SEND_ONLY, 0, psn, true));
     r.payload = &data;
@@ -95,7 +112,11 @@ impl Driver {
                 l.verbose = cfg.verbose;
                 l
             },
-            rec: Recorder::new(),
+            rec: {
+                let mut r = Recorder::new();
+                r.peer = cfg.peer.meta();
+                r
+            },
             hist: BTreeMap::new(),
             steps: 0,
             last_good: 0,
@@ -103,6 +124,11 @@ impl Driver {
             refused: 0,
             peer_wire_at: None,
             srng: StdRng::seed_from_u64(seed ^ 0x005e_ed0f_5e55_1075),
+            vrng: StdRng::seed_from_u64(seed ^ 0x00da_7a0f_ca7a_5eed),
+            canary: None,
+            clean: false,
+            stale_rkey: None,
+            region_finding: None,
         })
     }
 
@@ -124,9 +150,16 @@ impl Driver {
         });
         let low: u16 = self.srng.gen_range(2..=0xffff);
         let index = self.sessions;
-        let s = self
-            .link
-            .connect(&self.cfg.target, index, psn, low, limit)?;
+        let s = self.link.connect(
+            &self.cfg.target,
+            self.cfg.peer,
+            self.cfg.mtu,
+            index,
+            psn,
+            low,
+            limit,
+        )?;
+        self.new_canary(&s);
         self.sessions += 1;
         self.rec.add_session(SessionInfo {
             index,
@@ -144,6 +177,12 @@ impl Driver {
                 s.our_qpn,
                 psn.value()
             );
+            if let Some(r) = s.region {
+                println!(
+                    "  region: {} bytes at {:#x}, rkey {:#x}; path MTU {}",
+                    r.len, r.va, r.rkey, s.mtu
+                );
+            }
         }
         Ok(s)
     }
@@ -158,6 +197,7 @@ impl Driver {
                 g.qpn,
                 g.psn,
                 g.icrc,
+                g.region.zip(s.region),
                 s.peer_qpn,
                 s.peer_epsn,
                 |b| self.link.icrc(b),
@@ -189,9 +229,13 @@ impl Driver {
                 qpn: g.qpn,
                 icrc: g.icrc,
                 psn: g.psn,
+                region: g.region,
                 bytes: b,
                 time: record::now(),
             });
+        }
+        if !canary::is_read_arm(arm) {
+            self.clean = false;
         }
         n
     }
@@ -214,7 +258,7 @@ impl Driver {
         a
     }
 
-    fn probe_window(&self) -> Duration {
+    pub(crate) fn probe_window(&self) -> Duration {
         (self.cfg.window * 10).max(Duration::from_millis(300))
     }
 
@@ -234,6 +278,7 @@ impl Driver {
                 icrc: IcrcChoice::Right,
                 psn: PsnBase::Ours,
                 wellformed: true,
+                region: None,
             };
             if self.send(s, "probe", &[g]) == 0 {
                 return false;
@@ -250,9 +295,39 @@ impl Driver {
         false
     }
 
-    /// A fresh connection that ACKs its first SEND, or why not.
+    /// Checks the connection: a valid SEND must be ACKed (a pingpong
+    /// server), or the region READ back (perftest: the canary and data
+    /// oracles). `tries` tries of `window` each.
+    pub(crate) fn check(&mut self, s: &mut Session, tries: u32, window: Duration) -> Check {
+        if self.cfg.peer == Peer::Pingpong {
+            return if self.probe_with(s, tries, window) {
+                Check::Ok
+            } else {
+                Check::Dead
+            };
+        }
+        let c = self.region_check(s, tries, window);
+        if c == Check::Ok {
+            self.last_good = self.rec.sent.len();
+        }
+        c
+    }
+
+    /// A fresh connection that ACKs its first SEND (or reads its region
+    /// back), or why not. A canary or data finding on it is kept in
+    /// `region_finding`.
     pub(crate) fn fresh(&mut self, psn: Option<Psn>) -> Res<Session> {
         let mut s = self.connect(psn)?;
+        if self.cfg.peer != Peer::Pingpong {
+            let w = self.probe_window();
+            return match self.check(&mut s, 3, w) {
+                Check::Ok | Check::Found => Ok(s),
+                Check::Dead => Err(format!(
+                    "connection {} was accepted, but its first READ of the region got no answer",
+                    s.index
+                )),
+            };
+        }
         if self.probe(&mut s) {
             Ok(s)
         } else {
@@ -266,6 +341,11 @@ impl Driver {
     /// Ends a connection on purpose so that the peer's server can take a
     /// new one: a WRITE with R_Key 0 (a few tries).
     pub(crate) fn kill(&mut self, s: &mut Session) -> bool {
+        if self.cfg.peer != Peer::Pingpong {
+            // perftest: the end of the TCP exchange ends the server's run.
+            self.link.close_oob();
+            return true;
+        }
         for _ in 0..3 {
             let g = Gen {
                 bytes: kill_packet(s.sq_psn),
@@ -273,6 +353,7 @@ impl Driver {
                 icrc: IcrcChoice::Right,
                 psn: PsnBase::Ours,
                 wellformed: true,
+                region: None,
             };
             self.send(s, "kill", &[g]);
             let w = self.probe_window();
@@ -288,12 +369,17 @@ impl Driver {
     /// made, without waiting long: a WRITE with R_Key 0 and one window for
     /// its NAK. (The peer's server serves one connection at a time.)
     pub(crate) fn end_quietly(&mut self, s: &mut Session) {
+        if self.cfg.peer != Peer::Pingpong {
+            self.link.close_oob();
+            return;
+        }
         let g = Gen {
             bytes: kill_packet(s.sq_psn),
             qpn: QpnChoice::Peer,
             icrc: IcrcChoice::Right,
             psn: PsnBase::Ours,
             wellformed: true,
+            region: None,
         };
         self.send(s, "kill", &[g]);
         let w = self.cfg.window;
@@ -303,6 +389,20 @@ impl Driver {
     /// The final liveness check: end the connection, then a fresh one must
     /// work. `Ok(None)` when it does.
     pub(crate) fn final_check(&mut self, s: Option<Session>) -> Option<String> {
+        if self.cfg.peer != Peer::Pingpong {
+            // The region once more on the live connection (unless an
+            // oracle fired already), then a fresh one must read its own.
+            if let Some(mut s) = s {
+                if self.region_finding.is_none() {
+                    let w = self.probe_window();
+                    let _ = self.check(&mut s, 3, w);
+                }
+            }
+            self.link.close_oob();
+            let r = self.fresh(None).err();
+            self.link.close_oob();
+            return r;
+        }
         if let Some(mut s) = s {
             if self.probe(&mut s) && !self.kill(&mut s) {
                 // The peer keeps its QP whatever we send: a fresh
@@ -457,9 +557,14 @@ struct Bandit {
 }
 
 impl Bandit {
-    fn new() -> Bandit {
+    /// Every arm starts with energy 1, but the `region` arm, what a peer
+    /// with a region is fuzzed for, with 4.
+    fn new(arms: &[Arm]) -> Bandit {
         Bandit {
-            energy: vec![1.0; ARMS.len()],
+            energy: arms
+                .iter()
+                .map(|&a| if a == Arm::Region { 4.0 } else { 1.0 })
+                .collect(),
             seen: HashSet::new(),
         }
     }
@@ -499,27 +604,58 @@ pub(crate) fn run(
     let mut d = Driver::new(cfg, seed)?;
     let mut rng = StdRng::seed_from_u64(seed);
     println!(
-        "rxe fuzz: seed {seed}, peer {} (pingpong exchange), from {}",
-        cfg.target, cfg.local
+        "rxe fuzz: seed {seed}, peer {} ({} exchange), from {}",
+        cfg.target,
+        cfg.peer.name(),
+        cfg.local
     );
     let mut s = d.connect(None).map_err(|e| format!("setup: {e}"))?;
-    if !d.probe(&mut s) {
+    if let Peer::PerftestRead { size } = cfg.peer {
+        let w = d.probe_window();
+        match d.check(&mut s, 3, w) {
+            Check::Ok => {
+                if let Some(r) = s.region {
+                    println!(
+                        "region: {} bytes at {:#x}, rkey {:#x} (path MTU {}): the canary",
+                        r.len, r.va, r.rkey, s.mtu
+                    );
+                }
+            }
+            Check::Dead => {
+                d.link.close_oob();
+                return Err("setup: the peer accepted the connection but did not answer a READ of its buffer".into());
+            }
+            Check::Found => {
+                d.link.close_oob();
+                let why = d.region_finding.map(|f| f.why).unwrap_or_default();
+                return Err(format!(
+                    "setup: {why} (is --size {size} at most the server's -s?)"
+                ));
+            }
+        }
+    } else if !d.probe(&mut s) {
         return Err(format!(
             "setup: the peer accepted the connection but did not ACK a valid SEND \
              (is it an RC pingpong server with -g, path MTU {}?)",
             cfg.mtu
         ));
     }
+    let arms: &[Arm] = if cfg.peer == Peer::Pingpong {
+        &ARMS
+    } else {
+        &REGION_ARMS
+    };
     let start = Instant::now();
     let budget_left = |d: &Driver| {
         packets.is_none_or(|n| (d.rec.sent.len() as u64) < n)
             && seconds.is_none_or(|t| start.elapsed() < t)
     };
-    let mut bandit = Bandit::new();
-    let mut arm_steps = vec![0u64; ARMS.len()];
+    let mut bandit = Bandit::new(arms);
+    let mut arm_steps = vec![0u64; arms.len()];
     let mut since_check = 0u64;
     let mut silent_run = 0u32;
     let mut need_check = false;
+    let mut need_region = false;
     let mut liveness: Option<String> = None;
     let mut session = Some(s);
     while budget_left(&d) {
@@ -527,36 +663,45 @@ pub(crate) fn run(
             Some(s) => s,
             None => break,
         };
-        if need_check || since_check >= cfg.check_every || silent_run >= 4 {
+        if d.region_finding.is_some() {
+            break;
+        }
+        if need_check || need_region || since_check >= cfg.check_every || silent_run >= 4 {
             // After a NAK that ends the peer's QP one short probe will do:
             // the QP is gone unless the peer ignores the spec.
-            let alive = if need_check {
-                d.probe_with(s, 1, cfg.window * 2)
+            let c = if need_check && !need_region {
+                d.check(s, 1, cfg.window * 2)
             } else {
-                d.probe(s)
+                let w = d.probe_window();
+                d.check(s, 3, w)
             };
             need_check = false;
+            need_region = false;
             since_check = 0;
             silent_run = 0;
-            if !alive {
-                match d.fresh(None) {
+            match c {
+                Check::Ok => {}
+                Check::Found => break,
+                Check::Dead => match d.fresh(None) {
                     Ok(n) => *s = n,
                     Err(e) => {
                         liveness = Some(e);
                         session = None;
                         break;
                     }
-                }
+                },
             }
             continue;
         }
         let i = bandit.pick(&mut rng);
-        let arm: Arm = ARMS[i];
+        let arm: Arm = arms[i];
         let ctx = Ctx {
             sq_psn: s.sq_psn,
-            mtu: cfg.mtu,
+            mtu: s.mtu,
             recv_size: cfg.recv_size,
             max_datagram: d.link.max_datagram,
+            region: s.region,
+            stale_rkey: d.stale_rkey,
         };
         let gens = mutate::generate(arm, &mut rng, &ctx);
         d.send(s, arm.name(), &gens);
@@ -581,6 +726,15 @@ pub(crate) fn run(
         if a.sig.fatal() {
             need_check = true;
         }
+        // Against a region: whatever the peer ACKed may have written it,
+        // and a region step it did not refuse may have too.
+        if s.region.is_some()
+            && (a.sig.has(Kind::Ack)
+                || a.sig.has(Kind::AtomicAck)
+                || (arm == Arm::Region && !a.sig.fatal()))
+        {
+            need_region = true;
+        }
     }
     if liveness.is_none() {
         liveness = d.final_check(session.take());
@@ -598,7 +752,7 @@ pub(crate) fn run(
     println!("sent hash {:016x}", d.rec.hash());
     d.print_histogram();
     println!("coverage: {} (arm, answer) pairs", bandit.seen.len());
-    let mut per_arm: Vec<String> = ARMS
+    let mut per_arm: Vec<String> = arms
         .iter()
         .enumerate()
         .map(|(i, a)| {
@@ -626,6 +780,7 @@ pub(crate) fn run(
             });
         }
     }
+    found.extend(d.region_oracles(&tag));
     found.extend(d.other_oracles(&tag));
     // The socket is the minimiser's now.
     drop(d);

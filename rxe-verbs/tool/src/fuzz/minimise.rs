@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// The oracles whose findings are replayable, hence minimisable.
-const ORACLES: [&str; 2] = ["liveness", "peer-wire"];
+const ORACLES: [&str; 4] = ["liveness", "peer-wire", "canary", "data"];
 
 /// Minimises the replayable findings of a campaign, within the budget
 /// (shared between them). Prints what it did; a failure is reported, not
@@ -141,7 +141,13 @@ pub(crate) fn run(
     }
     let out = min_path(file);
     let pkts: Vec<Sent> = keep.iter().map(|&i| rec.packets[i].clone()).collect();
-    record::write_packets(&out, &pkts, &rec.sessions, oracle.as_deref())?;
+    record::write_packets(
+        &out,
+        &pkts,
+        &rec.sessions,
+        oracle.as_deref(),
+        rec.peer.as_deref(),
+    )?;
     println!(
         "minimised {}: {} packets ({} steps, {} connections) -> {} packets ({} steps, {} connections) in {} attempts, {:.1} s{}",
         name,
@@ -421,6 +427,7 @@ mod tests {
             qpn: record::QpnChoice::Peer,
             icrc: record::IcrcChoice::Right,
             psn: record::PsnBase::Ours,
+            region: None,
             bytes: vec![],
             time: Duration::ZERO,
         };
@@ -428,6 +435,7 @@ mod tests {
             sessions: vec![],
             packets: vec![p(0, 1), p(0, 1), p(0, 2), p(1, 3), p(1, 3)],
             oracle: None,
+            peer: None,
         };
         let all: Vec<usize> = (0..5).collect();
         assert_eq!(

@@ -1,8 +1,10 @@
 //! `rxe fuzz`: a grammar-aware RoCE v2 packet fuzzer aimed at a live peer.
 //!
-//! It connects to the peer the way the peer's own tools expect (today:
-//! rdma-core's `ibv_rc_pingpong` server, through the TCP exchange of
-//! `rxe pingpong`), so the peer has a live RC QP with posted receives; then
+//! It connects to the peer the way the peer's own tools expect (rdma-core's
+//! `ibv_rc_pingpong` server, through the TCP exchange of `rxe pingpong`; or
+//! perftest's `ib_read_bw` server, through perftest's exchange as `rxe perf`
+//! speaks it), so the peer has a live RC QP (with posted receives, or with
+//! a buffer it lets us READ); then
 //! it plays the other end of that connection by hand, from a UDP socket
 //! bound to `LOCAL:4791` (rxe-net's [`rxe_net::udp::UdpTransport`]): there
 //! is no engine and no QP on our side, only what [`session`] keeps to stay
@@ -21,7 +23,10 @@
 //! Oracles: `liveness` (a fresh connection to the peer still works, and
 //! the peer ACKs a valid SEND on it), `sanity` (every packet we meant to be
 //! well formed re-parses, with the fields we put in), `peer-wire` (every
-//! packet the peer sent parses). A finding is written as a pcap of the
+//! packet the peer sent parses); against a perftest server also `canary`
+//! (the buffer it registered for remote READ only reads back unchanged)
+//! and `data` (legitimate READs complete and return the buffer's bytes),
+//! see [`canary`]. A finding is written as a pcap of the
 //! packets since the last good liveness check plus a `.meta` sidecar, and
 //! `rxe fuzz --replay FILE.pcap` resends them on a new connection
 //! ([`replay`]). A replayable finding is then minimised ([`minimise`]:
@@ -32,6 +37,7 @@
 //! Exit status: 0 no finding, 1 a finding, 2 usage or setup error.
 
 mod campaign;
+mod canary;
 mod minimise;
 mod mutate;
 mod record;
@@ -56,6 +62,17 @@ pub struct Args {
     /// QP, and the fuzzer reconnects.
     #[arg(long = "pingpong", alias = "to", value_name = "SERVER[:PORT]")]
     pingpong: Option<String>,
+    /// The peer: a perftest `ib_read_bw` server (or `rxe perf read_bw`)
+    /// listening on SERVER[:PORT] (default port 18515). Its buffer, which
+    /// it registers for remote READ and not WRITE, is the canary. Run it in
+    /// a loop: it serves one client a run. With --replay or --minimise,
+    /// --to is enough when the recording says it was made against one.
+    #[arg(long, value_name = "SERVER[:PORT]", conflicts_with = "pingpong")]
+    perftest: Option<String>,
+    /// The perftest server's message size (its -s, 65536 by default): how
+    /// much of its buffer the canary covers.
+    #[arg(long)]
+    size: Option<u32>,
     /// Seed of the campaign.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -155,11 +172,45 @@ impl std::fmt::Display for Target {
     }
 }
 
+/// What kind of server the peer runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Peer {
+    /// An rdma-core pingpong server (posted receives, no remote access).
+    Pingpong,
+    /// A perftest `ib_read_bw` server: its buffer (`size` bytes from the
+    /// address its exchange names) is readable and must stay unwritten.
+    PerftestRead { size: u32 },
+}
+
+impl Peer {
+    /// The sidecar's `peer` line (none for a pingpong server).
+    pub(crate) fn meta(self) -> Option<String> {
+        match self {
+            Peer::Pingpong => None,
+            Peer::PerftestRead { size } => Some(format!("perftest-read size={size}")),
+        }
+    }
+
+    /// From a sidecar's `peer` line.
+    fn from_meta(s: &str) -> Option<Peer> {
+        let size = s.strip_prefix("perftest-read size=")?.parse().ok()?;
+        Some(Peer::PerftestRead { size })
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Peer::Pingpong => "pingpong",
+            Peer::PerftestRead { .. } => "perftest read_bw",
+        }
+    }
+}
+
 /// What a campaign or replay is told.
 #[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub local: IpAddr,
     pub target: Target,
+    pub peer: Peer,
     pub mtu: usize,
     pub recv_size: usize,
     pub window: Duration,
@@ -179,12 +230,52 @@ pub(crate) type Res<T> = Result<T, String>;
 
 /// Runs `rxe fuzz`.
 pub fn run(a: &Args) -> ExitCode {
-    let Some(t) = &a.pingpong else {
+    let Some(t) = a.pingpong.as_ref().or(a.perftest.as_ref()) else {
         eprintln!(
-            "rxe fuzz: name the peer with --pingpong SERVER[:PORT] (or --to with --replay, --minimise)"
+            "rxe fuzz: name the peer with --pingpong or --perftest SERVER[:PORT] (or --to with --replay, --minimise)"
         );
         return ExitCode::from(2);
     };
+    // A recording says what it was made against.
+    let recorded = a
+        .replay
+        .as_ref()
+        .or(a.minimise.as_ref())
+        .map(|f| record::load(f).map(|l| l.peer));
+    let recorded = match recorded {
+        None => None,
+        Some(Ok(p)) => p,
+        Some(Err(e)) => {
+            eprintln!("rxe fuzz: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let peer = match (&a.perftest, recorded.as_deref().map(Peer::from_meta)) {
+        (_, Some(None)) => {
+            eprintln!(
+                "rxe fuzz: the recording names a peer this version does not know: {:?}",
+                recorded.unwrap_or_default()
+            );
+            return ExitCode::from(2);
+        }
+        (Some(_), _) | (None, Some(Some(Peer::PerftestRead { .. }))) => {
+            let from_rec = match recorded.as_deref().and_then(Peer::from_meta) {
+                Some(Peer::PerftestRead { size }) => Some(size),
+                _ => None,
+            };
+            let size = a.size.or(from_rec).unwrap_or(65536);
+            if size == 0 || size > 1 << 30 {
+                eprintln!("rxe fuzz: --size must be 1 to 2^30 bytes");
+                return ExitCode::from(2);
+            }
+            Peer::PerftestRead { size }
+        }
+        _ => Peer::Pingpong,
+    };
+    if a.size.is_some() && peer == Peer::Pingpong {
+        eprintln!("rxe fuzz: --size is the perftest server's -s: it goes with --perftest");
+        return ExitCode::from(2);
+    }
     let target = match Target::parse(t) {
         Ok(t) => t,
         Err(e) => {
@@ -203,6 +294,7 @@ pub fn run(a: &Args) -> ExitCode {
     let cfg = Config {
         local: a.local,
         target,
+        peer,
         mtu: a.mtu,
         recv_size: a.recv_size,
         window: Duration::from_millis(a.window_ms.max(1)),

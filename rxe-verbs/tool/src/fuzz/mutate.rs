@@ -5,11 +5,18 @@
 //!
 //! A generated packet ([`Gen`]) leaves out what only the connection knows:
 //! the peer's QP number ([`QpnChoice`]), a PSN counted from the peer's own
-//! PSN ([`PsnBase::Peer`]) and the ICRC ([`IcrcChoice`]). [`finalize`]
+//! PSN ([`PsnBase::Peer`]), the ICRC ([`IcrcChoice`]) and, against a peer
+//! whose region the exchange named (a perftest server), where its RETH,
+//! AtomicETH or IETH points in that region ([`RegionRef`]). [`finalize`]
 //! writes them in, for the campaign and, on a new connection, for a replay.
+//!
+//! The `region` arm only runs against such a peer: WRITEs (one packet or
+//! several), atomics, ATOMIC WRITE, FLUSH, READs past the end and SENDs
+//! with invalidate, aimed at the region with its right R_Key, neighbouring
+//! and stale keys, and at its edges.
 
-use super::record::{IcrcChoice, PsnBase, QpnChoice};
-use super::session::bth_repr;
+use super::record::{IcrcChoice, PsnBase, QpnChoice, RegionRef};
+use super::session::{bth_repr, Region};
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::Rng;
@@ -31,6 +38,10 @@ pub(crate) struct Ctx {
     pub recv_size: usize,
     /// The largest UDP payload the route takes.
     pub max_datagram: usize,
+    /// The peer's region, when the exchange named one (perftest).
+    pub region: Option<Region>,
+    /// An R_Key of an earlier connection's region that is not this one's.
+    pub stale_rkey: Option<u32>,
 }
 
 /// One packet of a step, before [`finalize`].
@@ -42,6 +53,8 @@ pub(crate) struct Gen {
     pub psn: PsnBase,
     /// Built to be well formed: the sanity oracle re-parses it.
     pub wellformed: bool,
+    /// Where it points in the peer's region, if it does.
+    pub region: Option<RegionRef>,
 }
 
 /// The mutation families.
@@ -68,8 +81,10 @@ pub(crate) enum Arm {
     Duplicate,
     Reorder,
     Burst,
+    Region,
 }
 
+/// The arms against a peer with no region known (a pingpong server).
 pub(crate) const ARMS: [Arm; 21] = [
     Arm::Valid,
     Arm::ValidMulti,
@@ -92,6 +107,32 @@ pub(crate) const ARMS: [Arm; 21] = [
     Arm::Duplicate,
     Arm::Reorder,
     Arm::Burst,
+];
+
+/// The arms against a peer whose region the exchange named (perftest).
+pub(crate) const REGION_ARMS: [Arm; 22] = [
+    Arm::Valid,
+    Arm::ValidMulti,
+    Arm::PsnEdge,
+    Arm::AnyOpcode,
+    Arm::ForeignOpcode,
+    Arm::UnknownOpcode,
+    Arm::Sequence,
+    Arm::Reth,
+    Arm::Atomic,
+    Arm::Aeth,
+    Arm::Pad,
+    Arm::Oversize,
+    Arm::Truncated,
+    Arm::Overlong,
+    Arm::BthFields,
+    Arm::Ud,
+    Arm::Qpn,
+    Arm::Icrc,
+    Arm::Duplicate,
+    Arm::Reorder,
+    Arm::Burst,
+    Arm::Region,
 ];
 
 impl Arm {
@@ -118,6 +159,7 @@ impl Arm {
             Arm::Duplicate => "duplicate",
             Arm::Reorder => "reorder",
             Arm::Burst => "burst",
+            Arm::Region => "region",
         }
     }
 }
@@ -180,6 +222,7 @@ fn ok(bytes: Vec<u8>) -> Gen {
         icrc: IcrcChoice::Right,
         psn: PsnBase::Ours,
         wellformed: true,
+        region: None,
     }
 }
 
@@ -768,6 +811,11 @@ pub(crate) fn generate(arm: Arm, rng: &mut StdRng, c: &Ctx) -> Vec<Gen> {
             }
             pkts.into_iter().map(ok).collect()
         }
+        Arm::Region => match c.region {
+            Some(reg) => region(rng, c, reg),
+            // Not drawn without a region; the RETH arm is the nearest.
+            None => generate(Arm::Reth, rng, c),
+        },
         Arm::Burst => {
             let n = rng.gen_range(8..=32);
             (0..n)
@@ -851,18 +899,260 @@ fn scramble_keys_only(rng: &mut StdRng, r: &mut PacketRepr<'_>, mtu: usize) {
     }
 }
 
+/// The `region` arm: requests aimed at the peer's region.
+fn region(rng: &mut StdRng, c: &Ctx, reg: Region) -> Vec<Gen> {
+    use Opcode as O;
+    let psn = c.sq_psn;
+    let mtu = c.mtu;
+    let len = u64::from(reg.len);
+    // The key: mostly the right one, else a neighbour (another index or
+    // variant of the same allocator), a stale one, an edge.
+    let key: Option<u32> = match rng.gen_range(0..20) {
+        0..=9 => Some(0),
+        10..=14 => Some(pick!(rng, &[1, 0x80, 0xff, 0x100, 0x200, 0x1_0000])),
+        _ => None,
+    };
+    let stale = c.stale_rkey.filter(|_| key.is_none() && rng.gen_bool(0.5));
+    let rkey = match key {
+        Some(x) => reg.rkey ^ x,
+        None => stale.unwrap_or_else(|| edge_rkey(rng)),
+    };
+    // Where: inside (aligned, or flush with the end), across an edge,
+    // just outside, or an absolute edge address.
+    let place = |rng: &mut StdRng, n: u64| -> Option<i64> {
+        let n = n.min(len);
+        let room = len - n;
+        match rng.gen_range(0..12) {
+            0..=3 => Some((rng.gen_range(0..=room) & !7) as i64),
+            4 => Some(0),
+            5 => Some(room as i64),
+            6 => Some(room as i64 + pick!(rng, &[1, 4, 8])),
+            7 => Some(-(pick!(rng, &[1, 8, 64, 4096]) as i64)),
+            8 => Some(len as i64),
+            9 => Some((rng.gen_range(0..=room) | 1) as i64),
+            10 => Some(rng.gen_range(0..=room) as i64),
+            _ => None,
+        }
+    };
+    let at = |off: Option<i64>, rng: &mut StdRng| match off {
+        Some(o) => reg.va.wrapping_add(o as u64),
+        None => edge_va(rng),
+    };
+    let tag = |g: &mut Gen, off: Option<i64>, has_va: bool| {
+        g.region = Some(RegionRef {
+            va: if has_va { off } else { None },
+            key,
+        });
+    };
+    let data_len = |rng: &mut StdRng| -> usize {
+        pick!(
+            rng,
+            &[1, 8, 64, mtu, rng.gen_range(1..=mtu)].map(|n| n.min(reg.len as usize).max(1))
+        )
+    };
+    match rng.gen_range(0..16) {
+        // WRITE ONLY, well formed, or with a length that disagrees.
+        0..=4 => {
+            let n = data_len(rng);
+            let off = place(rng, n as u64);
+            let data = payload(rng, n);
+            let dma_len = match rng.gen_range(0..6) {
+                0 => pick!(rng, &[0, n as u32 + 1, n as u32 - 1, u32::MAX, reg.len + 1]),
+                _ => n as u32,
+            };
+            let op = pick!(
+                rng,
+                &[
+                    O::RC_RDMA_WRITE_ONLY,
+                    O::RC_RDMA_WRITE_ONLY,
+                    O::RC_RDMA_WRITE_ONLY,
+                    O::RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE,
+                ]
+            );
+            let mut r = repr(op, psn, true);
+            r.reth = Some(RethRepr {
+                va: at(off, rng),
+                rkey,
+                dma_len,
+            });
+            r.payload = &data;
+            if r.immdt.is_some() {
+                r.immdt = Some(rng.gen());
+            }
+            let mut g = ok(emit(&r));
+            tag(&mut g, off, true);
+            vec![g]
+        }
+        // A WRITE of two or three packets.
+        5 | 6 => {
+            let k = rng.gen_range(2..=3usize);
+            let total = (k - 1) * mtu + rng.gen_range(1..=mtu);
+            let off = place(rng, total as u64);
+            let data = payload(rng, total);
+            let va = at(off, rng);
+            let chunks: Vec<&[u8]> = data.chunks(mtu).collect();
+            let n = chunks.len();
+            chunks
+                .into_iter()
+                .enumerate()
+                .map(|(i, chunk)| {
+                    let op = match i {
+                        0 => O::RC_RDMA_WRITE_FIRST,
+                        i if i + 1 == n => O::RC_RDMA_WRITE_LAST,
+                        _ => O::RC_RDMA_WRITE_MIDDLE,
+                    };
+                    let mut r = repr(op, psn.add(i as u32), i + 1 == n);
+                    r.payload = chunk;
+                    if i == 0 {
+                        r.reth = Some(RethRepr {
+                            va,
+                            rkey,
+                            dma_len: total as u32,
+                        });
+                    }
+                    let mut g = ok(emit(&r));
+                    if i == 0 {
+                        tag(&mut g, off, true);
+                    }
+                    g
+                })
+                .collect()
+        }
+        // A zero-length WRITE (no key check is due) anywhere.
+        7 => {
+            let off = place(rng, 0);
+            let mut r = repr(O::RC_RDMA_WRITE_ONLY, psn, true);
+            r.reth = Some(RethRepr {
+                va: at(off, rng),
+                rkey,
+                dma_len: 0,
+            });
+            let mut g = ok(emit(&r));
+            tag(&mut g, off, true);
+            vec![g]
+        }
+        // Atomics, aligned or not.
+        8..=10 => {
+            let op = pick!(rng, &[O::RC_COMPARE_SWAP, O::RC_FETCH_ADD, O::RC_FETCH_ADD]);
+            let off = place(rng, 8);
+            let mut r = repr(op, psn, true);
+            r.atomic_eth = Some(AtomicEthRepr {
+                va: at(off, rng),
+                rkey,
+                swap_add: pick!(rng, &[1, u64::MAX, rng.gen::<u64>() | 1]),
+                compare: rng.gen(),
+            });
+            let mut g = ok(emit(&r));
+            tag(&mut g, off, true);
+            vec![g]
+        }
+        // ATOMIC WRITE (8 bytes) and FLUSH.
+        11 | 12 => {
+            let off = place(rng, 8);
+            let data = payload(rng, 8);
+            let op = pick!(rng, &[O::RC_ATOMIC_WRITE, O::RC_FLUSH]);
+            let mut r = repr(op, psn, true);
+            r.reth = Some(RethRepr {
+                va: at(off, rng),
+                rkey,
+                dma_len: if op == O::RC_ATOMIC_WRITE {
+                    8
+                } else {
+                    pick!(rng, &[0, 8, reg.len])
+                },
+            });
+            if op == O::RC_ATOMIC_WRITE {
+                r.payload = &data;
+            }
+            if let Some(f) = r.feth.as_mut() {
+                f.selectivity = rng.gen_range(0..4);
+                f.placement = rng.gen_range(0..4);
+            }
+            let mut g = ok(emit(&r));
+            tag(&mut g, off, true);
+            vec![g]
+        }
+        // READs across and past the end, or longer than the region.
+        13 | 14 => {
+            let off = place(rng, 1);
+            let dma_len = pick!(
+                rng,
+                &[
+                    reg.len,
+                    reg.len + 1,
+                    2 * reg.len,
+                    u32::MAX,
+                    rng.gen_range(1..=reg.len)
+                ]
+            );
+            let mut r = repr(O::RC_RDMA_READ_REQUEST, psn, true);
+            r.reth = Some(RethRepr {
+                va: at(off, rng),
+                rkey,
+                dma_len,
+            });
+            let mut g = ok(emit(&r));
+            tag(&mut g, off, true);
+            vec![g]
+        }
+        // A SEND with invalidate naming the region's key.
+        _ => {
+            let n = rng.gen_range(0..=64);
+            let data = payload(rng, n);
+            let op = pick!(
+                rng,
+                &[
+                    O::RC_SEND_ONLY_WITH_INVALIDATE,
+                    O::RC_SEND_LAST_WITH_INVALIDATE
+                ]
+            );
+            let mut r = repr(op, psn, true);
+            r.ieth = Some(rkey);
+            r.payload = &data;
+            let mut g = ok(emit(&r));
+            tag(&mut g, None, false);
+            vec![g]
+        }
+    }
+}
+
+/// Where the region's fields are in a packet: the offset of the VA (a RETH
+/// or AtomicETH; `None` for an IETH, which has none) and of the R_Key.
+pub(crate) fn region_fields(b: &[u8]) -> Option<(Option<usize>, usize)> {
+    use rxe_core::wire::ExtHeaders as H;
+    let h = Opcode(*b.first()?).info()?.headers;
+    let at = |x: H| h.offset_of(x).map(|o| 12 + o);
+    let (va, key) = match (at(H::RETH).or(at(H::ATOMIC_ETH)), at(H::IETH)) {
+        (Some(v), _) => (Some(v), v + 8),
+        (None, Some(k)) => (None, k),
+        (None, None) => return None,
+    };
+    (b.len() >= key + 4 + 4).then_some((va, key))
+}
+
 /// Writes what depends on the connection into a generated (or recorded)
-/// packet: the peer's QPN, a PSN counted from the peer's, and the ICRC.
+/// packet: the peer's QPN, a PSN counted from the peer's, where it points
+/// in the peer's region, and the ICRC.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn finalize(
     bytes: &[u8],
     qpn: QpnChoice,
     psn: PsnBase,
     icrc: IcrcChoice,
+    region: Option<(RegionRef, Region)>,
     peer_qpn: u32,
     peer_epsn: Psn,
     compute: impl Fn(&[u8]) -> Option<u32>,
 ) -> Vec<u8> {
     let mut b = bytes.to_vec();
+    if let (Some((r, reg)), Some((va_at, key_at))) = (region, region_fields(&b)) {
+        if let (Some(o), Some(at)) = (r.va, va_at) {
+            b[at..at + 8].copy_from_slice(&reg.va.wrapping_add(o as u64).to_be_bytes());
+        }
+        if let Some(x) = r.key {
+            b[key_at..key_at + 4].copy_from_slice(&(reg.rkey ^ x).to_be_bytes());
+        }
+    }
     if b.len() >= 8 {
         let q = match qpn {
             QpnChoice::Peer => Some(peer_qpn),
@@ -906,20 +1196,35 @@ mod tests {
             mtu: 1024,
             recv_size: 4096,
             max_datagram: 9000,
+            region: None,
+            stale_rkey: None,
+        }
+    }
+
+    fn region_ctx() -> Ctx {
+        Ctx {
+            region: Some(Region {
+                va: 0x7f00_1234_0000,
+                rkey: 0x1a05,
+                len: 4096,
+            }),
+            stale_rkey: Some(0x1905),
+            ..ctx()
         }
     }
 
     #[test]
     fn well_formed_packets_parse_for_every_arm() {
         let mut rng = StdRng::seed_from_u64(7);
-        for arm in ARMS {
+        for arm in REGION_ARMS {
             for _ in 0..300 {
-                for g in generate(arm, &mut rng, &ctx()) {
+                for g in generate(arm, &mut rng, &region_ctx()) {
                     let b = finalize(
                         &g.bytes,
                         g.qpn,
                         g.psn,
                         g.icrc,
+                        None,
                         0x123456,
                         Psn::new(5),
                         |_| Some(0),
@@ -947,6 +1252,64 @@ mod tests {
         assert_ne!(run(3), run(4));
     }
 
+    /// The region arm aims mostly at the region with its right key, and a
+    /// replay on a new connection moves every such packet to the new region.
+    #[test]
+    fn region_packets_follow_the_region() {
+        let mut rng = StdRng::seed_from_u64(5);
+        let c = region_ctx();
+        let reg = c.region.unwrap();
+        let new = Region {
+            va: 0x5500_0000_1000,
+            rkey: 0x2207,
+            len: 4096,
+        };
+        let (mut right_key, mut inside, mut total) = (0, 0, 0);
+        for _ in 0..500 {
+            for g in generate(Arm::Region, &mut rng, &c) {
+                let Some(r) = g.region else { continue };
+                let (va_at, key_at) = region_fields(&g.bytes).expect("a RETH, AtomicETH or IETH");
+                let key = u32::from_be_bytes(g.bytes[key_at..key_at + 4].try_into().unwrap());
+                total += 1;
+                if r.key == Some(0) {
+                    assert_eq!(key, reg.rkey);
+                    right_key += 1;
+                }
+                if let (Some(o), Some(at)) = (r.va, va_at) {
+                    let va = u64::from_be_bytes(g.bytes[at..at + 8].try_into().unwrap());
+                    assert_eq!(va, reg.va.wrapping_add(o as u64));
+                    if (0..4096).contains(&o) {
+                        inside += 1;
+                    }
+                }
+                let b = finalize(
+                    &g.bytes,
+                    g.qpn,
+                    g.psn,
+                    g.icrc,
+                    Some((r, new)),
+                    0x11,
+                    Psn::new(0),
+                    |_| Some(0),
+                );
+                let key2 = u32::from_be_bytes(b[key_at..key_at + 4].try_into().unwrap());
+                match r.key {
+                    Some(x) => assert_eq!(key2, new.rkey ^ x),
+                    None => assert_eq!(key2, key),
+                }
+                if let (Some(o), Some(at)) = (r.va, va_at) {
+                    let va = u64::from_be_bytes(b[at..at + 8].try_into().unwrap());
+                    assert_eq!(va, new.va.wrapping_add(o as u64));
+                }
+            }
+        }
+        assert!(
+            right_key * 3 > total,
+            "{right_key} of {total} with the right key"
+        );
+        assert!(inside * 3 > total, "{inside} of {total} inside the region");
+    }
+
     #[test]
     fn finalize_rewrites_qpn_psn_and_icrc() {
         let mut rng = StdRng::seed_from_u64(1);
@@ -956,6 +1319,7 @@ mod tests {
             QpnChoice::PeerXor(1),
             PsnBase::Peer(-1),
             IcrcChoice::Flip(1),
+            None,
             0x10,
             Psn::new(0),
             |_| Some(0x100),

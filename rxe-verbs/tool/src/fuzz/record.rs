@@ -54,6 +54,40 @@ pub(crate) enum PsnBase {
     Peer(i32),
 }
 
+/// Where a packet's RETH or AtomicETH points, relative to the peer's
+/// region (a perftest server's buffer, learnt from the exchange), so that a
+/// replay aims it at the new connection's region.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct RegionRef {
+    /// The VA is the region's plus this (`None`: as sent).
+    pub va: Option<i64>,
+    /// The R_Key is the region's XOR this (`Some(0)`: the right key; `None`:
+    /// as sent, e.g. a stale key of an earlier connection).
+    pub key: Option<u32>,
+}
+
+impl RegionRef {
+    /// The sidecar's `region=VA/KEY`: `+N`/`-N` or `abs`; `xM` or `abs`.
+    fn to_meta(self) -> String {
+        let va = self.va.map_or("abs".to_string(), |o| format!("{o:+}"));
+        let key = self.key.map_or("abs".to_string(), |x| format!("x{x:x}"));
+        format!("region={va}/{key}")
+    }
+
+    fn from_meta(s: &str) -> Option<RegionRef> {
+        let (va, key) = s.strip_prefix("region=")?.split_once('/')?;
+        let va = match va {
+            "abs" => None,
+            v => Some(v.parse().ok()?),
+        };
+        let key = match key {
+            "abs" => None,
+            k => Some(u32::from_str_radix(k.strip_prefix('x')?, 16).ok()?),
+        };
+        Some(RegionRef { va, key })
+    }
+}
+
 /// One packet sent.
 #[derive(Debug, Clone)]
 pub(crate) struct Sent {
@@ -63,6 +97,8 @@ pub(crate) struct Sent {
     pub qpn: QpnChoice,
     pub icrc: IcrcChoice,
     pub psn: PsnBase,
+    /// How its RETH or AtomicETH relates to the peer's region, if it does.
+    pub region: Option<RegionRef>,
     /// The UDP payload as sent.
     pub bytes: Vec<u8>,
     pub time: Duration,
@@ -87,6 +123,9 @@ pub(crate) struct Recorder {
     hash: u64,
     /// Packets that failed the sanity check: what they were and why.
     pub insane: Vec<(String, Vec<u8>)>,
+    /// The sidecar's `peer` line (`perftest-read size=N`), when the peer
+    /// is not a pingpong server.
+    pub peer: Option<String>,
 }
 
 const FNV_OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
@@ -131,6 +170,14 @@ impl Recorder {
         if norm.len() >= 16 && s.icrc != IcrcChoice::Keep {
             let n = norm.len();
             norm[n - 4..].fill(0);
+        }
+        if let (Some(r), Some((va_at, key_at))) = (s.region, super::mutate::region_fields(&norm)) {
+            if let (Some(_), Some(at)) = (r.va, va_at) {
+                norm[at..at + 8].fill(0);
+            }
+            if r.key.is_some() {
+                norm[key_at..key_at + 4].fill(0);
+            }
         }
         let mut h = fnv(self.hash, &s.session.to_le_bytes());
         h = fnv(h, &s.step.to_le_bytes());
@@ -180,6 +227,23 @@ impl Recorder {
         self.write_range(path, from, self.sent.len(), None)
     }
 
+    /// The sessions, with the initial PSN of session `index` replaced by
+    /// `psn`: a finding that starts in the middle of a connection (the
+    /// canary and data oracles') is replayed on a connection whose first
+    /// PSN is the one its first packet was sent at.
+    pub(crate) fn sessions_from(&self, index: u32, psn: Psn) -> Vec<SessionInfo> {
+        self.sessions
+            .iter()
+            .map(|s| {
+                let mut s = s.clone();
+                if s.index == index {
+                    s.base_psn = psn;
+                }
+                s
+            })
+            .collect()
+    }
+
     /// Writes `sent[from..to]` as `path` (pcap) and `path.meta`, naming
     /// the oracle it is a finding of, if any.
     pub(crate) fn write_range(
@@ -190,7 +254,13 @@ impl Recorder {
         oracle: Option<&str>,
     ) -> Res<()> {
         let to = to.min(self.sent.len());
-        write_packets(path, &self.sent[from.min(to)..to], &self.sessions, oracle)
+        write_packets(
+            path,
+            &self.sent[from.min(to)..to],
+            &self.sessions,
+            oracle,
+            self.peer.as_deref(),
+        )
     }
 }
 
@@ -202,6 +272,7 @@ pub(crate) fn write_packets(
     pkts: &[Sent],
     sessions: &[SessionInfo],
     oracle: Option<&str>,
+    peer: Option<&str>,
 ) -> Res<()> {
     let session = |i: u32| sessions.iter().find(|s| s.index == i);
     write_pcap(
@@ -218,6 +289,9 @@ pub(crate) fn write_packets(
     );
     if let Some(o) = oracle {
         let _ = writeln!(meta, "oracle {o}");
+    }
+    if let Some(p) = peer {
+        let _ = writeln!(meta, "peer {p}");
     }
     let mut used: Vec<u32> = pkts.iter().map(|p| p.session).collect();
     used.dedup();
@@ -261,7 +335,10 @@ fn meta_fields(p: &Sent) -> String {
         PsnBase::Ours => "ours".to_string(),
         PsnBase::Peer(d) => format!("peer:{d}"),
     };
-    format!("qpn={q} icrc={i} psn={s}")
+    match p.region {
+        Some(r) => format!("qpn={q} icrc={i} psn={s} {}", r.to_meta()),
+        None => format!("qpn={q} icrc={i} psn={s}"),
+    }
 }
 
 /// `FILE.pcap.meta`.
@@ -357,6 +434,8 @@ pub(crate) struct Loaded {
     /// The oracle the recording is a finding of (the sidecar's `oracle`
     /// line), if it says.
     pub oracle: Option<String>,
+    /// The sidecar's `peer` line, if any (`perftest-read size=N`).
+    pub peer: Option<String>,
 }
 
 /// Reads a pcap written by [`Recorder::write`] and its sidecar. Without a
@@ -404,6 +483,7 @@ pub(crate) fn load(pcap: &Path) -> Res<Loaded> {
     let mut sessions = Vec::new();
     let mut packets = Vec::new();
     let mut oracle = None;
+    let mut peer = None;
     let bad = |l: &str| format!("{}: bad line {l:?}", meta_path(pcap).display());
     let hex = |s: &str, l: &str| u32::from_str_radix(s, 16).map_err(|_| bad(l));
     let mut it = frames.into_iter();
@@ -411,6 +491,7 @@ pub(crate) fn load(pcap: &Path) -> Res<Loaded> {
         let w: Vec<&str> = l.split_whitespace().collect();
         match w.first().copied() {
             Some("oracle") if w.len() == 2 => oracle = Some(w[1].to_string()),
+            Some("peer") if w.len() >= 2 => peer = Some(w[1..].join(" ")),
             Some("session") if w.len() == 5 => {
                 let field = |i: usize, k: &str| -> Res<u32> {
                     hex(w[i].strip_prefix(k).ok_or_else(|| bad(l))?, l)
@@ -424,7 +505,7 @@ pub(crate) fn load(pcap: &Path) -> Res<Loaded> {
                     peer: IpAddr::from([0, 0, 0, 0]),
                 });
             }
-            Some("packet") if w.len() == 7 => {
+            Some("packet") if w.len() == 7 || w.len() == 8 => {
                 let (time, src, dst, bytes) = it.next().ok_or_else(|| {
                     format!("{}: fewer frames than the sidecar lists", pcap.display())
                 })?;
@@ -454,6 +535,10 @@ pub(crate) fn load(pcap: &Path) -> Res<Loaded> {
                     }
                     _ => return Err(bad(l)),
                 };
+                let region = match w.get(7) {
+                    Some(r) => Some(RegionRef::from_meta(r).ok_or_else(|| bad(l))?),
+                    None => None,
+                };
                 packets.push(Sent {
                     session,
                     step: w[2].parse().map_err(|_| bad(l))?,
@@ -461,6 +546,7 @@ pub(crate) fn load(pcap: &Path) -> Res<Loaded> {
                     qpn,
                     icrc,
                     psn,
+                    region,
                     bytes,
                     time,
                 });
@@ -478,6 +564,7 @@ pub(crate) fn load(pcap: &Path) -> Res<Loaded> {
         sessions,
         packets,
         oracle,
+        peer,
     })
 }
 
@@ -525,6 +612,7 @@ fn guess(frames: Vec<(Duration, IpAddr, IpAddr, Vec<u8>)>) -> Loaded {
                     IcrcChoice::Keep
                 },
                 psn: PsnBase::Ours,
+                region: None,
                 bytes,
                 time,
             }
@@ -541,6 +629,7 @@ fn guess(frames: Vec<(Duration, IpAddr, IpAddr, Vec<u8>)>) -> Loaded {
         }],
         packets,
         oracle: None,
+        peer: None,
     }
 }
 
@@ -562,6 +651,37 @@ mod tests {
         assert_eq!(rxe_core::wire::icrc::verify(&f), Ok(true));
         let fr = rxe_core::wire::RoceFrame::parse(LinkType::RawIp, &f).unwrap();
         assert!(fr.icrc_ok());
+    }
+
+    #[test]
+    fn region_refs_round_trip_through_the_sidecar() {
+        for r in [
+            RegionRef {
+                va: Some(0),
+                key: Some(0),
+            },
+            RegionRef {
+                va: Some(-8),
+                key: Some(0x100),
+            },
+            RegionRef {
+                va: None,
+                key: None,
+            },
+            RegionRef {
+                va: Some(4095),
+                key: None,
+            },
+        ] {
+            assert_eq!(
+                RegionRef::from_meta(&r.to_meta()),
+                Some(r),
+                "{}",
+                r.to_meta()
+            );
+        }
+        assert_eq!(RegionRef::from_meta("region=+1"), None);
+        assert_eq!(RegionRef::from_meta("region=x/x1"), None);
     }
 
     #[test]

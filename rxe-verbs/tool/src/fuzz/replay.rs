@@ -11,6 +11,12 @@
 //! with a WRITE with R_Key 0, as the pingpong server serves one connection
 //! at a time. Then the liveness check of a campaign runs.
 //!
+//! Against a perftest server the recorded READs of its buffer (arms
+//! `canary` and `data`) are judged as the campaign judged them: the first
+//! on a connection is the new buffer's baseline, and the canary and data
+//! oracles fire the same way (see [`super::canary`]); every RETH, AtomicETH
+//! and IETH that pointed into the old buffer points into the new one.
+//!
 //! [`execute`] is also what the minimiser runs for every candidate.
 
 use super::campaign::{Driver, Finding};
@@ -37,6 +43,11 @@ impl Outcome {
             "liveness" => self.liveness.is_some(),
             "peer-wire" => !self.d.link.unparsable.is_empty(),
             "sanity" => !self.d.rec.insane.is_empty(),
+            "canary" | "data" => self
+                .d
+                .region_finding
+                .as_ref()
+                .is_some_and(|f| f.oracle == oracle),
             _ => false,
         }
     }
@@ -89,6 +100,21 @@ pub(crate) fn execute(
             ended = false;
         }
         let Some((_, s)) = cur.as_mut() else { break };
+        // A legitimate READ of the region, judged by the canary and data
+        // oracles as in the campaign.
+        if let Some(c) = d.replay_read(s, p) {
+            replayed += 1;
+            last_fatal = c == super::canary::Check::Dead;
+            ended |= last_fatal;
+            if cfg.verbose {
+                println!("step {} {}: {c:?}", p.step, p.arm);
+            }
+            i += 1;
+            if c == super::canary::Check::Found {
+                break;
+            }
+            continue;
+        }
         let mut j = i;
         while j < pkts.len() && pkts[j].session == p.session && pkts[j].step == p.step {
             j += 1;
@@ -101,6 +127,7 @@ pub(crate) fn execute(
                 icrc: p.icrc,
                 psn: p.psn,
                 wellformed: false,
+                region: p.region,
             })
             .collect();
         replayed += d.send(s, &p.arm, &gens);
@@ -138,11 +165,12 @@ pub(crate) fn run(cfg: &Config, file: &Path) -> Res<bool> {
         v
     };
     println!(
-        "rxe fuzz: replaying {} packets of {} connections from {} at {} (pingpong exchange), from {}",
+        "rxe fuzz: replaying {} packets of {} connections from {} at {} ({} exchange), from {}",
         rec.packets.len(),
         sessions.len(),
         file.display(),
         cfg.target,
+        cfg.peer.name(),
         cfg.local
     );
     let pkts: Vec<&Sent> = rec.packets.iter().collect();
@@ -169,6 +197,7 @@ pub(crate) fn run(cfg: &Config, file: &Path) -> Res<bool> {
             });
         }
     }
+    found.extend(d.region_oracles("replay"));
     found.extend(d.other_oracles("replay"));
     if let Some(o) = &rec.oracle {
         let again = found.iter().any(|f| f.oracle == o);

@@ -4,12 +4,20 @@
 //! receives with one of its own, and would give up on a peer that never
 //! ACKs them).
 //!
+//! The connection is made with the peer's own out-of-band exchange:
+//! rdma-core's pingpong one, or perftest's (`rxe perf`'s [`Oob`], as an
+//! `ib_read_bw` client does it), which also names the peer's buffer: its
+//! address and R_Key ([`Region`]). A perftest server serves one client per
+//! run and keeps the TCP connection for the end of the test: the fuzzer
+//! ends it perftest's way ([`Link::close_oob`]) before the next one.
+//!
 //! What the peer sends back is sorted into answer [`Kind`]s: ACK, each NAK
 //! code, RNR NAK, atomic ACK, READ data, a SEND of its own, anything else,
 //! and packets our parser refuses.
 
 use super::record::Recorder;
-use super::{Res, Target};
+use super::{Peer, Res, Target};
+use crate::perf::oob::{self, BwReport, Oob};
 use crate::pingpong::{gid_addr, Dest};
 use rxe_core::engine::Transmit;
 use rxe_core::psn::Psn;
@@ -18,6 +26,7 @@ use rxe_core::wire::{
     ROCE_V2_PORT,
 };
 use rxe_net::udp::UdpTransport;
+use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv6Addr};
 use std::time::{Duration, Instant};
 
@@ -120,6 +129,53 @@ impl Signature {
     }
 }
 
+/// The peer's buffer as its exchange names it (a perftest server's: where
+/// the client's READs go), and how long we take it to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Region {
+    pub va: u64,
+    pub rkey: u32,
+    pub len: u32,
+}
+
+/// The READ responses to one READ request, gathered by PSN.
+#[derive(Debug, Clone)]
+pub(crate) struct Capture {
+    /// The READ request's PSN: the first response's.
+    pub first: Psn,
+    /// Responses the READ takes.
+    pub npkts: u32,
+    /// Payloads by PSN offset.
+    pub parts: BTreeMap<u32, Vec<u8>>,
+    /// The PSN offset of the response that said it was the last.
+    pub last: Option<u32>,
+}
+
+impl Capture {
+    pub(crate) fn new(first: Psn, npkts: u32) -> Capture {
+        Capture {
+            first,
+            npkts,
+            parts: BTreeMap::new(),
+            last: None,
+        }
+    }
+
+    /// The whole READ's data, when every response came, in order, and the
+    /// last said so.
+    pub(crate) fn data(&self) -> Option<Vec<u8>> {
+        if self.last != Some(self.npkts - 1) || self.parts.len() != self.npkts as usize {
+            return None;
+        }
+        Some(self.parts.values().flatten().copied().collect())
+    }
+
+    /// Bytes that came.
+    pub(crate) fn bytes(&self) -> usize {
+        self.parts.values().map(Vec::len).sum()
+    }
+}
+
 /// One connection's state.
 #[derive(Debug, Clone)]
 pub(crate) struct Session {
@@ -135,6 +191,30 @@ pub(crate) struct Session {
     nak_sent: bool,
     /// Messages the peer sent us (its pingpong SENDs).
     pub peer_messages: u64,
+    /// The peer's buffer, if its exchange named one.
+    pub region: Option<Region>,
+    /// The path MTU both sides agreed on (perftest), or `--mtu`.
+    pub mtu: usize,
+}
+
+impl Session {
+    /// A session as a connection to a perftest server would make it, for
+    /// the oracles' unit tests.
+    #[cfg(test)]
+    pub(crate) fn for_test(index: u32, region: Region) -> Session {
+        Session {
+            index,
+            our_qpn: 0x11,
+            peer_qpn: 0x22,
+            sq_psn: Psn::new(0),
+            peer_epsn: Psn::new(0),
+            peer_msn: 0,
+            nak_sent: false,
+            peer_messages: 0,
+            region: Some(region),
+            mtu: 1024,
+        }
+    }
 }
 
 /// The socket and what it has seen.
@@ -154,6 +234,11 @@ pub(crate) struct Link {
     pub seen_total: std::collections::BTreeMap<Kind, u64>,
     /// Print every packet.
     pub verbose: bool,
+    /// The perftest exchange of the current connection, kept open for its
+    /// end, with what we told the peer.
+    oob: Option<(Oob, oob::Dest)>,
+    /// Where READ responses go while a READ of ours is out.
+    pub capture: Option<Capture>,
 }
 
 /// The answers gathered after one step.
@@ -176,7 +261,19 @@ impl Link {
             stray: 0,
             seen_total: Default::default(),
             verbose: false,
+            oob: None,
+            capture: None,
         })
+    }
+
+    /// Ends the current perftest exchange as a client does at the end of
+    /// read_bw (a handshake, the reports, `done`), so that the server ends
+    /// its run; a server that is gone is no error.
+    pub(crate) fn close_oob(&mut self) {
+        if let Some((mut o, mine)) = self.oob.take() {
+            let _ = o.set_timeout(Some(Duration::from_secs(2)));
+            let _ = o.finish_rdma_bw(&mine, &BwReport::default());
+        }
     }
 
     /// The top 8 bits our QP numbers must have to reach this process
@@ -218,16 +315,21 @@ impl Link {
         Err("the socket stayed full".into())
     }
 
-    /// Connects to the pingpong server: the TCP exchange, retried until
+    /// Connects to the peer's server: the TCP exchange, retried until
     /// `limit` (the server may be restarting after its last QP failed).
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn connect(
         &mut self,
         target: &Target,
+        peer_kind: Peer,
+        mtu: usize,
         index: u32,
         base_psn: Psn,
         qpn_low: u16,
         limit: Duration,
     ) -> Res<Session> {
+        // A perftest server serves one client a run: end the last one.
+        self.close_oob();
         let our_qpn = u32::from(self.qpn_prefix()) << 16 | u32::from(qpn_low);
         let gid = match self.local {
             IpAddr::V4(a) => a.to_ipv6_mapped(),
@@ -240,11 +342,37 @@ impl Link {
             gid,
         };
         let deadline = Instant::now() + limit;
+        let mut region = None;
+        let mut mtu = mtu;
         let theirs = loop {
-            match exchange(target, mine, deadline) {
+            let r = match peer_kind {
+                Peer::Pingpong => exchange(target, mine, deadline),
+                Peer::PerftestRead { size } => {
+                    perftest_exchange(target, mine, mtu, deadline).map(|(o, me, t, m)| {
+                        region = Some(Region {
+                            va: t.vaddr,
+                            rkey: t.rkey,
+                            len: size,
+                        });
+                        mtu = m;
+                        self.oob = Some((o, me));
+                        Dest {
+                            lid: t.lid,
+                            qpn: t.qpn & 0xff_ffff,
+                            psn: t.psn & 0xff_ffff,
+                            gid: t.gid_addr(),
+                        }
+                    })
+                }
+            };
+            match r {
                 Ok(t) => break t,
                 Err(e) if Instant::now() >= deadline => {
-                    return Err(format!("no pingpong exchange with {target}: {e}"))
+                    let what = match peer_kind {
+                        Peer::Pingpong => "pingpong",
+                        Peer::PerftestRead { .. } => "perftest",
+                    };
+                    return Err(format!("no {what} exchange with {target}: {e}"));
                 }
                 Err(_) => std::thread::sleep(Duration::from_millis(20)),
             }
@@ -288,6 +416,8 @@ impl Link {
             peer_msn: 0,
             nak_sent: false,
             peer_messages: 0,
+            region,
+            mtu,
         })
     }
 
@@ -398,6 +528,15 @@ impl Link {
                 k
             }
             Operation::ReadResponse => {
+                if let Some(c) = self.capture.as_mut() {
+                    let d = psn.diff(c.first);
+                    if d >= 0 && (d as u32) < c.npkts {
+                        c.parts.insert(d as u32, pkt.payload().to_vec());
+                        if info.position.ends() {
+                            c.last = Some(d as u32);
+                        }
+                    }
+                }
                 if info.position.ends() && psn.next().is_after(s.sq_psn) {
                     s.sq_psn = psn.next();
                 }
@@ -488,6 +627,43 @@ fn exchange(target: &Target, mine: Dest, deadline: Instant) -> Res<Dest> {
     sock.write_all(b"done\0")
         .map_err(|e| format!("Couldn't write done: {e}"))?;
     Ok(d)
+}
+
+/// One try at the client side of perftest's exchange as `ib_read_bw`
+/// does it (versions, system data, MTU, the handshakes of the RDMA
+/// bandwidth tests, with `rxe perf`'s [`Oob`]), bounded by `deadline`.
+/// Returns the connection (kept open: the server waits on it for the end
+/// of the test), our destination, the server's, and the path MTU agreed.
+fn perftest_exchange(
+    target: &Target,
+    mine: Dest,
+    mtu: usize,
+    deadline: Instant,
+) -> Res<(Oob, oob::Dest, oob::Dest, usize)> {
+    let left = || {
+        deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1))
+    };
+    let mut o = Oob::connect(&target.host, target.port, left()).map_err(|e| e.to_string())?;
+    o.set_timeout(Some(left()))
+        .map_err(|e| format!("set a TCP timeout: {e}"))?;
+    let mtu_enum = rxe_core::types::Mtu::from_bytes(mtu).map_or(3, |m| m as u8);
+    let opening = o.open(4096, 64, mtu_enum)?;
+    let me = oob::Dest {
+        lid: 0,
+        out_reads: 16,
+        qpn: mine.qpn,
+        psn: mine.psn,
+        rkey: 0,
+        vaddr: 0,
+        gid: mine.gid.octets(),
+        srqn: 0,
+    };
+    let theirs = o.handshakes(oob::Sequence::RDMA_BW, &[me], |_| Ok(()), || {}, |_| {})?;
+    let mtu = rxe_core::types::Mtu::from_bytes(128usize << opening.mtu_enum.min(5))
+        .map_or(mtu, |m| m.bytes());
+    Ok((o, me, theirs[0], mtu))
 }
 
 /// A BTH with the defaults of a well-behaved requester.

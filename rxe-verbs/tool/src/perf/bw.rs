@@ -5,7 +5,7 @@
 //! and completion times, average from the first post to the last completion.
 
 use super::args::{AtomicType, Config, Conn, Test};
-use super::oob::{BwReport, Dest, Oob};
+use super::oob::{hs_err, BwReport, Dest, Oob};
 use super::report::{print_bw_header, print_bw_line, RESULT_LINE};
 use super::{check_wc, Measured, Res, Resources, GRH};
 use rxe_verbs::*;
@@ -14,10 +14,6 @@ use std::time::{Duration, Instant};
 
 /// The Q_Key perftest gives UD QPs (`DEF_QKEY`).
 const DEF_QKEY: u32 = 0x1111_1111;
-
-fn hs_err(e: std::io::Error) -> String {
-    format!(" Failed to exchange data between server and clients: {e}")
-}
 
 /// bytes/ns → the report's unit (MB/s = 2^20 B/s, Gb/s = 10^9 bit/s).
 fn bw_units(cfg: &Config, bytes: f64, ns: f64) -> f64 {
@@ -44,11 +40,8 @@ pub fn rdma_bw(
 ) -> Res<Vec<Measured>> {
     print_bw_header(cfg);
     if !cfg.is_client() {
-        oob.hand_shake(&mine[0]).map_err(hs_err)?;
-        let rep = oob.xchg_bw_reports(&BwReport::default()).map_err(hs_err)?;
+        let rep = oob.finish_rdma_bw(&mine[0], &BwReport::default())?;
         print_bw_line(cfg, &rep);
-        oob.close(&mine[0])
-            .map_err(|e| format!("Failed to close connection between server and client: {e}"))?;
         println!("{RESULT_LINE}");
         return Ok(vec![Measured::Bw(rep)]);
     }
@@ -60,10 +53,7 @@ pub fn rdma_bw(
         out.push(Measured::Bw(last));
     }
     println!("{RESULT_LINE}");
-    oob.hand_shake(&mine[0]).map_err(hs_err)?;
-    oob.xchg_bw_reports(&last).map_err(hs_err)?;
-    oob.close(&mine[0])
-        .map_err(|e| format!("Failed to close connection between server and client: {e}"))?;
+    oob.finish_rdma_bw(&mine[0], &last)?;
     Ok(out)
 }
 

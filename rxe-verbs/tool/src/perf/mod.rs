@@ -22,7 +22,7 @@ mod args;
 mod baseline;
 mod bw;
 mod lat;
-mod oob;
+pub(crate) mod oob;
 mod report;
 
 pub use args::Args;
@@ -73,15 +73,7 @@ impl Resources {
         let nq = cfg.qps as usize;
         let extra = if cfg.conn == Conn::Ud { GRH } else { 0 };
         let half = (cfg.max_size() as usize + extra).max(cycle).div_ceil(64) * 64;
-        let access = Access::LOCAL_WRITE
-            | Access::REMOTE_WRITE
-            | Access::REMOTE_READ
-            | Access::REMOTE_ATOMIC;
-        let access = if cfg.conn == Conn::Rc {
-            access
-        } else {
-            Access::LOCAL_WRITE | Access::REMOTE_WRITE
-        };
+        let access = Access::LOCAL_WRITE | remote_access(cfg.test);
         let mr = pd
             .alloc_mr(2 * nq * half, access)
             .map_err(|e| format!("Couldn't allocate MR: {e}"))?;
@@ -281,6 +273,18 @@ impl Resources {
     }
 }
 
+/// The remote access perftest's `create_single_mr` gives the buffer: the
+/// one the test's verb needs, no more (an `ib_read_bw` server's buffer can
+/// be read, not written, from the wire: `rxe fuzz --perftest` relies on it).
+fn remote_access(test: Test) -> Access {
+    match test {
+        Test::WriteBw | Test::WriteLat => Access::REMOTE_WRITE,
+        Test::ReadBw | Test::ReadLat => Access::REMOTE_READ,
+        Test::AtomicBw | Test::AtomicLat => Access::REMOTE_ATOMIC,
+        Test::SendBw | Test::SendLat | Test::UdpBw | Test::UdpLat => Access::empty(),
+    }
+}
+
 /// Where `--dump-buffer PATH` puts the buffer as it was before the test.
 fn init_path(path: &std::path::Path) -> std::path::PathBuf {
     let mut p = path.as_os_str().to_owned();
@@ -326,42 +330,29 @@ fn exchange_and_connect(
     seq: oob::Sequence,
     mine: &[Dest],
 ) -> Res<Vec<Dest>> {
-    let hs = |oob: &mut Oob, d: &Dest| {
-        oob.hand_shake(d)
-            .map_err(|e| format!(" Failed to exchange data between server and clients: {e}"))
-    };
-    let mut theirs = vec![Dest::default(); mine.len()];
-    for _ in 0..seq.before {
-        theirs[0] = hs(oob, &mine[0])?;
-    }
-    for (i, d) in mine.iter().enumerate() {
-        theirs[i] = hs(oob, d)?;
-    }
-    let (my4, their4) = (
-        std::net::Ipv6Addr::from(mine[0].gid)
-            .to_ipv4_mapped()
-            .is_some(),
-        theirs[0].gid_addr().to_ipv4_mapped().is_some(),
-    );
-    if my4 != their4 {
-        return Err("\n Found Incompatibility issue with GID types.\n Please Try to use a different IP version.\n".into());
-    }
-    res.connect(cfg, mtu, &theirs)
-        .map_err(|e| format!("{e}\n Unable to Connect the HCA's through the link"))?;
-    for _ in 0..seq.after_connect {
-        theirs[0] = hs(oob, &mine[0])?;
-    }
-    for d in mine {
-        report::print_dest(cfg, d, "local");
-    }
-    for (i, d) in mine.iter().enumerate() {
-        theirs[i] = hs(oob, d)?;
-        report::print_dest(cfg, &theirs[i], "remote");
-    }
-    for _ in 0..seq.after_rtr {
-        theirs[0] = hs(oob, &mine[0])?;
-    }
-    Ok(theirs)
+    oob.handshakes(
+        seq,
+        mine,
+        |theirs| {
+            let (my4, their4) = (
+                std::net::Ipv6Addr::from(mine[0].gid)
+                    .to_ipv4_mapped()
+                    .is_some(),
+                theirs[0].gid_addr().to_ipv4_mapped().is_some(),
+            );
+            if my4 != their4 {
+                return Err("\n Found Incompatibility issue with GID types.\n Please Try to use a different IP version.\n".into());
+            }
+            res.connect(cfg, mtu, theirs)
+                .map_err(|e| format!("{e}\n Unable to Connect the HCA's through the link"))
+        },
+        || {
+            for d in mine {
+                report::print_dest(cfg, d, "local");
+            }
+        },
+        |d| report::print_dest(cfg, d, "remote"),
+    )
 }
 
 /// What one run measured, for the summary and `--out_json`.
@@ -386,15 +377,9 @@ fn run_roce(cfg: &Config) -> Res<Vec<Measured>> {
     };
     oob.set_timeout(Some(cfg.timeout))
         .map_err(io("set a TCP timeout"))?;
-    oob.exchange_versions()
-        .map_err(|e| format!(" Failed to exchange data between server and clients: {e}"))?;
-    let (cycle, _cache_line) = oob.check_sys_data(CYCLE_BUFFER, CACHE_LINE).map_err(|e| {
-        format!(" Failed to exchange Page Size data between server and client: {e}")
-    })?;
-    let mtu_enum = oob
-        .check_mtu(cfg.mtu as u8)
-        .map_err(|e| format!(" Failed to exchange data between server and clients: {e}"))?;
-    let mtu = Mtu::from_bytes(128usize << mtu_enum).unwrap_or(Mtu::Mtu1024);
+    let opening = oob.open(CYCLE_BUFFER, CACHE_LINE, cfg.mtu as u8)?;
+    let cycle = opening.cycle;
+    let mtu = Mtu::from_bytes(128usize << opening.mtu_enum).unwrap_or(Mtu::Mtu1024);
     let mut cfg = cfg.clone();
     cfg.mtu = mtu;
     if cfg.conn == Conn::Ud && cfg.size as usize > mtu.bytes() {

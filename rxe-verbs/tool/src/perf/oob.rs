@@ -331,7 +331,14 @@ impl Oob {
         let addrs: Vec<SocketAddr> = (server, port).to_socket_addrs()?.collect();
         let deadline = Instant::now() + retry;
         loop {
-            if let Some(s) = addrs.iter().find_map(|a| TcpStream::connect(a).ok()) {
+            // Each try bounded by what is left (a host that drops SYNs).
+            let left = deadline
+                .saturating_duration_since(Instant::now())
+                .max(Duration::from_millis(1));
+            if let Some(s) = addrs
+                .iter()
+                .find_map(|a| TcpStream::connect_timeout(a, left).ok())
+            {
                 s.set_nodelay(true)?;
                 return Ok(Oob::new(s, true));
             }
@@ -475,6 +482,68 @@ impl Oob {
         Ok(())
     }
 
+    /// The opening of every test, in perftest's order (`exchange_versions`,
+    /// `check_sys_data`, `check_mtu`), with perftest's words for a failure:
+    /// the cycle buffer and cache line both sides use and the MTU enum.
+    pub fn open(&mut self, cycle: i32, cache_line: i32, mtu_enum: u8) -> Result<Opening, String> {
+        self.exchange_versions().map_err(hs_err)?;
+        let (cycle, cache_line) = self.check_sys_data(cycle, cache_line).map_err(|e| {
+            format!(" Failed to exchange Page Size data between server and client: {e}")
+        })?;
+        let mtu_enum = self.check_mtu(mtu_enum).map_err(hs_err)?;
+        Ok(Opening {
+            cycle,
+            cache_line,
+            mtu_enum,
+        })
+    }
+
+    /// The handshakes of `seq` around bringing the QPs up, one destination
+    /// of `mine` per QP: `connect` gets the peer's destinations where
+    /// perftest calls `ctx_connect`, `show_local` runs before the second
+    /// per-QP round and `show_remote` on each destination of that round.
+    /// Returns the peer's destinations.
+    pub fn handshakes(
+        &mut self,
+        seq: Sequence,
+        mine: &[Dest],
+        connect: impl FnOnce(&[Dest]) -> Result<(), String>,
+        show_local: impl FnOnce(),
+        mut show_remote: impl FnMut(&Dest),
+    ) -> Result<Vec<Dest>, String> {
+        let first = mine.first().ok_or("no QP to exchange")?;
+        let mut theirs = vec![Dest::default(); mine.len()];
+        for _ in 0..seq.before {
+            theirs[0] = self.hand_shake(first).map_err(hs_err)?;
+        }
+        for (i, d) in mine.iter().enumerate() {
+            theirs[i] = self.hand_shake(d).map_err(hs_err)?;
+        }
+        connect(&theirs)?;
+        for _ in 0..seq.after_connect {
+            theirs[0] = self.hand_shake(first).map_err(hs_err)?;
+        }
+        show_local();
+        for (i, d) in mine.iter().enumerate() {
+            theirs[i] = self.hand_shake(d).map_err(hs_err)?;
+            show_remote(&theirs[i]);
+        }
+        for _ in 0..seq.after_rtr {
+            theirs[0] = self.hand_shake(first).map_err(hs_err)?;
+        }
+        Ok(theirs)
+    }
+
+    /// The end of write_bw, read_bw and atomic_bw on either side: a
+    /// handshake, the reports (ours for the peer's), `ctx_close_connection`.
+    pub fn finish_rdma_bw(&mut self, mine: &Dest, report: &BwReport) -> Result<BwReport, String> {
+        self.hand_shake(mine).map_err(hs_err)?;
+        let theirs = self.xchg_bw_reports(report).map_err(hs_err)?;
+        self.close(mine)
+            .map_err(|e| format!("Failed to close connection between server and client: {e}"))?;
+        Ok(theirs)
+    }
+
     /// Reads a line (the baseline's own control protocol).
     pub fn read_line(&mut self) -> io::Result<String> {
         let mut line = Vec::new();
@@ -496,6 +565,22 @@ impl Oob {
     pub fn write_line(&mut self, l: &str) -> io::Result<()> {
         self.sock.write_all(format!("{l}\n").as_bytes())
     }
+}
+
+/// What [`Oob::open`] settles.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Opening {
+    /// The cycle buffer (page size) both sides use.
+    pub cycle: i32,
+    /// The cache line both sides use.
+    pub cache_line: i32,
+    /// The `ibv_mtu` enum both sides use (1 = 256 ... 5 = 4096).
+    pub mtu_enum: u8,
+}
+
+/// perftest's words for a failed exchange.
+pub fn hs_err(e: io::Error) -> String {
+    format!(" Failed to exchange data between server and clients: {e}")
 }
 
 /// Accepts one connection on `port` (all addresses, IPv6 dual stack first).

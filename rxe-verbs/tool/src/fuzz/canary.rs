@@ -1,0 +1,560 @@
+//! The canary and data oracles, against a peer whose exchange names a
+//! buffer it lets us READ and not WRITE (perftest's `ib_read_bw` server:
+//! its `ctx_init` registers the buffer with local write and remote read
+//! only, and gives its QP remote read only).
+//!
+//! * **canary**: the whole region (`--size` bytes from the address the
+//!   exchange names) is read with a legitimate READ when a connection is
+//!   made: that is its baseline. It is read again every `--check-every`
+//!   steps, after a run of silent steps, after every step the peer ACKed
+//!   (a WRITE or an atomic it executed is ACKed), after every step of the
+//!   `region` arm the peer did not refuse, and at the end; any byte that
+//!   differs from the baseline is a finding: the peer let a request change
+//!   memory it registered without remote write or atomic access. Each
+//!   connection has its own baseline (a perftest server fills its buffer
+//!   with random bytes every run).
+//! * **data**: right after a whole-region READ that completed, a READ of a
+//!   random part of the region (one byte to a few packets, anywhere) must
+//!   complete and return the bytes the whole-region READ returned; and on
+//!   a connection in a clean state (just made, or right after a READ that
+//!   completed), no legitimate READ may be refused or answered short. A
+//!   READ that goes unanswered is left to the liveness oracle (the QP may
+//!   be gone for reasons of its own).
+//!
+//! Both READs are recorded with the campaign (arms `canary` and `data`),
+//! their RETH relative to the region, so that a finding (the packets from
+//! the last READ that found the region unchanged to the one that did not)
+//! replays on a new connection, against a new buffer: the replay takes the
+//! first `canary` READ as its baseline and judges the others the same way.
+
+use super::campaign::Driver;
+use super::mutate::Gen;
+use super::record::{IcrcChoice, PsnBase, QpnChoice, RegionRef, Sent};
+use super::session::{bth_repr, Capture, Kind, Region, Session, Signature};
+use rand::Rng;
+use rxe_core::psn::Psn;
+use rxe_core::wire::{Opcode, PacketRepr, RethRepr};
+use std::time::Duration;
+
+/// The arm name of a READ of the whole region.
+pub(crate) const CANARY: &str = "canary";
+/// The arm name of a READ of part of it.
+pub(crate) const DATA: &str = "data";
+
+/// Whether `arm` is one of the legitimate READs.
+pub(crate) fn is_read_arm(arm: &str) -> bool {
+    arm == CANARY || arm == DATA
+}
+
+/// One connection's view of the region.
+#[derive(Debug, Clone)]
+pub(crate) struct Canary {
+    pub region: Region,
+    /// The region as the first READ on this connection returned it.
+    pub baseline: Option<Vec<u8>>,
+    /// Index in `rec.sent` of the last whole-region READ that found the
+    /// region unchanged (where a finding starts).
+    pub good_at: Option<usize>,
+}
+
+/// A finding of the canary or data oracle.
+#[derive(Debug, Clone)]
+pub(crate) struct RegionFinding {
+    pub oracle: &'static str,
+    pub why: String,
+    /// `rec.sent[from..to]` is the finding.
+    pub from: usize,
+    pub to: usize,
+    /// The connection it happened on.
+    pub session: u32,
+}
+
+/// What a legitimate READ got.
+#[derive(Debug, Clone)]
+pub(crate) enum ReadOutcome {
+    /// Every response, in order.
+    Data(Vec<u8>),
+    /// The peer said the PSN was wrong (ours, after fuzzing): try again.
+    Sequence,
+    /// Refused (a NAK), or answered with part of the data.
+    Refused(Signature, usize),
+    /// Nothing came back.
+    Silence,
+}
+
+/// What a check of the region concluded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Check {
+    /// The READs completed and the region is as it was.
+    Ok,
+    /// No answer: the peer's QP is gone (the liveness oracle decides).
+    Dead,
+    /// The canary or data oracle fired (`Driver::region_finding`).
+    Found,
+}
+
+/// A READ request of `len` bytes at `off` in the region.
+fn read_packet(psn: Psn, reg: Region, off: u64, len: u32) -> Vec<u8> {
+    let mut r = PacketRepr::new(bth_repr(Opcode::RC_RDMA_READ_REQUEST, 0, psn, true));
+    r.reth = Some(RethRepr {
+        va: reg.va.wrapping_add(off),
+        rkey: reg.rkey,
+        dma_len: len,
+    });
+    let mut b = vec![0u8; r.buffer_len()];
+    let n = r.emit(&mut b).unwrap_or(0);
+    b.truncate(n);
+    b
+}
+
+/// The offset and length a recorded READ of the region asks for.
+fn recorded_range(p: &Sent) -> Option<(u64, u32)> {
+    let off = p.region?.va?;
+    let b = &p.bytes;
+    // BTH (12), RETH: VA (8), R_Key (4), DMA length (4).
+    let len = u32::from_be_bytes(b.get(24..28)?.try_into().ok()?);
+    Some((u64::try_from(off).ok()?, len))
+}
+
+/// Where two byte strings first differ, and in how many bytes.
+fn diff(a: &[u8], b: &[u8]) -> Option<(usize, usize)> {
+    let first = a.iter().zip(b).position(|(x, y)| x != y)?;
+    let n = a.iter().zip(b).filter(|(x, y)| x != y).count();
+    Some((first, n))
+}
+
+impl Driver {
+    /// A new connection's view of its region (and the last one's key as a
+    /// stale key for the `region` arm).
+    pub(crate) fn new_canary(&mut self, s: &Session) {
+        self.clean = true;
+        let Some(region) = s.region else {
+            self.canary = None;
+            return;
+        };
+        if let Some(old) = &self.canary {
+            if old.region.rkey != region.rkey {
+                self.stale_rkey = Some(old.region.rkey);
+            }
+        }
+        self.canary = Some(Canary {
+            region,
+            baseline: None,
+            good_at: None,
+        });
+    }
+
+    /// Sends one legitimate READ of `len` bytes at `off` in the region
+    /// (or the recorded one, aimed at this connection's region) and
+    /// gathers its responses for `window`. Returns what came back and the
+    /// index of the request in `rec.sent`.
+    pub(crate) fn legit_read(
+        &mut self,
+        s: &mut Session,
+        arm: &'static str,
+        off: u64,
+        len: u32,
+        recorded: Option<&Sent>,
+        window: Duration,
+    ) -> (ReadOutcome, usize) {
+        let idx = self.rec.sent.len();
+        let Some(reg) = s.region else {
+            return (ReadOutcome::Silence, idx);
+        };
+        let g = match recorded {
+            Some(p) => Gen {
+                bytes: p.bytes.clone(),
+                qpn: p.qpn,
+                icrc: p.icrc,
+                psn: p.psn,
+                wellformed: true,
+                region: p.region,
+            },
+            None => Gen {
+                bytes: read_packet(s.sq_psn, reg, off, len),
+                qpn: QpnChoice::Peer,
+                icrc: IcrcChoice::Right,
+                psn: PsnBase::Ours,
+                wellformed: true,
+                region: Some(RegionRef {
+                    va: Some(off as i64),
+                    key: Some(0),
+                }),
+            },
+        };
+        let psn = match recorded {
+            Some(p) if p.bytes.len() >= 12 => Psn::new(u32::from_be_bytes([
+                0,
+                p.bytes[9],
+                p.bytes[10],
+                p.bytes[11],
+            ])),
+            _ => s.sq_psn,
+        };
+        let npkts = (len as usize).div_ceil(s.mtu.max(1)).max(1) as u32;
+        self.link.capture = Some(Capture::new(psn, npkts));
+        if self.send(s, arm, &[g]) == 0 {
+            self.link.capture = None;
+            return (ReadOutcome::Silence, idx);
+        }
+        let a = self.answers(s, window);
+        let cap = self.link.capture.take();
+        let out = match cap.as_ref().and_then(Capture::data) {
+            Some(d) if d.len() == len as usize => ReadOutcome::Data(d),
+            _ => {
+                let got = cap.as_ref().map_or(0, Capture::bytes);
+                if a.sig.has(Kind::NakSeq) && !a.sig.fatal() && got == 0 {
+                    ReadOutcome::Sequence
+                } else if a.sig.fatal() || got > 0 || a.sig.has(Kind::ReadData) {
+                    ReadOutcome::Refused(a.sig, got)
+                } else if a.sig.is_silence() {
+                    ReadOutcome::Silence
+                } else {
+                    // An RNR NAK, an ACK, something else: not a READ's
+                    // answer, not a refusal either.
+                    ReadOutcome::Refused(a.sig, got)
+                }
+            }
+        };
+        (out, idx)
+    }
+
+    /// Judges what a legitimate READ got: the canary and data oracles.
+    /// `was_clean`: the connection was in a clean state when it was sent.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn judge_read(
+        &mut self,
+        s: &Session,
+        arm: &'static str,
+        off: u64,
+        len: u32,
+        out: ReadOutcome,
+        idx: usize,
+        was_clean: bool,
+    ) -> Check {
+        let Some(c) = self.canary.as_mut() else {
+            return Check::Dead;
+        };
+        let to = self.rec.sent.len();
+        let what = if arm == CANARY {
+            format!("the whole region ({len} bytes at {:#x})", c.region.va)
+        } else {
+            format!("{len} bytes at offset {off} of the region")
+        };
+        let found = |oracle: &'static str, why: String, from: usize| RegionFinding {
+            oracle,
+            why,
+            from,
+            to,
+            session: s.index,
+        };
+        let finding = match out {
+            ReadOutcome::Data(d) => {
+                let Some(base) = c.baseline.as_ref() else {
+                    c.baseline = Some(d);
+                    c.good_at = Some(idx);
+                    self.clean = true;
+                    return Check::Ok;
+                };
+                let start = off as usize;
+                let expect = base.get(start..start + d.len());
+                match expect.map(|e| diff(e, &d)) {
+                    Some(None) => {
+                        if arm == CANARY {
+                            c.good_at = Some(idx);
+                        }
+                        self.clean = true;
+                        return Check::Ok;
+                    }
+                    Some(Some((first, n))) if arm == CANARY => found(
+                        "canary",
+                        format!(
+                            "the region the peer registered without remote write changed: \
+                             {n} of its {} bytes differ, the first at offset {first} \
+                             ({:#04x} -> {:#04x}), READ back with rkey {:#x}",
+                            d.len(),
+                            base[first],
+                            d[first],
+                            c.region.rkey
+                        ),
+                        c.good_at.unwrap_or(idx),
+                    ),
+                    Some(Some((first, n))) => found(
+                        "data",
+                        format!(
+                            "a legitimate READ of {what} returned other bytes than the \
+                             whole-region READ before it: {n} differ, the first at offset {} \
+                             ({:#04x} instead of {:#04x})",
+                            start + first,
+                            d[first],
+                            base[start + first]
+                        ),
+                        c.good_at.unwrap_or(idx),
+                    ),
+                    None => found(
+                        "data",
+                        format!("a READ of {what} lies outside the region read before it"),
+                        c.good_at.unwrap_or(idx),
+                    ),
+                }
+            }
+            ReadOutcome::Refused(sig, got) if was_clean => found(
+                "data",
+                format!(
+                    "a legitimate READ of {what} on a connection in a clean state was answered \
+                     with {} and {got} of its {len} bytes",
+                    sig.describe()
+                ),
+                c.good_at.unwrap_or(idx),
+            ),
+            ReadOutcome::Sequence | ReadOutcome::Refused(..) | ReadOutcome::Silence => {
+                return Check::Dead
+            }
+        };
+        if self.region_finding.is_none() {
+            self.region_finding = Some(finding);
+        }
+        Check::Found
+    }
+
+    /// Checks the region on a live connection: a READ of all of it (the
+    /// canary), then, when it completed unchanged, a READ of a random part
+    /// (data). `tries` READs at most for the first, following the PSN the
+    /// peer's sequence NAKs name; each waits `window`.
+    pub(crate) fn region_check(&mut self, s: &mut Session, tries: u32, window: Duration) -> Check {
+        let Some(reg) = s.region else {
+            return Check::Dead;
+        };
+        let mut c = Check::Dead;
+        for _ in 0..tries.max(1) {
+            let was_clean = self.clean;
+            let (out, idx) = self.legit_read(s, CANARY, 0, reg.len, None, window);
+            if matches!(out, ReadOutcome::Sequence) {
+                continue;
+            }
+            c = self.judge_read(s, CANARY, 0, reg.len, out, idx, was_clean);
+            break;
+        }
+        if c != Check::Ok {
+            return c;
+        }
+        // A part of it, right after: the connection is in a clean state.
+        let mtu = s.mtu as u32;
+        let len = match self.vrng.gen_range(0..6) {
+            0 => 1,
+            1 => 8,
+            2 => mtu,
+            3 => mtu + 1,
+            4 => 2 * mtu + 3,
+            _ => self.vrng.gen_range(1..=reg.len),
+        }
+        .min(reg.len);
+        let off = self.vrng.gen_range(0..=u64::from(reg.len - len));
+        let was_clean = self.clean;
+        let window = window.max(self.cfg.window);
+        let (out, idx) = self.legit_read(s, DATA, off, len, None, window);
+        self.judge_read(s, DATA, off, len, out, idx, was_clean)
+    }
+
+    /// Replays a recorded legitimate READ and judges it as the campaign
+    /// did. `None` when the packet is not one.
+    pub(crate) fn replay_read(&mut self, s: &mut Session, p: &Sent) -> Option<Check> {
+        let arm = match p.arm.as_str() {
+            CANARY => CANARY,
+            DATA => DATA,
+            _ => return None,
+        };
+        let (off, len) = recorded_range(p)?;
+        s.region?;
+        let was_clean = self.clean;
+        let window = (self.cfg.window * 10).max(Duration::from_millis(300));
+        let (out, idx) = self.legit_read(s, arm, off, len, Some(p), window);
+        Some(self.judge_read(s, arm, off, len, out, idx, was_clean))
+    }
+
+    /// Writes the canary or data oracle's finding. Its first packet is a
+    /// READ in the middle of a connection, so the sidecar gives that
+    /// connection the first PSN the READ was sent at.
+    pub(crate) fn write_region_finding(&self, tag: &str) -> Option<super::campaign::Finding> {
+        let f = self.region_finding.as_ref()?;
+        let path = self.cfg.out.join(format!("{}-{tag}.pcap", f.oracle));
+        let first = self.rec.sent.get(f.from)?;
+        let b = &first.bytes;
+        let psn = Psn::new(u32::from_be_bytes([0, b[9], b[10], b[11]]));
+        let sessions = self.rec.sessions_from(f.session, psn);
+        let to = f.to.min(self.rec.sent.len());
+        let r = super::record::write_packets(
+            &path,
+            &self.rec.sent[f.from.min(to)..to],
+            &sessions,
+            Some(f.oracle),
+            self.rec.peer.as_deref(),
+        );
+        match r {
+            Ok(()) => {
+                println!("finding {}-{tag}: {}", f.oracle, f.why);
+                println!(
+                    "  {} ({} packets from the last READ that found the region unchanged)",
+                    path.display(),
+                    to - f.from.min(to)
+                );
+                println!(
+                    "  replay: rxe fuzz --replay {} -d {} --to {}",
+                    path.display(),
+                    self.cfg.local,
+                    self.cfg.target
+                );
+                println!("oracle {}: FINDING {}", f.oracle, path.display());
+            }
+            Err(e) => println!("oracle {}: FINDING ({e})", f.oracle),
+        }
+        Some(super::campaign::Finding {
+            oracle: f.oracle,
+            path,
+            replayable: true,
+        })
+    }
+
+    /// Prints the canary and data verdicts (perftest peers only) and
+    /// returns the finding, if any.
+    pub(crate) fn region_oracles(&self, tag: &str) -> Vec<super::campaign::Finding> {
+        if self.cfg.peer == super::Peer::Pingpong {
+            return Vec::new();
+        }
+        let fired = self.region_finding.as_ref().map(|f| f.oracle);
+        let mut found = Vec::new();
+        for o in ["canary", "data"] {
+            if fired == Some(o) {
+                found.extend(self.write_region_finding(tag));
+            } else {
+                println!("oracle {o}: ok");
+            }
+        }
+        found
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn diffs_and_recorded_ranges() {
+        assert_eq!(diff(b"abcd", b"abcd"), None);
+        assert_eq!(diff(b"abcd", b"abXY"), Some((2, 2)));
+        let reg = Region {
+            va: 0x1000,
+            rkey: 0x55,
+            len: 4096,
+        };
+        let b = read_packet(Psn::new(7), reg, 100, 33);
+        let p = Sent {
+            session: 0,
+            step: 0,
+            arm: DATA.into(),
+            qpn: QpnChoice::Peer,
+            icrc: IcrcChoice::Right,
+            psn: PsnBase::Ours,
+            region: Some(RegionRef {
+                va: Some(100),
+                key: Some(0),
+            }),
+            bytes: b,
+            time: Duration::ZERO,
+        };
+        assert_eq!(recorded_range(&p), Some((100, 33)));
+        assert!(is_read_arm("canary") && is_read_arm("data") && !is_read_arm("reth"));
+    }
+
+    /// A driver (its socket on an address no test uses) with a connection
+    /// to a 64-byte region whose baseline is taken.
+    fn driver(local: &str) -> (Driver, Session) {
+        let cfg = super::super::Config {
+            local: local.parse().unwrap(),
+            target: super::super::Target::parse("127.0.5.78:19729").unwrap(),
+            peer: super::super::Peer::PerftestRead { size: 64 },
+            mtu: 1024,
+            recv_size: 4096,
+            window: Duration::from_millis(5),
+            grace: Duration::from_millis(1),
+            check_every: 100,
+            liveness_timeout: Duration::from_secs(1),
+            out: std::env::temp_dir(),
+            verbose: false,
+            minimise_budget: Duration::ZERO,
+            minimise_attempts: 1,
+        };
+        let mut d = Driver::new(&cfg, 1).unwrap();
+        let s = Session::for_test(
+            0,
+            Region {
+                va: 0x1000,
+                rkey: 0x55,
+                len: 64,
+            },
+        );
+        d.new_canary(&s);
+        let base: Vec<u8> = (0..64).collect();
+        assert_eq!(
+            d.judge_read(&s, CANARY, 0, 64, ReadOutcome::Data(base), 0, true),
+            Check::Ok
+        );
+        (d, s)
+    }
+
+    /// Each oracle fires on what it is there for, and only on that.
+    #[test]
+    fn the_canary_and_data_oracles_fire() {
+        let base: Vec<u8> = (0..64).collect();
+        // The same bytes again: nothing; a part of them: nothing.
+        let (mut d, s) = driver("127.0.5.79");
+        let ok = ReadOutcome::Data(base.clone());
+        assert_eq!(d.judge_read(&s, CANARY, 0, 64, ok, 3, false), Check::Ok);
+        let part = ReadOutcome::Data(base[10..20].to_vec());
+        assert_eq!(d.judge_read(&s, DATA, 10, 10, part, 4, true), Check::Ok);
+        assert!(d.region_finding.is_none());
+        // No answer, or a refusal after fuzzing: the QP is gone, no finding.
+        assert_eq!(
+            d.judge_read(&s, CANARY, 0, 64, ReadOutcome::Silence, 5, true),
+            Check::Dead
+        );
+        let refused = ReadOutcome::Refused(Signature(1 << Kind::NakAccess as u32), 0);
+        assert_eq!(
+            d.judge_read(&s, CANARY, 0, 64, refused.clone(), 5, false),
+            Check::Dead
+        );
+        assert!(d.region_finding.is_none());
+        // The region changed: canary, from the last READ that found it whole.
+        let mut changed = base.clone();
+        changed[40] ^= 0xff;
+        let r = d.judge_read(&s, CANARY, 0, 64, ReadOutcome::Data(changed), 6, false);
+        assert_eq!(r, Check::Found);
+        let f = d.region_finding.take().unwrap();
+        assert_eq!((f.oracle, f.from), ("canary", 3), "{}", f.why);
+        assert!(f
+            .why
+            .contains("1 of its 64 bytes differ, the first at offset 40"));
+
+        // A part that does not match the whole: data.
+        let (mut d, s) = driver("127.0.5.79");
+        let mut wrong = base[8..24].to_vec();
+        wrong[0] ^= 1;
+        let r = d.judge_read(&s, DATA, 8, 16, ReadOutcome::Data(wrong), 1, true);
+        assert_eq!(r, Check::Found);
+        let f = d.region_finding.take().unwrap();
+        assert_eq!(f.oracle, "data");
+        assert!(f.why.contains("first at offset 8"), "{}", f.why);
+        // A legitimate READ refused, or answered short, on a clean
+        // connection: data.
+        let r = d.judge_read(&s, DATA, 0, 64, refused, 2, true);
+        assert_eq!(r, Check::Found);
+        assert_eq!(d.region_finding.take().unwrap().oracle, "data");
+        let short = ReadOutcome::Refused(Signature(1 << Kind::ReadData as u32), 32);
+        assert_eq!(
+            d.judge_read(&s, CANARY, 0, 64, short, 3, true),
+            Check::Found
+        );
+        let f = d.region_finding.take().unwrap();
+        assert!(f.why.contains("32 of its 64 bytes"), "{}", f.why);
+    }
+}
