@@ -361,6 +361,41 @@ fn usage_errors_exit_2() {
     ]);
     assert_eq!(r.code, Some(2), "{}", r.out);
     assert!(r.out.contains("setup"), "{}", r.out);
+    // --size is the perftest server's -s; a perftest server nobody serves.
+    let r = fuzz(&[
+        "-d",
+        "127.0.5.30",
+        "--pingpong",
+        "127.0.5.31:19702",
+        "--size",
+        "4096",
+        "--packets",
+        "1",
+    ]);
+    assert_eq!(r.code, Some(2), "{}", r.out);
+    let r = fuzz(&[
+        "-d",
+        "127.0.5.30",
+        "--perftest",
+        "127.0.5.31:19702",
+        "--size",
+        "0",
+        "--packets",
+        "1",
+    ]);
+    assert_eq!(r.code, Some(2), "{}", r.out);
+    let r = fuzz(&[
+        "-d",
+        "127.0.5.30",
+        "--perftest",
+        "127.0.5.31:19702",
+        "--packets",
+        "1",
+        "--liveness-timeout",
+        "1",
+    ]);
+    assert_eq!(r.code, Some(2), "{}", r.out);
+    assert!(r.out.contains("setup: no perftest exchange"), "{}", r.out);
 }
 
 /// The fault every broken peer below has: tripped by an RDMA READ request
