@@ -24,8 +24,15 @@
 # (write_bw, read_bw, send_bw
 # 64 KiB), scale (write_bw 64 KiB with 1, 16, 256, 1024 QPs, the same
 # number of bytes in all), fair (write_bw 64 KiB, 12,800 messages over 1
-# QP then over 1024 QPs, head to head: the ratio of the two).
-# Env: RXE_RECV_MODE=plain|raw as for any device.
+# QP then over 1024 QPs, head to head: the ratio of the two), gso (issue
+# 20's GSO rows: write_bw 64 KiB MTU 4096 and send_bw 64 B with RXE_GSO=0
+# and RXE_GSO=1, in alternating order, against tests/perf/gso_blast.c, a
+# UDP blast of RoCE-sized datagrams as GSO sends of at most 64 segments and
+# 64 KiB, received with UDP_GRO, built with cc in the same run: lines
+# "<label> gso0|gso1|ref <MB/s or Mpps> <ratio to ref>"; not in the default
+# groups).
+# Env: RXE_RECV_MODE=plain|raw as for any device. GSO_BW_N (20000 64 KiB
+# writes) and GSO_MSG_N (1000000 64-byte sends) size the gso group.
 # Sends only to 127.0.2.2 and 127.0.2.3.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -34,6 +41,53 @@ BASE=${RXE_BASE:-}
 ROUNDS=${ROUNDS:-3}
 PERF_GROUPS=${PERF_GROUPS:-lat bw scale fair}
 [ -x "$NEW" ] || { echo "build first: cargo build --release -p rxe-tool" >&2; exit 2; }
+if [[ " $PERF_GROUPS " == *" gso "* ]]; then
+    BLAST=$(mktemp /tmp/gso_blast.XXXXXX)
+    cc -O2 -o "$BLAST" "$HERE/gso_blast.c" || { echo "cannot build gso_blast.c" >&2; exit 2; }
+    trap 'rm -f "$BLAST"' EXIT
+fi
+GSO_BW_N=${GSO_BW_N:-20000}
+GSO_MSG_N=${GSO_MSG_N:-1000000}
+
+# blast SEG TOTAL: the GSO+GRO UDP blast's "MB/s Mpps"
+blast() {
+    "$BLAST" server 127.0.2.3 18600 "$1" "$2" >/tmp/gso_blast.$$ 2>&1 &
+    local srv=$!
+    sleep 0.3
+    timeout 120 "$BLAST" client 127.0.2.2 18600 "$1" "$2" 127.0.2.3
+    wait "$srv"
+    awk '/^gso_blast/ { for (i = 1; i <= NF; i++) { if ($i == "MB/s") m = $(i - 1); if ($i == "Mpps") p = $(i - 1) } } END { print m, p }' /tmp/gso_blast.$$
+    rm -f /tmp/gso_blast.$$
+}
+
+# gso_one GSO TEST COL ARGS...: one rxe perf pair with RXE_GSO=GSO; prints
+# column COL of the result row (4: MB/s, 5: Mpps)
+gso_one() {
+    local g=$1 test=$2 col=$3; shift 3
+    RXE_GSO=$g "$NEW" perf "$test" "$@" -d 127.0.2.3 >/dev/null 2>&1 &
+    local srv=$!
+    sleep 0.4
+    RXE_GSO=$g timeout 300 "$NEW" perf "$test" "$@" -d 127.0.2.2 127.0.2.3 2>&1 |
+        awk -v c="$col" '/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+/ { print $c }'
+    wait "$srv"
+}
+
+gso_round() {  # ROUND
+    local ref4k ref64 order g v
+    ref4k=$(blast 4112 $((GSO_BW_N * 65536)))
+    ref64=$(blast 80 $((GSO_MSG_N * 80)))
+    printf '%-22s %-5s %s\n' ref_blast_4112_MBps ref "${ref4k% *}"
+    printf '%-22s %-5s %s\n' ref_blast_80_Mpps ref "${ref64#* }"
+    order="0 1"; [ $(($1 % 2)) = 0 ] && order="1 0"
+    for g in $order; do
+        v=$(gso_one "$g" write_bw 4 -s 65536 -n "$GSO_BW_N" -m 4096)
+        printf '%-22s %-5s %s %s\n' write_bw_64K_MBps "gso$g" "${v:-0}" \
+            "$(awk -v x="${v:-0}" -v y="${ref4k% *}" 'BEGIN { if (y > 0 && x > 0) printf "%.3f", x / y; else print "FAILED" }')"
+        v=$(gso_one "$g" send_bw 5 -s 64 -n "$GSO_MSG_N" -m 4096)
+        printf '%-22s %-5s %s %s\n' send_bw_64_Mpps "gso$g" "${v:-0}" \
+            "$(awk -v x="${v:-0}" -v y="${ref64#* }" 'BEGIN { if (y > 0 && x > 0) printf "%.3f", x / y; else print "FAILED" }')"
+    done
+}
 
 # one TAG BIN LABEL TEST ARGS...: one client/server run with its baseline
 one() {
@@ -68,9 +122,10 @@ runs() {  # LABEL TEST ARGS...
 }
 
 {
-for _ in $(seq "$ROUNDS"); do
+for round in $(seq "$ROUNDS"); do
     for g in $PERF_GROUPS; do
         case $g in
+        gso) gso_round "$round" ;;
         lat)
             runs send_lat_64 send_lat -s 64 -n 5000 -m 4096
             runs write_lat_64 write_lat -s 64 -n 5000 -m 4096
@@ -102,7 +157,7 @@ for _ in $(seq "$ROUNDS"); do
     done
 done
 } | tee /tmp/rxe-measure.$$
-echo "-- median ratio per test and binary (RoCE/UDP; fair: 1024 QPs / 1 QP)"
+echo "-- median ratio per test and binary (RoCE/UDP; fair: 1024 QPs / 1 QP; gso: to the GSO+GRO blast)"
 awk '{ k = $1 " " $2; v[k] = v[k] " " $NF } END { for (k in v) print k, v[k] }' /tmp/rxe-measure.$$ |
     while read -r label bin vals; do
         med=$(tr ' ' '\n' <<<"$vals" | grep -E '^[0-9.]+$' | sort -n | awk '{ a[NR] = $1 } END { if (NR) print a[int((NR + 1) / 2)] }')
