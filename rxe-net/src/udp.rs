@@ -82,7 +82,7 @@
 //! Raw mode is IPv4 only: an `AF_INET6` raw socket never hands out the IPv6
 //! header, and IPv6 does not need it.
 //!
-//! # GSO and GRO ([`UdpTransport::set_gso`], `RXE_GSO=1`; off by default)
+//! # GSO and GRO (sending: [`UdpTransport::set_gso`], `RXE_GSO=1`, off by default; receiving: always on)
 //!
 //! UDP segmentation offload (`UDP_SEGMENT`) sends one buffer that the
 //! kernel cuts into datagrams of one size (the last may be shorter), in
@@ -105,31 +105,42 @@
 //! buffer (`EAGAIN`, `ENOBUFS`) is a full buffer as without GSO; refused
 //! for anything else, its packets go one by one and the destination gets
 //! no more GSO sends ([`UdpStats::tx_gso_fallbacks`]).
+//! [`UdpTransport::send_batch_with`] reports the ID and ICRC each packet
+//! went out with ([`SentAs`]), for a capture that shows the wire.
 //!
-//! What receivers see of a loopback GSO sender (checked on Linux 6.18):
+//! The receive side does not depend on `set_gso`: every transport takes
+//! what a GSO sender sends, so a process without `RXE_GSO` receives from
+//! one with it. Its receive buffers are [`GSO_DATAGRAM`] bytes each
+//! (allocated zeroed, so that only the pages datagrams are written to
+//! become resident), and it costs nothing when no GSO traffic arrives:
+//! the plain path only looks at a control message the kernel writes for a
+//! coalesced datagram, the raw path only tries a packet whose ICRC already
+//! failed. What receivers see of a loopback GSO sender (checked on Linux
+//! 6.18):
 //!
-//! * A **plain socket with `UDP_GRO`** (set with GSO on) gets the whole
-//!   super-packet as one datagram, with the segment size in a `UDP_GRO`
-//!   control message; it is cut there, and packet k's ICRC is checked for
-//!   ID 0 and then for ID k, which makes a GSO sender's packets
-//!   [`IcrcStatus::Ok`]; anything else goes to the [`Ipv4IdSolver`] as
-//!   before. A datagram that GRO coalesced on a real NIC is cut the same
-//!   way.
-//! * A **plain socket without it** (GSO off) gets the segments one by one
-//!   (the UDP layer segments for it), without their IP headers: segment
+//! * A **plain socket with `UDP_GRO`** (always set, where the kernel has
+//!   it) gets the whole super-packet as one datagram, with the segment
+//!   size in a `UDP_GRO` control message; it is cut there, and packet k's
+//!   ICRC is checked for ID 0 and then for ID k, which makes a GSO
+//!   sender's packets [`IcrcStatus::Ok`]; anything else goes to the
+//!   [`Ipv4IdSolver`] as before. A datagram that GRO coalesced on a real
+//!   NIC is cut the same way.
+//! * A **plain socket without it** (a kernel before 5.0, or an older
+//!   rxe-rs build) gets the segments one by one (the UDP layer segments
+//!   for it), without their IP headers: segment
 //!   k > 0 fails the ID-0 check and the solver finds ID k: accepted as
 //!   [`IcrcStatus::Unverified`].
 //! * A **raw socket** sees the super-packet unsegmented, before the UDP
-//!   layer: one IP packet with ID 0 and the lengths of the whole. With GSO
-//!   on, an IPv4 packet whose ICRC fails is tried as a super-packet
+//!   layer: one IP packet with ID 0 and the lengths of the whole. An IPv4
+//!   packet whose ICRC fails is tried as a super-packet
 //!   (`split_super`): segment sizes are tried until the first segment's
 //!   ICRC is right for the header's ID, and segment k is then checked with
 //!   ID + k. A packet no size explains is handed out as one Bad packet, as
 //!   before, or, if it is longer than [`MAX_DATAGRAM`], dropped and counted
-//!   ([`UdpStats::rx_gso_malformed`]). **A raw receiver with GSO off cannot
-//!   take a loopback GSO sender's super-packets** (longer than its
-//!   buffers, or one packet with a bad ICRC): on one host, turn GSO on for
-//!   every rxe-rs process or none. Segmentation before a device (veth
+//!   ([`UdpStats::rx_gso_malformed`]). (A raw receiver of an older build,
+//!   which split only with GSO on, cannot take a loopback GSO sender's
+//!   super-packets: longer than its buffers, or one packet with a bad
+//!   ICRC.) Segmentation before a device (veth
 //!   without UDP segmentation offload, tap, a NIC) hands a remote receiver
 //!   ordinary packets, with IDs 0, 1, 2...
 //!
@@ -167,8 +178,10 @@ pub const MAX_DATAGRAM: usize = 9216;
 /// Datagrams taken per `recvmmsg(2)` call (and sent per `sendmmsg(2)` call).
 pub const BATCH: usize = 64;
 
-/// The receive buffer per datagram with GSO on ([`UdpTransport::set_gso`]):
-/// a `UDP_GRO` datagram or an unsegmented super-packet holds up to 64 KiB.
+/// The receive buffer per datagram (always; GSO sending or not): a
+/// `UDP_GRO` datagram or an unsegmented super-packet holds up to 64 KiB.
+/// A datagram longer than [`MAX_DATAGRAM`] that is neither is dropped as
+/// before ([`UdpStats::rx_truncated`]).
 pub const GSO_DATAGRAM: usize = 65536;
 
 /// The most packets one GSO send carries (Linux 6.1 accepts 64, later
@@ -306,6 +319,19 @@ pub struct UdpStats {
     pub rx_gso_malformed: u64,
 }
 
+/// How a packet [`UdpTransport::send_batch_with`] sent went out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SentAs {
+    /// The IPv4 identification the kernel gave it: k for segment k of a
+    /// GSO send, else 0 (what an unconnected socket with path MTU
+    /// discovery on sends); 0 for IPv6, which has none.
+    pub ip_id: u16,
+    /// The ICRC it carried: the packet's own, or, for segment k > 0 of a
+    /// GSO send, that adjusted for ID k (all zeros for a payload shorter
+    /// than an ICRC).
+    pub icrc: [u8; ICRC_LEN],
+}
+
 /// RoCE v2 packets through a UDP socket bound to `(addr, 4791)`.
 pub struct UdpTransport {
     addr: IpAddr,
@@ -314,7 +340,7 @@ pub struct UdpTransport {
     /// What the UDP socket puts in a packet sent without ancillary data.
     defaults: SocketDefaults,
     stats: UdpStats,
-    /// `BATCH` buffers of `MAX_DATAGRAM` bytes.
+    /// `BATCH` buffers of `GSO_DATAGRAM` bytes.
     bufs: Vec<u8>,
     /// This transport's share of its address (see [`crate::share`]).
     share: Share,
@@ -324,11 +350,9 @@ pub struct UdpTransport {
     slots: Box<Slots>,
     /// Checks IPv4 ICRCs that the ID-0 header does not explain.
     id_solver: Ipv4IdSolver,
-    /// UDP GSO on send, GRO (or super-packet splitting) on receive.
+    /// UDP GSO on send (receiving splits GRO datagrams and super-packets
+    /// whatever this says).
     gso: bool,
-    /// The size of each receive buffer in `bufs`: [`MAX_DATAGRAM`], or
-    /// [`GSO_DATAGRAM`] with GSO.
-    slot: usize,
     /// What the IPv4 identification of segment k does to an ICRC.
     id_deltas: IdDeltas,
     /// Destinations a GSO send failed to (sent packet by packet since).
@@ -356,6 +380,10 @@ struct Slots {
     /// the ICRC, then the ICRC from `icrcs`).
     gso_iovs: [libc::iovec; 2 * BATCH],
     icrcs: [[u8; ICRC_LEN]; BATCH],
+    /// The IPv4 identification each packet of the last send went out with
+    /// (k for segment k of a GSO send, else 0); `icrcs` has the ICRC of
+    /// those with a nonzero one.
+    ids: [u16; BATCH],
 }
 
 impl Slots {
@@ -429,6 +457,13 @@ impl UdpTransport {
             },
         };
         let udp = open_udp(sa, raw.is_some())?;
+        if raw.is_none() {
+            // GRO on receive, always (whether this transport sends with
+            // GSO or not): a local GSO sender's super-packets arrive whole,
+            // with the segment size in a control message. Best effort:
+            // without it (Linux before 5.0) the kernel segments them.
+            let _ = setsockopt_int(udp.as_raw_fd(), libc::IPPROTO_UDP, UDP_GRO, 1);
+        }
         let share = Share::claim(addr, rand::random())
             .map_err(|e| context(e, format!("claim a share of {sa}")))?;
         let defaults = SocketDefaults::query(&udp, addr.is_ipv6())
@@ -439,13 +474,15 @@ impl UdpTransport {
             raw,
             defaults,
             stats: UdpStats::default(),
-            bufs: vec![0; BATCH * MAX_DATAGRAM],
+            // Zeroed and large (calloc maps it lazily): only the pages
+            // datagrams are written to become resident, so without GSO
+            // traffic each slot costs what MAX_DATAGRAM did.
+            bufs: vec![0; BATCH * GSO_DATAGRAM],
             share,
             fwd_buf: vec![0; MAX_DATAGRAM + 64],
             slots: Slots::new(),
             id_solver: Ipv4IdSolver::new(),
             gso: false,
-            slot: MAX_DATAGRAM,
             id_deltas: IdDeltas::default(),
             no_gso: Vec::new(),
             segs: Vec::new(),
@@ -459,36 +496,25 @@ impl UdpTransport {
         })
     }
 
-    /// Turns UDP segmentation offload on or off (default: off, or on with
-    /// `RXE_GSO=1`; see [`gso_from_env`]). With it on, [`Self::send_batch`]
-    /// sends each run of packets to one destination whose lengths are
-    /// equal (the last may be shorter) as one `sendmsg` with a
-    /// `UDP_SEGMENT` control message, with the ICRC of the run's packet k
-    /// adjusted for IPv4 identification k, which is what Linux writes into
-    /// segment k (see "GSO and GRO" in the module docs); and the receive
-    /// side splits datagrams that hold several packets back into packets:
-    /// `UDP_GRO` datagrams in plain mode, loopback senders' unsegmented
-    /// super-packets in raw mode. Receive buffers grow to
+    /// Turns UDP segmentation offload for sending on or off (default: off,
+    /// or on with `RXE_GSO=1`; see [`gso_from_env`]). With it on,
+    /// [`Self::send_batch`] sends each run of packets to one destination
+    /// whose lengths are equal (the last may be shorter) as one `sendmsg`
+    /// with a `UDP_SEGMENT` control message, with the ICRC of the run's
+    /// packet k adjusted for IPv4 identification k, which is what Linux
+    /// writes into segment k (see "GSO and GRO" in the module docs).
+    ///
+    /// Receiving does not depend on it: every transport takes datagrams
+    /// that hold several packets and splits them back into packets
+    /// (`UDP_GRO` datagrams in plain mode, loopback senders' unsegmented
+    /// super-packets in raw mode), with receive buffers of
     /// [`GSO_DATAGRAM`] bytes each.
     pub fn set_gso(&mut self, on: bool) -> io::Result<()> {
-        if self.raw.is_none() {
-            setsockopt_int(
-                self.udp.as_raw_fd(),
-                libc::IPPROTO_UDP,
-                UDP_GRO,
-                i32::from(on),
-            )?;
-        }
-        let slot = if on { GSO_DATAGRAM } else { MAX_DATAGRAM };
-        if slot != self.slot {
-            self.bufs = vec![0; BATCH * slot];
-            self.slot = slot;
-        }
         self.gso = on;
         Ok(())
     }
 
-    /// Whether GSO is on ([`Self::set_gso`]).
+    /// Whether GSO sending is on ([`Self::set_gso`]).
     pub fn gso(&self) -> bool {
         self.gso
     }
@@ -572,6 +598,18 @@ impl UdpTransport {
     /// cannot be sent (wrong source address or port, wrong address family,
     /// too large for the path MTU, no route...); skip it.
     pub fn send_batch(&mut self, pkts: &[Transmit]) -> io::Result<usize> {
+        self.send_batch_with(pkts, &mut |_, _| {})
+    }
+
+    /// [`Self::send_batch`], calling `sent` for each packet the kernel
+    /// took, in order, with what it went out as ([`SentAs`]: the IPv4
+    /// identification of its segment and the ICRC it carried), for a
+    /// capture that shows what went on the wire.
+    pub fn send_batch_with(
+        &mut self,
+        pkts: &[Transmit],
+        sent_as: &mut dyn FnMut(&Transmit, SentAs),
+    ) -> io::Result<usize> {
         let mut sent = 0;
         while sent < pkts.len() {
             let chunk = &pkts[sent..pkts.len().min(sent + BATCH)];
@@ -595,6 +633,16 @@ impl UdpTransport {
             };
             match r {
                 Ok(n) => {
+                    for (j, t) in chunk[..n].iter().enumerate() {
+                        let ip_id = if self.gso { self.slots.ids[j] } else { 0 };
+                        let icrc = match ip_id {
+                            0 => (t.payload.len().checked_sub(ICRC_LEN))
+                                .and_then(|at| t.payload[at..].try_into().ok())
+                                .unwrap_or([0; ICRC_LEN]),
+                            _ => self.slots.icrcs[j],
+                        };
+                        sent_as(t, SentAs { ip_id, icrc });
+                    }
                     self.stats.tx_packets += n as u64;
                     self.stats.tx_bytes += chunk[..n]
                         .iter()
@@ -672,9 +720,8 @@ impl UdpTransport {
 
     /// Receives at least one datagram, waiting up to `timeout` (`None`: no
     /// limit; `Some(Duration::ZERO)`: only what is queued), and appends up
-    /// to [`BATCH`] of them to `out` (with GSO on, each datagram the kernel
-    /// hands over may hold several packets, which are appended one by
-    /// one). Returns how many were appended: 0 when the time ran out.
+    /// to [`BATCH`] of them to `out` (each datagram the kernel hands over
+    /// may hold several packets, which are appended one by one). Returns how many were appended: 0 when the time ran out.
     pub fn recv_batch(
         &mut self,
         timeout: Option<Duration>,
@@ -724,10 +771,11 @@ impl UdpTransport {
     fn recv_once(&mut self, f: &mut dyn FnMut(Datagram<'_>)) -> io::Result<(usize, usize)> {
         let fd = self.recv_fd().as_raw_fd();
         let raw_mode = self.raw.is_some();
-        let (gso, slot) = (self.gso, self.slot);
+        let slot = GSO_DATAGRAM;
         // A plain socket with UDP_GRO says in a control message how long
-        // the packets of a coalesced datagram are.
-        let want_cmsg = gso && !raw_mode;
+        // the packets of a coalesced datagram are (and writes none for a
+        // datagram on its own).
+        let want_cmsg = !raw_mode;
         let base = self.bufs.as_mut_ptr();
         let Slots {
             names,
@@ -802,11 +850,18 @@ impl UdpTransport {
                 let Some(d) = raw_datagram(self.addr, data, &mut self.stats) else {
                     continue;
                 };
-                if !gso || d.meta.icrc != IcrcStatus::Bad {
-                    handed += deliver(&self.share, &mut self.stats, true, d, f);
+                if d.meta.icrc != IcrcStatus::Bad {
+                    if len > MAX_DATAGRAM {
+                        // Larger than any RoCE packet: as without GSO.
+                        self.stats.rx_truncated += 1;
+                    } else {
+                        handed += deliver(&self.share, &mut self.stats, true, d, f);
+                    }
                     continue;
                 }
-                // Maybe a loopback GSO sender's super-packet.
+                // Maybe a loopback GSO sender's super-packet (whether this
+                // transport sends with GSO or not): only packets whose
+                // ICRC failed are tried.
                 let ip = d.ip_packet.unwrap_or_default();
                 match split_super(ip, d.payload, &mut self.segs) {
                     Split::One => handed += deliver(&self.share, &mut self.stats, true, d, f),
@@ -848,6 +903,10 @@ impl UdpTransport {
             };
             if seg_len.is_some() {
                 self.stats.rx_gso_split += 1;
+            } else if len > MAX_DATAGRAM {
+                // Larger than any RoCE packet: as without GSO.
+                self.stats.rx_truncated += 1;
+                continue;
             }
             let seg_len = seg_len.unwrap_or(len.max(1));
             for (k, chunk) in data.chunks(seg_len).enumerate() {
@@ -959,6 +1018,7 @@ impl UdpTransport {
             nruns += 1;
             i += m;
         }
+        self.slots.ids[..pkts.len()].fill(0);
         if nruns == pkts.len() {
             // No run of two: exactly the path without GSO.
             return self.sendmmsg(pkts);
@@ -981,6 +1041,7 @@ impl UdpTransport {
             cbufs,
             gso_iovs,
             icrcs,
+            ids,
             ..
         } = &mut *self.slots;
         let mut first = 0;
@@ -1007,6 +1068,7 @@ impl UdpTransport {
                     );
                     let crc = carried ^ self.id_deltas.delta(len - ICRC_LEN, k as u16);
                     icrcs[first + k] = crc.to_le_bytes();
+                    ids[first + k] = k as u16;
                     gso_iovs[iov] = libc::iovec {
                         iov_base: p.payload.as_ptr() as *mut libc::c_void,
                         iov_len: len - ICRC_LEN,
@@ -1109,6 +1171,7 @@ impl UdpTransport {
                 // the same packets one by one say which, if any, fails.
                 self.stats.tx_gso_fallbacks += 1;
                 let m = usize::from(runs[0]);
+                self.slots.ids[..m].fill(0);
                 let n = self.sendmmsg(&pkts[..m])?;
                 if n > 0 && !self.no_gso.contains(&pkts[0].dst) && self.no_gso.len() < 1024 {
                     self.no_gso.push(pkts[0].dst);
@@ -3020,31 +3083,39 @@ mod tests {
     }
 
     /// One GSO send that mixes QPs and ends shorter, with a corrupted
-    /// packet in the middle, to a plain receiver with UDP_GRO (one
-    /// datagram, cut at the segment size), a plain one without (the UDP
-    /// layer segments) and a raw one with GSO (the unsegmented
-    /// super-packet): all get every packet.
+    /// packet in the middle, to receivers that did not turn GSO on: a
+    /// plain one (UDP_GRO, always set: one datagram, cut at the segment
+    /// size), a plain one whose UDP_GRO is cleared, as on a kernel without
+    /// it (the UDP layer segments), and a raw one (the unsegmented
+    /// super-packet): all get every packet, bytes right, each with the
+    /// ICRC the sender reported (SentAs).
     #[test]
     fn gso_sender_reaches_gro_plain_and_raw_receivers() {
         let mut tx = bind_loopback(lo(30), RecvMode::Plain).unwrap();
         tx.set_gso(true).unwrap();
+        // Receivers that did not turn GSO on: the receive side is always on.
         let mut gro = bind_loopback(lo(31), RecvMode::Plain).unwrap();
-        gro.set_gso(true).unwrap();
-        let mut plain = bind_loopback(lo(32), RecvMode::Plain).unwrap();
-        plain.set_gso(false).unwrap();
+        // As on a kernel without UDP_GRO (before 5.0): the UDP layer
+        // segments for the socket, which gets the segments one by one.
+        let mut nogro = bind_loopback(lo(32), RecvMode::Plain).unwrap();
+        setsockopt_int(nogro.recv_fd().as_raw_fd(), libc::IPPROTO_UDP, UDP_GRO, 0).unwrap();
         let mut raw = bind_raw(lo(33), "gso_sender_reaches_gro_plain_and_raw_receivers");
+        let mut rxs: Vec<(&mut UdpTransport, bool)> = vec![(&mut gro, true), (&mut nogro, false)];
         if let Some(r) = raw.as_mut() {
-            r.set_gso(true).unwrap();
+            rxs.push((r, true));
         }
-        let mut rxs: Vec<&mut UdpTransport> = vec![&mut gro, &mut plain];
-        if let Some(r) = raw.as_mut() {
-            rxs.push(r);
-        }
-        for rx in rxs {
+        for (rx, whole) in rxs {
+            assert!(!rx.gso(), "GSO sending stays off by default");
             let before = *tx.stats();
             let mut pkts = gso_run_pkts(&tx, rx.addr(), 9, 300);
             pkts[4] = corrupt(pkts[4].clone());
-            assert_eq!(tx.send_batch(&pkts).unwrap(), pkts.len());
+            let mut sent_as = Vec::new();
+            let n = tx
+                .send_batch_with(&pkts, &mut |_, s| sent_as.push(s))
+                .unwrap();
+            assert_eq!(n, pkts.len());
+            let ids: Vec<u16> = sent_as.iter().map(|s| s.ip_id).collect();
+            assert_eq!(ids, (0..pkts.len() as u16).collect::<Vec<_>>());
             assert_eq!(tx.stats().tx_gso_sends - before.tx_gso_sends, 1);
             assert_eq!(
                 tx.stats().tx_gso_segments - before.tx_gso_segments,
@@ -3062,18 +3133,20 @@ mod tests {
                 })
                 .unwrap();
             }
-            let (mode, gso) = (rx.recv_mode(), rx.gso());
-            assert_eq!(got.len(), pkts.len(), "{mode} gso {gso}");
+            let mode = rx.recv_mode();
+            assert_eq!(got.len(), pkts.len(), "{mode} gro {whole}");
             for (k, ((v, p, ip), t)) in got.iter().zip(&pkts).enumerate() {
                 let end = p.len() - ICRC_LEN;
-                assert_eq!(p[..end], t.payload[..end], "{mode} gso {gso} packet {k}");
-                let want = match (k, gso) {
+                assert_eq!(p[..end], t.payload[..end], "{mode} gro {whole} packet {k}");
+                // The ICRC as sent: adjusted for ID k, as SentAs says.
+                assert_eq!(p[end..], sent_as[k].icrc, "{mode} gro {whole} packet {k}");
+                let want = match (k, whole) {
                     (4, _) => IcrcStatus::Bad,
                     (0, _) | (_, true) => IcrcStatus::Ok,
                     // No header, no GRO: the solver finds ID k.
                     (_, false) => IcrcStatus::Unverified,
                 };
-                assert_eq!(*v, want, "{mode} gso {gso} packet {k}");
+                assert_eq!(*v, want, "{mode} gro {whole} packet {k}");
                 if let Some(ip) = ip {
                     // Raw mode: the segment as the kernel would have cut it.
                     assert_eq!(u16::from_be_bytes([ip[4], ip[5]]), k as u16);
@@ -3087,8 +3160,9 @@ mod tests {
                 }
             }
             let s = rx.stats();
-            assert_eq!(s.rx_gso_split, u64::from(gso), "{mode}");
+            assert_eq!(s.rx_gso_split, u64::from(whole), "{mode}");
             assert_eq!(s.icrc_bad, 1);
+            assert_eq!(s.rx_truncated, 0);
             assert_nothing_queued(rx);
         }
     }
@@ -3101,7 +3175,7 @@ mod tests {
         let Some(mut rx) = bind_raw(lo(34), "raw_mode_drops_malformed_super_packets") else {
             return;
         };
-        rx.set_gso(true).unwrap();
+        // GSO never turned on: the receive side is always on.
         let tx4 = lo(35);
         let IpAddr::V4(rx4) = rx.addr() else {
             unreachable!()
@@ -3312,8 +3386,8 @@ mod tests {
             let mut tx = UdpTransport::bind(a4.into()).unwrap();
             tx.set_gso(true).unwrap();
             nb.enter();
+            // A receiver that never turns GSO on.
             let mut rx = UdpTransport::bind_with(b4.into(), RecvMode::Raw).unwrap();
-            rx.set_gso(false).unwrap();
             // Resolve the neighbour first.
             let (txa, rxa) = (tx.addr(), rx.addr());
             assert_eq!(tx.send_batch(&[transmit(&tx, rxa, 1, b"arp")]).unwrap(), 1);
@@ -3321,7 +3395,6 @@ mod tests {
             for offload in [false, true] {
                 if offload {
                     assert!(na.run("ethtool -K va tx-udp-segmentation on"));
-                    rx.set_gso(true).unwrap();
                 }
                 let mut pkts = gso_run_pkts(&tx, rxa, 9, 300);
                 pkts[4] = corrupt(pkts[4].clone());
@@ -3380,7 +3453,6 @@ mod tests {
             let mut tx = UdpTransport::bind(lo(2).into()).unwrap();
             tx.set_gso(true).unwrap();
             let mut rx = UdpTransport::bind(lo(3).into()).unwrap();
-            rx.set_gso(true).unwrap();
             setsockopt_int(tx.udp.as_raw_fd(), libc::SOL_SOCKET, libc::SO_SNDBUF, 65536).unwrap();
             let rxa = rx.addr();
             // Four runs a batch: 16 packets of 1040 bytes, 1 of 26, ...
