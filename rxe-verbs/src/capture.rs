@@ -4,9 +4,12 @@
 //! Set `RXE_PCAP=/path/file.pcap` (a `{addr}` in the path becomes the
 //! device's address, so two processes can share the setting) or call
 //! [`crate::Device::with_capture`]. Frames are written as raw IP packets.
-//! A sent packet is written with the IP header the kernel gives it (IPv4
-//! identification 0, don't fragment) and UDP checksum 0 (the kernel fills
-//! in a real one; the ICRC masks it). A received packet is written exactly
+//! A sent packet is written once the kernel took it, with the IP header
+//! the kernel gives it (don't fragment; IPv4 identification 0, or k for
+//! segment k of a GSO send, `RXE_GSO=1`, whose ICRC the transport adjusts
+//! for that ID: the capture shows both as they went out, so every ICRC of
+//! a sent packet checks) and UDP checksum 0 (the kernel fills in a real
+//! one; the ICRC masks it). A received packet is written exactly
 //! as it arrived when the device receives through a raw socket (root);
 //! otherwise its IP header is rebuilt the same way as for a sent one, so
 //! packets from senders with nonzero IP IDs (the kernel's rxe) show
@@ -16,6 +19,7 @@ use parking_lot::Mutex;
 use rxe_core::engine::{RecvMeta, Transmit};
 use rxe_core::wire::{IpRepr, LinkType};
 use rxe_net::capture::CaptureWriter;
+use rxe_net::udp::SentAs;
 use std::fs::File;
 use std::net::IpAddr;
 use std::path::Path;
@@ -43,16 +47,23 @@ impl Capture {
         let _ = self.writer.lock().write(ts, ip_packet);
     }
 
-    /// Writes a packet about to be sent.
-    pub fn sent(&self, t: &Transmit) {
-        self.write(&ip_packet(
+    /// Writes a packet the kernel took, as it went out (`how`: its IPv4
+    /// identification and ICRC, from the transport).
+    pub fn sent(&self, t: &Transmit, how: SentAs) {
+        let mut p = ip_packet_with_id(
             t.src,
             t.dst,
             t.src_port,
             t.traffic_class,
             t.hop_limit,
+            how.ip_id,
             &t.payload,
-        ));
+        );
+        if t.payload.len() >= how.icrc.len() && !p.is_empty() {
+            let at = p.len() - how.icrc.len();
+            p[at..].copy_from_slice(&how.icrc);
+        }
+        self.write(&p);
     }
 
     /// Writes a received packet: `ip` if the transport saw the real header.
@@ -74,12 +85,25 @@ impl Capture {
 /// The IP and UDP headers a Linux UDP socket writes for an unconnected
 /// socket with path MTU discovery on, around a RoCE v2 payload.
 fn ip_packet(src: IpAddr, dst: IpAddr, sport: u16, tc: u8, hop: u8, payload: &[u8]) -> Vec<u8> {
+    ip_packet_with_id(src, dst, sport, tc, hop, 0, payload)
+}
+
+/// [`ip_packet`] with IPv4 identification `id` (ignored for IPv6).
+fn ip_packet_with_id(
+    src: IpAddr,
+    dst: IpAddr,
+    sport: u16,
+    tc: u8,
+    hop: u8,
+    id: u16,
+    payload: &[u8],
+) -> Vec<u8> {
     let ip = match (src, dst) {
         (IpAddr::V4(s), IpAddr::V4(d)) => IpRepr::V4 {
             src: s,
             dst: d,
             tos: tc,
-            id: 0,
+            id,
             dont_fragment: true,
             ttl: hop,
         },
@@ -103,4 +127,92 @@ fn ip_packet(src: IpAddr, dst: IpAddr, sport: u16, tc: u8, hop: u8, payload: &[u
     buf[hlen + 4..hlen + 6].copy_from_slice(&(udp_len as u16).to_be_bytes());
     buf[hlen + 8..].copy_from_slice(payload);
     buf
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::context::CtxImp;
+    use crate::*;
+    use rxe_core::wire::icrc;
+    use rxe_net::capture::CaptureReader;
+    use std::net::{IpAddr, Ipv4Addr};
+    use std::time::Duration;
+
+    /// A device that sends with GSO (`RXE_GSO=1`, set here on its
+    /// transport) writes a 64 KiB RDMA WRITE at MTU 1024 to a device that
+    /// did not turn GSO on: the bytes arrive, and the sender's capture
+    /// shows each segment as it went out, IPv4 ID k with the ICRC adjusted
+    /// for it, so that every ICRC in the file checks.
+    // 127.0.93.1-2
+    #[test]
+    fn gso_capture_shows_each_segment_as_sent_every_icrc_good() {
+        let dir = std::env::temp_dir().join(format!("rxe-gso-capture-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("a.pcap");
+        let (a4, b4) = (
+            IpAddr::V4(Ipv4Addr::new(127, 0, 93, 1)),
+            IpAddr::V4(Ipv4Addr::new(127, 0, 93, 2)),
+        );
+        let all = Access::LOCAL_WRITE
+            .union(Access::REMOTE_WRITE)
+            .union(Access::REMOTE_READ);
+        let len = 64 << 10;
+        let data: Vec<u8> = (0..len).map(|i| (i * 7 + i / 251) as u8).collect();
+        {
+            let actx = Device::soft(a4).with_capture(&file).open().unwrap();
+            let bctx = Device::soft(b4).open().unwrap();
+            let CtxImp::Soft(inner) = &actx.imp else {
+                unreachable!("a soft device")
+            };
+            inner.shared.link.lock().set_gso(true).unwrap();
+            let (apd, bpd) = (actx.alloc_pd().unwrap(), bctx.alloc_pd().unwrap());
+            let (acq, bcq) = (
+                actx.create_cq(16, None).unwrap(),
+                bctx.create_cq(16, None).unwrap(),
+            );
+            let (amr, bmr) = (
+                apd.alloc_mr(len, all).unwrap(),
+                bpd.alloc_mr(len, all).unwrap(),
+            );
+            let aqp = actx
+                .create_qp(&apd, &QpInitAttr::new(QpType::Rc, &acq, &acq))
+                .unwrap();
+            let bqp = bctx
+                .create_qp(&bpd, &QpInitAttr::new(QpType::Rc, &bcq, &bcq))
+                .unwrap();
+            let o = ConnectOptions {
+                mtu: Mtu::Mtu1024,
+                ..ConnectOptions::default()
+            };
+            aqp.connect(&bqp.endpoint(), &o).unwrap();
+            bqp.connect(&aqp.endpoint(), &o).unwrap();
+            amr.write(0, &data).unwrap();
+            aqp.post_send(&[SendWr::write(1, &[amr.sge(0..len)], bmr.remote())])
+                .unwrap();
+            let wc = acq.wait(1, Duration::from_secs(30)).unwrap().remove(0);
+            assert_eq!(wc.status, WcStatus::Success, "{wc:?}");
+            assert_eq!(bmr.with_bytes(|b| b.to_vec()), data);
+            let s = *inner.shared.link.lock().stats();
+            assert!(s.tx_gso_sends > 0, "{s:?}");
+            drop((aqp, bqp, amr, bmr, acq, bcq, apd, bpd));
+        }
+        let mut r = CaptureReader::open(&file).unwrap();
+        let (mut sent, mut nonzero_ids) = (0, 0);
+        while let Some(rec) = r.next_record() {
+            let rec = rec.unwrap();
+            let ip = &rec.data[..];
+            assert!(
+                icrc::verify(ip).unwrap(),
+                "frame {}: ICRC as on the wire",
+                rec.number
+            );
+            if ip[12..16] == [127, 0, 93, 1] {
+                sent += 1;
+                nonzero_ids += usize::from(ip[4..6] != [0, 0]);
+            }
+        }
+        assert!(sent >= 64, "{sent} packets sent");
+        assert!(nonzero_ids > 0, "GSO segments k > 0 carry ID k");
+        std::fs::remove_dir_all(&dir).ok();
+    }
 }

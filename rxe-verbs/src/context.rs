@@ -19,7 +19,7 @@ use crate::provider::DeviceKind;
 use parking_lot::{Condvar, Mutex, MutexGuard};
 use rxe_core::engine::{AsyncEvent, CqId, Engine, EngineConfig, IcrcStatus, Transmit};
 use rxe_net::faults::{FaultCounters, FaultInjector};
-use rxe_net::udp::{RecvMode, UdpTransport, Waiter, BATCH};
+use rxe_net::udp::{RecvMode, SentAs, UdpTransport, Waiter, BATCH};
 use std::collections::HashMap;
 use std::net::Ipv6Addr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -165,16 +165,20 @@ impl Shared {
                 // Before the capture, so that it shows what went out.
                 f.lock().apply(&mut batch);
             }
-            if let Some(c) = &self.capture {
-                batch.iter().for_each(|t| c.sent(t));
-            }
+            // What the kernel took, as it went out (IPv4 IDs and ICRCs of
+            // GSO segments).
+            let mut sent = |t: &Transmit, how: SentAs| {
+                if let Some(c) = &self.capture {
+                    c.sent(t, how);
+                }
+            };
             let mut rest = &batch[..];
             while !rest.is_empty() {
-                match link.send_batch(rest) {
+                match link.send_batch_with(rest, &mut sent) {
                     Ok(0) => {
                         // The socket buffer is full: wait a little for room.
                         let _ = link.wait_writable(Some(Duration::from_millis(1)));
-                        match link.send_batch(rest) {
+                        match link.send_batch_with(rest, &mut sent) {
                             Ok(n) if n > 0 => rest = &rest[n..],
                             // Still full: what is left is lost; the protocol retries.
                             _ => break,
