@@ -11,15 +11,19 @@
 //! a sent packet checks) and UDP checksum 0 (the kernel fills in a real
 //! one; the ICRC masks it). A received packet is written exactly
 //! as it arrived when the device receives through a raw socket (root);
-//! otherwise its IP header is rebuilt the same way as for a sent one, so
-//! packets from senders with nonzero IP IDs (the kernel's rxe) show
-//! `ICRC BAD` in such a capture although they were fine.
+//! otherwise its IP header is rebuilt the same way as for a sent one (with,
+//! for a packet the transport verified, the ID of a GSO segment k if that
+//! is what its ICRC is right for), so packets from senders with other
+//! nonzero IP IDs (the kernel's rxe) show `ICRC BAD` in such a capture
+//! although they were fine.
 
 use parking_lot::Mutex;
+use rxe_core::engine::IcrcStatus;
 use rxe_core::engine::{RecvMeta, Transmit};
+use rxe_core::wire::icrc;
 use rxe_core::wire::{IpRepr, LinkType};
 use rxe_net::capture::CaptureWriter;
-use rxe_net::udp::SentAs;
+use rxe_net::udp::{SentAs, GSO_MAX_SEGMENTS};
 use std::fs::File;
 use std::net::IpAddr;
 use std::path::Path;
@@ -70,16 +74,44 @@ impl Capture {
     pub fn received(&self, meta: &RecvMeta, payload: &[u8], ip: Option<&[u8]>) {
         match ip {
             Some(ip) => self.write(ip),
-            None => self.write(&ip_packet(
-                meta.src,
-                meta.dst,
-                meta.src_port,
-                0,
-                64,
-                payload,
-            )),
+            None => {
+                let mut p = ip_packet(meta.src, meta.dst, meta.src_port, 0, 64, payload);
+                if meta.icrc == IcrcStatus::Ok {
+                    gso_segment_id(&mut p);
+                }
+                self.write(&p)
+            }
         }
     }
+}
+
+/// A packet the transport verified (Ok) without its IP header may be
+/// segment k of a GSO send or a GRO datagram, which the transport checks
+/// for ID k too: if its ICRC is wrong for ID 0, writes the first ID below
+/// [`GSO_MAX_SEGMENTS`] it is right for into the IPv4 header (and fixes
+/// the header checksum); else leaves it. Captures only: up to 63 ICRCs.
+fn gso_segment_id(p: &mut [u8]) {
+    if p.len() < 20 || p[0] != 0x45 || !matches!(icrc::verify(p), Ok(false)) {
+        return;
+    }
+    let set = |p: &mut [u8], id: u16| {
+        p[4..6].copy_from_slice(&id.to_be_bytes());
+        p[10..12].fill(0);
+        let sum = p[..20]
+            .chunks(2)
+            .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+            .sum::<u32>();
+        let sum = (sum & 0xffff) + (sum >> 16);
+        let sum = (sum & 0xffff) + (sum >> 16);
+        p[10..12].copy_from_slice(&(!(sum as u16)).to_be_bytes());
+    };
+    for id in 1..GSO_MAX_SEGMENTS as u16 {
+        set(p, id);
+        if matches!(icrc::verify(p), Ok(true)) {
+            return;
+        }
+    }
+    set(p, 0);
 }
 
 /// The IP and UDP headers a Linux UDP socket writes for an unconnected
@@ -133,22 +165,65 @@ fn ip_packet_with_id(
 mod tests {
     use crate::context::CtxImp;
     use crate::*;
+    use rxe_core::engine::{IcrcStatus, RecvMeta};
     use rxe_core::wire::icrc;
     use rxe_net::capture::CaptureReader;
     use std::net::{IpAddr, Ipv4Addr};
     use std::time::Duration;
 
+    /// A received packet handed out without its IP header (plain mode)
+    /// that the transport verified for a GSO segment's ID k is written
+    /// with ID k, so that its ICRC checks; one with a bad ICRC is written
+    /// with ID 0, as before.
+    #[test]
+    fn plain_mode_segment_k_is_written_with_id_k() {
+        let dir = std::env::temp_dir().join(format!("rxe-gro-capture-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("b.pcap");
+        let (src, dst) = (
+            IpAddr::V4(Ipv4Addr::new(127, 0, 93, 3)),
+            IpAddr::V4(Ipv4Addr::new(127, 0, 93, 4)),
+        );
+        let mut body = vec![0x04, 0, 0xff, 0xff, 0, 0, 0, 1, 0, 0, 0, 1];
+        body.extend((0..36).map(|i| i as u8));
+        let mut p = super::ip_packet_with_id(src, dst, 4791, 0, 64, 5, &body);
+        icrc::fill(&mut p).unwrap();
+        let payload = p[28..].to_vec();
+        let meta = |icrc| RecvMeta {
+            src,
+            dst,
+            src_port: 4791,
+            icrc,
+        };
+        {
+            let c = super::Capture::create(&file).unwrap();
+            c.received(&meta(IcrcStatus::Ok), &payload, None);
+            c.received(&meta(IcrcStatus::Bad), &payload, None);
+        }
+        let mut r = CaptureReader::open(&file).unwrap();
+        let ok = r.next_record().unwrap().unwrap().data;
+        assert_eq!(ok, p, "ID 5, header checksum and all");
+        assert!(icrc::verify(&ok).unwrap());
+        let bad = r.next_record().unwrap().unwrap().data;
+        assert_eq!(bad[4..6], [0, 0]);
+        assert!(!icrc::verify(&bad).unwrap());
+        assert!(r.next_record().is_none());
+        std::fs::remove_dir_all(&dir).ok();
+    }
+
     /// A device that sends with GSO (`RXE_GSO=1`, set here on its
     /// transport) writes a 64 KiB RDMA WRITE at MTU 1024 to a device that
     /// did not turn GSO on: the bytes arrive, and the sender's capture
     /// shows each segment as it went out, IPv4 ID k with the ICRC adjusted
-    /// for it, so that every ICRC in the file checks.
+    /// for it, so that every ICRC in the file checks; so does the
+    /// receiver's capture.
     // 127.0.93.1-2
     #[test]
     fn gso_capture_shows_each_segment_as_sent_every_icrc_good() {
         let dir = std::env::temp_dir().join(format!("rxe-gso-capture-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let file = dir.join("a.pcap");
+        let bfile = dir.join("b.pcap");
         let (a4, b4) = (
             IpAddr::V4(Ipv4Addr::new(127, 0, 93, 1)),
             IpAddr::V4(Ipv4Addr::new(127, 0, 93, 2)),
@@ -160,7 +235,7 @@ mod tests {
         let data: Vec<u8> = (0..len).map(|i| (i * 7 + i / 251) as u8).collect();
         {
             let actx = Device::soft(a4).with_capture(&file).open().unwrap();
-            let bctx = Device::soft(b4).open().unwrap();
+            let bctx = Device::soft(b4).with_capture(&bfile).open().unwrap();
             let CtxImp::Soft(inner) = &actx.imp else {
                 unreachable!("a soft device")
             };
@@ -213,6 +288,16 @@ mod tests {
         }
         assert!(sent >= 64, "{sent} packets sent");
         assert!(nonzero_ids > 0, "GSO segments k > 0 carry ID k");
+        // The receiver's capture too: raw mode writes each segment's own
+        // header, plain mode (RXE_RECV_MODE=plain) the ID it verified.
+        let mut r = CaptureReader::open(&bfile).unwrap();
+        let mut got = 0;
+        while let Some(rec) = r.next_record() {
+            let rec = rec.unwrap();
+            assert!(icrc::verify(&rec.data).unwrap(), "B frame {}", rec.number);
+            got += usize::from(rec.data[12..16] == [127, 0, 93, 1]);
+        }
+        assert!(got >= 64, "{got} packets received");
         std::fs::remove_dir_all(&dir).ok();
     }
 }
