@@ -493,6 +493,89 @@ fn req_to_an_unlistened_service_is_rejected_with_reason_8() {
     assert_eq!(n.agents[0].poll_timeout(), None);
 }
 
+/// perftest's `-R` latency tests end their listener after the first
+/// connection and listen again for the second; a REQ that comes in between
+/// is held (CmConfig::relisten_grace) and goes to the new listener, instead
+/// of a REJ 8 that ends the client.
+#[test]
+fn a_req_between_two_listeners_goes_to_the_second() {
+    let mut n = Net::new(2);
+    n.agents[1].listen(SID).unwrap();
+    let t = n.now;
+    n.agents[1].unlisten(t, SID).unwrap();
+    n.connect(0, 1);
+    n.run_for(Duration::from_millis(100));
+    assert_eq!(
+        n.count(1, |e| matches!(e, CmEvent::ConnectRequest { .. })),
+        0
+    );
+    assert!(
+        !n.log.iter().any(|l| l.3.starts_with("CM REJ")),
+        "held, not rejected: {}",
+        n.dump()
+    );
+    n.agents[1].listen(SID).unwrap();
+    n.settle();
+    assert_connected(&n, 0, 1);
+    assert!(
+        !n.log.iter().any(|l| l.3.starts_with("CM REJ")),
+        "{}",
+        n.dump()
+    );
+}
+
+/// A REQ held for a service that does not listen again gets its REJ 8 at
+/// the end of the grace, not before; after the grace, at once.
+#[test]
+fn a_req_for_a_service_that_stays_closed_is_rejected_after_the_grace() {
+    let mut n = Net::new(2);
+    let grace = n.agents[1].config().relisten_grace;
+    assert!(grace > Duration::ZERO);
+    n.agents[1].listen(SID).unwrap();
+    let t0 = n.now;
+    n.agents[1].unlisten(t0, SID).unwrap();
+    n.connect(0, 1);
+    n.settle();
+    let rej: Vec<_> = n.log.iter().filter(|l| l.3.starts_with("CM REJ")).collect();
+    assert_eq!(rej.len(), 1, "{}", n.dump());
+    assert!(
+        rej[0].3.contains("reason=8 (invalid service ID)"),
+        "{}",
+        rej[0].3
+    );
+    let at = rej[0].0 - (t0 - n.t0);
+    assert!(
+        at >= grace,
+        "rejected {at:?} after unlisten, grace {grace:?}"
+    );
+    assert!(at < grace + Duration::from_millis(50), "{at:?}");
+    assert_eq!(
+        n.count(0, |e| matches!(e, CmEvent::Rejected { reason, .. } if *reason == RejReason::INVALID_SERVICE_ID)),
+        1
+    );
+    // Long after: rejected at once, as a service that never listened.
+    let sent = n.now;
+    n.connect(0, 1);
+    n.settle();
+    let rej: Vec<_> = n.log.iter().filter(|l| l.3.starts_with("CM REJ")).collect();
+    assert_eq!(rej.len(), 2);
+    assert!(rej[1].0 - (sent - n.t0) < Duration::from_millis(50));
+}
+
+/// With the grace off, a REQ for a closed service is rejected at once.
+#[test]
+fn no_grace_rejects_at_once() {
+    let mut n = Net::with(2, |c| c.relisten_grace = Duration::ZERO);
+    n.agents[1].listen(SID).unwrap();
+    let t0 = n.now;
+    n.agents[1].unlisten(t0, SID).unwrap();
+    n.connect(0, 1);
+    n.settle();
+    let rej: Vec<_> = n.log.iter().filter(|l| l.3.starts_with("CM REJ")).collect();
+    assert_eq!(rej.len(), 1);
+    assert!(rej[0].0 - (t0 - n.t0) < Duration::from_millis(50));
+}
+
 #[test]
 fn reject_carries_private_data() {
     let mut n = Net::new(2);

@@ -153,22 +153,26 @@ const LIMIT: Duration = Duration::from_secs(60);
 /// Runs a server, then (once it listens) a client; both must finish.
 fn pair(srv: (&str, &str, &[&str]), cli: (&str, &str, &[&str])) -> (Done, Done) {
     let s = start(srv.0, srv.1, srv.2);
-    // A client that comes before the server listens is rejected (REJ 8, as
-    // with the kernel). A listening device claims its service ID on its
-    // address as an abstract Unix socket name (rxe_net::share): wait for
-    // that, not for a fixed time (1.5 s was once too short on a busy CI
-    // machine).
-    let claim = format!("@rxe-rs/v1/{}/svc/", srv.0);
+    wait_for_listener(srv.0);
+    let c = start(cli.0, cli.1, cli.2).wait(LIMIT);
+    let s = s.wait(LIMIT);
+    eprintln!("{}\n{}", s.whole, c.whole);
+    (s, c)
+}
+
+/// Waits until a process listens with rdma_cm on `addr`. A client that
+/// comes before the server listens is rejected (REJ 8, as with the
+/// kernel). A listening device claims its service ID on its address as an
+/// abstract Unix socket name (rxe_net::share): wait for that, not for a
+/// fixed time (1.5 s was once too short on a busy CI machine).
+fn wait_for_listener(addr: &str) {
+    let claim = format!("@rxe-rs/v1/{addr}/svc/");
     let until = Instant::now() + Duration::from_secs(30);
     while Instant::now() < until
         && !std::fs::read_to_string("/proc/net/unix").is_ok_and(|t| t.contains(&claim))
     {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let c = start(cli.0, cli.1, cli.2).wait(LIMIT);
-    let s = s.wait(LIMIT);
-    eprintln!("{}\n{}", s.whole, c.whole);
-    (s, c)
 }
 
 fn rping(size: u32, port: u16) {
@@ -278,23 +282,33 @@ fn perftest(prog: &str, port: u16, srv: &str, cli: &str, head: &str) {
     // to retry then, but its retry reuses the ids it just destroyed, so
     // the run ends (rdma_cm_client_connection in perftest_communication.c;
     // the same on any stack). On a loaded machine about a third of the
-    // runs lost that race here: up to three tries, each told on stderr.
+    // runs lost that race here, and a CI run that shared the machine with
+    // builds lost it three times in a row: up to eight tries, each told on
+    // stderr. A server whose client lost the race waits for a second
+    // connection that never comes: it is ended at once (it used to be
+    // left to run out the 60-second limit, a minute per lost race).
+    const TRIES: u32 = 8;
     let mut tries = 0;
     let (s, c) = loop {
         tries += 1;
-        let (s, c) = pair(
-            (srv, prog, &["-R", "-p", &p, "-n", "200"]),
-            (cli, prog, &["-R", "-p", &p, "-n", "200", srv]),
-        );
-        // (The first connection cannot be the one rejected: `pair` starts
-        // the client only once the server listens.)
+        let server = start(srv, prog, &["-R", "-p", &p, "-n", "200"]);
+        // The first connection cannot be the one rejected: the client
+        // starts only once the server listens.
+        wait_for_listener(srv);
+        let c = start(cli, prog, &["-R", "-p", &p, "-n", "200", srv]).wait(LIMIT);
         let lost_race = c.whole.contains("RDMA_CM_EVENT_REJECTED; error: 8");
-        if !lost_race || tries == 3 {
-            break (s, c);
+        if lost_race && tries < TRIES {
+            drop(server); // kills it
+            eprintln!(
+                "{prog}: try {tries}: the client's second connection came before the server \
+                 listened again; again\n{}",
+                c.whole
+            );
+            continue;
         }
-        eprintln!(
-            "{prog}: the client's second connection came before the server listened again; again"
-        );
+        let s = server.wait(LIMIT);
+        eprintln!("{}\n{}", s.whole, c.whole);
+        break (s, c);
     };
     for d in [&s, &c] {
         d.success().prints("Data ex. method : rdma_cm").prints(head);

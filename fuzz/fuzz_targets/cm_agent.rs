@@ -285,7 +285,7 @@ impl World {
                 let _ = a.listen(if inp.u8()? & 1 == 0 { SID } else { USID });
             }
             12 => {
-                let _ = a.unlisten(if inp.u8()? & 1 == 0 { SID } else { USID });
+                let _ = a.unlisten(now, if inp.u8()? & 1 == 0 { SID } else { USID });
             }
             _ => {
                 // The application's habits.

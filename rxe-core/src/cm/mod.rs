@@ -121,6 +121,20 @@ struct Listener {
     pending: usize,
 }
 
+/// A REQ for a service that stopped listening moments ago, held in case it
+/// listens again (see [`CmConfig::relisten_grace`]).
+#[derive(Debug, Clone)]
+struct Parked {
+    from: IpAddr,
+    tid: u64,
+    req: Req,
+    /// When it gets its REJ 8 if nobody listens by then.
+    until: Instant,
+}
+
+/// REQs held at most at once (the rest are rejected at once).
+const MAX_PARKED: usize = 32;
+
 #[derive(Debug, Clone)]
 struct SidrOut {
     remote_addr: IpAddr,
@@ -191,6 +205,10 @@ pub struct CmAgent {
     sidr_in: HashMap<u32, SidrIn>,
     /// (peer address, request ID) -> our SIDR ID, for duplicates.
     sidr_in_by_remote: HashMap<(IpAddr, u32), u32>,
+    /// Services that stopped listening, and until when a REQ for them is
+    /// held rather than rejected.
+    closed: HashMap<u64, Instant>,
+    parked: VecDeque<Parked>,
     out: Out,
 }
 
@@ -251,6 +269,8 @@ impl CmAgent {
             sidr_out: HashMap::new(),
             sidr_in: HashMap::new(),
             sidr_in_by_remote: HashMap::new(),
+            closed: HashMap::new(),
+            parked: VecDeque::new(),
             out: Out {
                 tx: VecDeque::new(),
                 events: VecDeque::new(),
@@ -317,7 +337,8 @@ impl CmAgent {
     pub fn poll_timeout(&self) -> Option<Instant> {
         let conns = self.conns.values().filter_map(Conn::deadline);
         let sidr = self.sidr_out.values().map(|s| s.retry.deadline);
-        conns.chain(sidr).min()
+        let parked = self.parked.iter().map(|p| p.until);
+        conns.chain(sidr).chain(parked).min()
     }
 
     // ----- commands -----
@@ -328,16 +349,34 @@ impl CmAgent {
             return Err(CmError::ServiceInUse(service_id));
         }
         self.listeners.insert(service_id, Listener { pending: 0 });
+        self.closed.remove(&service_id);
+        // REQs that came while the service was between two listeners are
+        // the new listener's now, in the order they came.
+        let (mine, others): (VecDeque<Parked>, VecDeque<Parked>) = std::mem::take(&mut self.parked)
+            .into_iter()
+            .partition(|p| p.req.service_id == service_id);
+        self.parked = others;
+        for p in mine {
+            // (`on_req` reads the time only to hold a REQ nobody listens
+            // for; this one has its listener.)
+            self.on_req(p.until, p.from, p.tid, p.req);
+        }
         Ok(())
     }
 
     /// Stops taking REQs for `service_id`; connections already requested
-    /// are not affected.
-    pub fn unlisten(&mut self, service_id: u64) -> Result<(), CmError> {
+    /// are not affected. A REQ for it in the next
+    /// [`CmConfig::relisten_grace`] is held for a new listener on it, and
+    /// rejected (REJ 8) when none comes.
+    pub fn unlisten(&mut self, now: Instant, service_id: u64) -> Result<(), CmError> {
         self.listeners
             .remove(&service_id)
-            .map(|_| ())
-            .ok_or(CmError::NotListening(service_id))
+            .ok_or(CmError::NotListening(service_id))?;
+        if !self.cfg.relisten_grace.is_zero() {
+            self.closed
+                .insert(service_id, after(now, self.cfg.relisten_grace));
+        }
+        Ok(())
     }
 
     fn alloc_id(&mut self) -> Result<u32, CmError> {
@@ -827,7 +866,7 @@ impl CmAgent {
         *self.out.counters.received.entry(attr).or_default() += 1;
         let tid = m.transaction_id;
         match m.message {
-            CmMessage::Req(r) => self.on_req(from, tid, r),
+            CmMessage::Req(r) => self.on_req(now, from, tid, r),
             CmMessage::Mra(r) => self.on_mra(now, from, r),
             CmMessage::Rej(r) => self.on_rej(now, from, r),
             CmMessage::Rep(r) => self.on_rep(now, from, r),
@@ -843,6 +882,13 @@ impl CmAgent {
     /// Resends what is unanswered, gives up what has run out of retries,
     /// ends timewaits: everything due at `now`.
     pub fn handle_timeout(&mut self, now: Instant) {
+        // Held REQs whose service did not listen again: REJ 8 now.
+        while let Some(i) = self.parked.iter().position(|p| p.until <= now) {
+            let p = self.parked.remove(i).expect("found");
+            let ids = (0, p.req.local_comm_id);
+            self.issue_rej(p.from, p.tid, ids, RejReason::INVALID_SERVICE_ID, &[]);
+        }
+        self.closed.retain(|_, until| *until > now);
         let plt = self.cfg.packet_life_time;
         let due: Vec<u32> = self
             .conns
@@ -936,6 +982,31 @@ impl CmAgent {
     }
 
     /// A REJ we send without a connection of ours (Linux's `cm_issue_rej`).
+    /// A REQ for a service nobody listens on: held if the service stopped
+    /// listening less than [`CmConfig::relisten_grace`] ago (it may listen
+    /// again), else rejected with REJ 8 as the kernel's CM does.
+    fn park_or_reject(&mut self, now: Instant, from: IpAddr, tid: u64, req: Req) {
+        let grace = self.closed.get(&req.service_id).copied();
+        if grace.is_some_and(|until| until <= now) {
+            self.closed.remove(&req.service_id);
+        }
+        let held = |p: &Parked| p.from == from && p.req.local_comm_id == req.local_comm_id;
+        match grace.filter(|&until| until > now) {
+            // The active side's retry of a REQ already held: it waits with it.
+            Some(_) if self.parked.iter().any(held) => self.out.drop(CmDropReason::Duplicate),
+            Some(until) if self.parked.len() < MAX_PARKED => self.parked.push_back(Parked {
+                from,
+                tid,
+                req,
+                until,
+            }),
+            _ => {
+                let ids = (0, req.local_comm_id);
+                self.issue_rej(from, tid, ids, RejReason::INVALID_SERVICE_ID, &[])
+            }
+        }
+    }
+
     fn issue_rej(&mut self, to: IpAddr, tid: u64, ids: (u32, u32), reason: RejReason, ari: &[u8]) {
         let rej = Rej {
             local_comm_id: ids.0,
@@ -949,7 +1020,7 @@ impl CmAgent {
         self.out.send_msg(to, tid, rej);
     }
 
-    fn on_req(&mut self, from: IpAddr, tid: u64, req: Req) {
+    fn on_req(&mut self, now: Instant, from: IpAddr, tid: u64, req: Req) {
         // A REQ we have seen: answer as the connection's state says.
         if let Some(&id) = self.remote_ids.get(&(from, req.local_comm_id)) {
             self.out.counters.duplicates += 1;
@@ -999,8 +1070,7 @@ impl CmAgent {
             return self.issue_rej(from, tid, ids, RejReason::STALE_CONN, &[]);
         }
         let Some(listener) = self.listeners.get(&req.service_id) else {
-            let ids = (0, req.local_comm_id);
-            return self.issue_rej(from, tid, ids, RejReason::INVALID_SERVICE_ID, &[]);
+            return self.park_or_reject(now, from, tid, req);
         };
         if !matches!(
             req.transport_service_type,

@@ -82,7 +82,7 @@ fn bad_arguments_are_named() {
     );
     a.listen(SID).unwrap();
     assert_eq!(a.listen(SID), Err(CmError::ServiceInUse(SID)));
-    assert_eq!(a.unlisten(7), Err(CmError::NotListening(7)));
+    assert_eq!(a.unlisten(now, 7), Err(CmError::NotListening(7)));
     let e = a
         .connect(now, &ConnectParams::new(SID, B, 0x12, 0))
         .unwrap();

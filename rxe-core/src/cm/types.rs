@@ -10,6 +10,7 @@ use crate::types::Mtu;
 use core::fmt;
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv6Addr};
+use std::time::Duration;
 
 /// A connection's handle: its local communication ID, which is what the
 /// agent's MADs carry as "local" and the peer's as "remote". Unique among
@@ -123,6 +124,14 @@ pub struct CmConfig {
     /// dropped and counted (`CmCounters::tx_overflow`), to be resent by
     /// their retry timers.
     pub max_queued_mads: usize,
+    /// How long after a service stopped listening a REQ for it is held
+    /// instead of rejected at once (REJ 8), in case the application listens
+    /// on it again meanwhile: perftest's `-R` latency tests end their first
+    /// connection's listener and listen again for the second, and a client
+    /// that connects in between would be rejected (the kernel has the same
+    /// window, only narrower). A REQ still unclaimed at the end of it gets
+    /// its REJ 8 then. `Duration::ZERO`: reject at once.
+    pub relisten_grace: Duration,
 }
 
 impl CmConfig {
@@ -139,6 +148,7 @@ impl CmConfig {
             listen_backlog: 128,
             max_connections: 4096,
             max_queued_mads: 4096,
+            relisten_grace: Duration::from_millis(500),
         }
     }
 }

@@ -451,7 +451,7 @@ impl CmPort {
             }
         }
         if let Some(sid) = listening {
-            let _ = self.agent().unlisten(sid);
+            let _ = self.agent().unlisten(now, sid);
             self.listeners.remove(&sid);
         }
     }
