@@ -288,14 +288,19 @@ fn perftest(program: &str, n: u8, port: u16, extra: &[&str], rows: usize) -> Vec
         table.len()
     );
     for row in &table {
-        // Every row measured something: a size, an iteration count and
-        // positive figures.
+        // Every row measured something: a size, an iteration count and a
+        // positive figure. (Any of them: 20 WRITEs of 2 bytes on a busy
+        // machine print "0.00" MB/s at two decimals, peak and average,
+        // while the message rate, at six, still shows.)
         let nums: Vec<f64> = row
             .split_whitespace()
             .filter_map(|w| w.parse().ok())
             .collect();
         assert!(nums.len() >= 3, "odd row {row:?}:\n{c}");
-        assert!(nums[2] > 0.0 || nums[3] > 0.0, "no figure in {row:?}:\n{c}");
+        assert!(
+            nums[2..].iter().any(|&x| x > 0.0),
+            "no figure in {row:?}:\n{c}"
+        );
     }
     table
 }
