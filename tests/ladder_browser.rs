@@ -28,6 +28,10 @@
 //! passes or panics. The browser is kept off the network: no DNS, a proxy
 //! on 127.0.0.1 that refuses, no background services.
 
+#[path = "common/ladder_svg.rs"]
+mod ladder_svg;
+
+use ladder_svg::parse_frames;
 use rxe_tests::{pcap_dir, rxe_bin};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, BTreeSet};
@@ -407,16 +411,6 @@ fn base64_decode(s: &str) -> Vec<u8> {
         }
     }
     out
-}
-
-/// `1-3,5` → [1, 2, 3, 5].
-fn parse_frames(s: &str) -> Vec<u64> {
-    s.split(',')
-        .flat_map(|part| match part.split_once('-') {
-            Some((a, b)) => (a.parse::<u64>().unwrap()..=b.parse().unwrap()).collect(),
-            None => vec![part.parse().unwrap()],
-        })
-        .collect()
 }
 
 /// A box: left, top, right, bottom.

@@ -319,6 +319,9 @@ pub struct UdpStats {
     pub rx_gso_malformed: u64,
 }
 
+/// What [`UdpTransport::send_batch_with`] calls for each packet sent.
+type SentReport<'a> = dyn FnMut(&Transmit, SentAs) + 'a;
+
 /// How a packet [`UdpTransport::send_batch_with`] sent went out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SentAs {
@@ -598,7 +601,7 @@ impl UdpTransport {
     /// cannot be sent (wrong source address or port, wrong address family,
     /// too large for the path MTU, no route...); skip it.
     pub fn send_batch(&mut self, pkts: &[Transmit]) -> io::Result<usize> {
-        self.send_batch_with(pkts, &mut |_, _| {})
+        self.send_batch_reporting(pkts, None)
     }
 
     /// [`Self::send_batch`], calling `sent` for each packet the kernel
@@ -609,6 +612,16 @@ impl UdpTransport {
         &mut self,
         pkts: &[Transmit],
         sent_as: &mut dyn FnMut(&Transmit, SentAs),
+    ) -> io::Result<usize> {
+        self.send_batch_reporting(pkts, Some(sent_as))
+    }
+
+    /// Both of the above: without a report (no capture), nothing is worked
+    /// out per packet sent.
+    fn send_batch_reporting(
+        &mut self,
+        pkts: &[Transmit],
+        mut sent_as: Option<&mut SentReport<'_>>,
     ) -> io::Result<usize> {
         let mut sent = 0;
         while sent < pkts.len() {
@@ -633,15 +646,17 @@ impl UdpTransport {
             };
             match r {
                 Ok(n) => {
-                    for (j, t) in chunk[..n].iter().enumerate() {
-                        let ip_id = if self.gso { self.slots.ids[j] } else { 0 };
-                        let icrc = match ip_id {
-                            0 => (t.payload.len().checked_sub(ICRC_LEN))
-                                .and_then(|at| t.payload[at..].try_into().ok())
-                                .unwrap_or([0; ICRC_LEN]),
-                            _ => self.slots.icrcs[j],
-                        };
-                        sent_as(t, SentAs { ip_id, icrc });
+                    if let Some(report) = sent_as.as_mut() {
+                        for (j, t) in chunk[..n].iter().enumerate() {
+                            let ip_id = if self.gso { self.slots.ids[j] } else { 0 };
+                            let icrc = match ip_id {
+                                0 => (t.payload.len().checked_sub(ICRC_LEN))
+                                    .and_then(|at| t.payload[at..].try_into().ok())
+                                    .unwrap_or([0; ICRC_LEN]),
+                                _ => self.slots.icrcs[j],
+                            };
+                            report(t, SentAs { ip_id, icrc });
+                        }
                     }
                     self.stats.tx_packets += n as u64;
                     self.stats.tx_bytes += chunk[..n]

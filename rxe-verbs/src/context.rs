@@ -165,20 +165,21 @@ impl Shared {
                 // Before the capture, so that it shows what went out.
                 f.lock().apply(&mut batch);
             }
-            // What the kernel took, as it went out (IPv4 IDs and ICRCs of
-            // GSO segments).
-            let mut sent = |t: &Transmit, how: SentAs| {
-                if let Some(c) = &self.capture {
-                    c.sent(t, how);
+            // With a capture, what the kernel took is written as it went
+            // out (IPv4 IDs and ICRCs of GSO segments).
+            let send = |link: &mut UdpTransport, pkts: &[Transmit]| match &self.capture {
+                Some(c) => {
+                    link.send_batch_with(pkts, &mut |t: &Transmit, how: SentAs| c.sent(t, how))
                 }
+                None => link.send_batch(pkts),
             };
             let mut rest = &batch[..];
             while !rest.is_empty() {
-                match link.send_batch_with(rest, &mut sent) {
+                match send(link, rest) {
                     Ok(0) => {
                         // The socket buffer is full: wait a little for room.
                         let _ = link.wait_writable(Some(Duration::from_millis(1)));
-                        match link.send_batch_with(rest, &mut sent) {
+                        match send(link, rest) {
                             Ok(n) if n > 0 => rest = &rest[n..],
                             // Still full: what is left is lost; the protocol retries.
                             _ => break,
