@@ -20,14 +20,18 @@
 //! a seeded campaign keeps the canary and data oracles ok on a healthy
 //! server; on one that executes WRITEs without the permission
 //! (`RXE_TEST_FAULT=ignore-write-access`) the canary oracle fires, and the
-//! finding replays against a fresh broken server and not a healthy one.
+//! finding replays against a fresh broken server and not a healthy one. On
+//! one that answers READs starting unaligned with a byte wrong
+//! (`corrupt-unaligned-read`) the data oracle fires, and the canary stays
+//! quiet.
 //!
 //! Address plan: 127.0.5.10/11 (port 19700) for the campaign and its
 //! replay, 127.0.5.20/21 (port 19701) for the seeds; broken peers at
 //! 127.0.5.40 (19710), .50 (19712), .60 (19714), their fuzzers at .41, .51,
 //! .61, healthy peers at .42 (19711), .52 (19713), .62 (19715); perftest
 //! servers at 127.0.5.70 (healthy, 19720), .72 (broken, 19721), .74
-//! (healthy, 19722), their fuzzers at .71 and .73. The `rxe` binary is
+//! (healthy, 19722), their fuzzers at .71 and .73; 127.0.15.1 (broken,
+//! 19740), its fuzzer at .2, .3 (healthy, 19741). The `rxe` binary is
 //! found as in `perf_cli.rs` (`RXE_BIN` overrides).
 
 use std::io::Read;
@@ -716,5 +720,84 @@ fn canary_fires_on_a_peer_that_writes_without_permission_and_replays() {
     let _broken = ServerLoop::perftest("127.0.5.72", 19721, Some(fault));
     assert!(replay_fires(&f, server, local, "canary"));
     assert!(!replay_fires(&f, "127.0.5.74:19722", local, "canary"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A campaign against a perftest server broken on purpose finds `oracle`
+/// (exit status 1, every other oracle ok), and the finding's sidecar says
+/// what it is.
+fn perftest_finds(
+    server: &str,
+    local: &str,
+    dir: &std::path::Path,
+    oracle: &str,
+    others: &[&str],
+) -> (Run, PathBuf, String) {
+    let r = perftest_campaign(server, local, dir, "3");
+    assert_eq!(
+        r.code,
+        Some(1),
+        "no finding against a broken peer:\n{}",
+        r.out
+    );
+    let f = finding(&r.out, oracle)
+        .unwrap_or_else(|| panic!("oracle {oracle} did not fire:\n{}", r.out));
+    for o in others {
+        assert!(
+            r.out.contains(&format!("oracle {o}: ok")),
+            "{o}:\n{}",
+            r.out
+        );
+    }
+    let meta = std::fs::read_to_string(format!("{}.meta", f.display())).unwrap();
+    assert!(meta.contains(&format!("oracle {oracle}\n")), "{meta}");
+    assert!(meta.contains("peer perftest-read size=4096\n"), "{meta}");
+    (r, f, meta)
+}
+
+/// The arm of every packet a sidecar lists.
+fn arms(meta: &str) -> Vec<&str> {
+    meta.lines()
+        .filter_map(|l| l.strip_prefix("packet "))
+        .map(|l| l.split_whitespace().nth(2).unwrap())
+        .collect()
+}
+
+#[test]
+fn data_fires_on_a_peer_that_returns_wrong_bytes_and_replays() {
+    // The responder inverts a byte of every response to a READ that starts
+    // unaligned: the whole-buffer READ (aligned) comes back right, a READ
+    // of a random part of it does not.
+    let fault = "corrupt-unaligned-read";
+    let (server, local) = ("127.0.15.1:19740", "127.0.15.2");
+    let dir = temp_dir("perftest-corrupt");
+    let broken = ServerLoop::perftest("127.0.15.1", 19740, Some(fault));
+    let _healthy = ServerLoop::perftest("127.0.15.3", 19741, None);
+    let (r, f, meta) = perftest_finds(
+        server,
+        local,
+        &dir,
+        "data",
+        &["liveness", "canary", "sanity", "peer-wire"],
+    );
+    assert!(
+        r.out
+            .contains("returned other bytes than the whole-region READ before it"),
+        "{}",
+        r.out
+    );
+    // The whole-region READ that was right, then the part that was not.
+    let a = arms(&meta);
+    assert_eq!(a.first(), Some(&"canary"), "{meta}");
+    assert_eq!(a.last(), Some(&"data"), "{meta}");
+    assert!(
+        broken.stderr().contains("broken on purpose"),
+        "{}",
+        broken.stderr()
+    );
+    drop(broken);
+    let _broken = ServerLoop::perftest("127.0.15.1", 19740, Some(fault));
+    assert!(replay_fires(&f, server, local, "data"));
+    assert!(!replay_fires(&f, "127.0.15.3:19741", local, "data"));
     let _ = std::fs::remove_dir_all(&dir);
 }

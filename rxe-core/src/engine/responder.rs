@@ -819,7 +819,16 @@ impl Qp {
                 let finished = i + 1 >= job.npkts;
                 // Straight from the region into the packet buffer.
                 let at = (job.start + off) as usize;
-                let fill = |b: &mut [u8]| job.slice.read(at, b).is_ok();
+                // For testing fuzzers only (`test_fault`): wrong bytes in
+                // the packet, never in memory.
+                let corrupt = TestFault::corrupts_read(ctx.config.test_fault, job.slice.offset());
+                let fill = |b: &mut [u8]| {
+                    let ok = job.slice.read(at, b).is_ok();
+                    if corrupt {
+                        TestFault::corrupt(b);
+                    }
+                    ok
+                };
                 let t = self.build_filled(ctx.pool, &r, src, dst, av.as_ref(), (n, fill));
                 // A region deregistered under a READ ends the response: the
                 // requester times out and retries, and its duplicate READ

@@ -33,6 +33,15 @@
 //!   server's) can be written by anyone who holds its key. A fuzzer's canary
 //!   oracle (a region the peer registered without remote write stays
 //!   unchanged) fires.
+//! * `corrupt-unaligned-read`: a READ that starts at an offset in its
+//!   region's memory that is not a multiple of 8 is answered with the
+//!   first payload byte of every response packet inverted, like a DMA
+//!   engine that mishandles unaligned starts. The region is read as usual
+//!   (exactly the bytes the READ asked for, nothing else); only the packet
+//!   is wrong. A READ of a whole buffer (aligned, as every perftest buffer
+//!   is) comes back right, so a fuzzer's canary oracle stays quiet, and
+//!   its data oracle (a READ of a random part must return the bytes the
+//!   whole-buffer READ returned) fires.
 //!
 //! [`EngineConfig::test_fault`]: super::EngineConfig::test_fault
 
@@ -51,14 +60,18 @@ pub enum TestFault {
     GarbleAfterOpcode(u8),
     /// RDMA WRITEs are executed without the remote-write permission.
     IgnoreWriteAccess,
+    /// READs that start unaligned are answered with wrong bytes.
+    CorruptUnalignedRead,
 }
 
 impl TestFault {
-    /// Parses `wedge-after-opcode=0x0c`, `garble-after-opcode=12` or
-    /// `ignore-write-access`.
+    /// Parses `wedge-after-opcode=0x0c`, `garble-after-opcode=12`,
+    /// `ignore-write-access` or `corrupt-unaligned-read`.
     pub fn parse(s: &str) -> Result<TestFault, String> {
-        if s.trim() == "ignore-write-access" {
-            return Ok(TestFault::IgnoreWriteAccess);
+        match s.trim() {
+            "ignore-write-access" => return Ok(TestFault::IgnoreWriteAccess),
+            "corrupt-unaligned-read" => return Ok(TestFault::CorruptUnalignedRead),
+            _ => {}
         }
         let (name, val) = s
             .trim()
@@ -74,7 +87,8 @@ impl TestFault {
             "wedge-after-opcode" => Ok(TestFault::WedgeAfterOpcode(op)),
             "garble-after-opcode" => Ok(TestFault::GarbleAfterOpcode(op)),
             n => Err(format!(
-                "{n:?}: the faults are wedge-after-opcode, garble-after-opcode and ignore-write-access"
+                "{n:?}: the faults are wedge-after-opcode, garble-after-opcode, \
+                 ignore-write-access and corrupt-unaligned-read"
             )),
         }
     }
@@ -105,13 +119,27 @@ impl TestFault {
     pub fn opcode(self) -> Option<u8> {
         match self {
             TestFault::WedgeAfterOpcode(o) | TestFault::GarbleAfterOpcode(o) => Some(o),
-            TestFault::IgnoreWriteAccess => None,
+            TestFault::IgnoreWriteAccess | TestFault::CorruptUnalignedRead => None,
         }
     }
 
     /// Whether RDMA WRITEs skip the remote-write permission checks.
     pub(crate) fn ignores_write_access(f: Option<TestFault>) -> bool {
         f == Some(TestFault::IgnoreWriteAccess)
+    }
+
+    /// Whether the responses of a READ whose bytes start at `offset` in
+    /// its region's memory are to be corrupted.
+    pub(crate) fn corrupts_read(f: Option<TestFault>, offset: usize) -> bool {
+        f == Some(TestFault::CorruptUnalignedRead) && !offset.is_multiple_of(8)
+    }
+
+    /// Corrupts a READ response's payload, already read from the region
+    /// into the packet: its first byte inverted.
+    pub(crate) fn corrupt(payload: &mut [u8]) {
+        if let Some(b) = payload.first_mut() {
+            *b = !*b;
+        }
     }
 
     /// Whether the fault, once tripped, silences the QP.
@@ -142,6 +170,23 @@ mod tests {
             Ok(TestFault::IgnoreWriteAccess)
         );
         assert!(TestFault::parse("ignore-write-access=1").is_err());
+        assert_eq!(
+            TestFault::parse("corrupt-unaligned-read"),
+            Ok(TestFault::CorruptUnalignedRead)
+        );
+        assert_eq!(TestFault::CorruptUnalignedRead.opcode(), None);
+        let f = Some(TestFault::CorruptUnalignedRead);
+        assert!(TestFault::corrupts_read(f, 4097));
+        assert!(!TestFault::corrupts_read(f, 4096));
+        assert!(!TestFault::corrupts_read(None, 4097));
+        assert!(!TestFault::corrupts_read(
+            Some(TestFault::IgnoreWriteAccess),
+            1
+        ));
+        let mut b = [0x0f, 1];
+        TestFault::corrupt(&mut b);
+        assert_eq!(b, [0xf0, 1]);
+        TestFault::corrupt(&mut []);
         assert_eq!(TestFault::IgnoreWriteAccess.opcode(), None);
         assert!(!TestFault::IgnoreWriteAccess.wedges());
     }

@@ -144,6 +144,13 @@ impl Driver {
         });
     }
 
+    /// Whether the current connection's whole-region READ completed (its
+    /// baseline is taken): a finding after it is the peer's, not a setup
+    /// error (a `--size` larger than the server's buffer).
+    pub(crate) fn baseline_taken(&self) -> bool {
+        self.canary.as_ref().is_some_and(|c| c.baseline.is_some())
+    }
+
     /// Sends one legitimate READ of `len` bytes at `off` in the region
     /// (or the recorded one, aimed at this connection's region) and
     /// gathers its responses for `window`. Returns what came back and the
