@@ -2,20 +2,27 @@
 # tests/interop/fuzz_kernel.sh - `rxe fuzz` against the kernel's rdma_rxe in
 # the interop guest (issue 22).
 #
-# The guest runs rdma-core's `ibv_rc_pingpong -g $GIDX -n 100000000` in a
-# loop (every NAK that ends its QP ends the program; the loop starts it
+# Two campaigns, one after the other, each at a server the guest restarts
+# in a loop (every NAK that ends its QP ends the program; the loop starts it
 # again, so that the fuzzer's liveness oracle can ask for a fresh
-# connection); the host runs a bounded, seeded `rxe fuzz` campaign at it.
+# connection), each a bounded, seeded `rxe fuzz` run from the host:
+#   * pingpong: rdma-core's `ibv_rc_pingpong -g $GIDX -n 100000000` (posted
+#     receives, a QP without remote access);
+#   * perftest: perftest's `ib_read_bw -x $GIDX -s 4096` (a buffer registered
+#     for remote READ only, whose address and key perftest's exchange hands
+#     over: the fuzzer's canary and data oracles watch it).
 # Then the verdicts:
-#   * the fuzzer's oracles (liveness: a fresh connection still ACKs a valid
-#     SEND; sanity; peer-wire) - its exit status;
-#   * the guest's kernel log since the campaign began has no oops, BUG,
+#   * each campaign's oracles (liveness: a fresh connection still answers a
+#     valid probe; sanity; peer-wire; for perftest also canary: the READ-only
+#     buffer never changes, and data: READs return its bytes) - the exit
+#     status of each `rxe fuzz`;
+#   * the guest's kernel log since the campaigns began has no oops, BUG,
 #     WARNING, KASAN report, hung task, soft lockup or RCU stall;
 #   * the guest still runs a normal ibv_rc_pingpong exchange (100 iterations
 #     against `rxe pingpong` on the host) and is still up.
-# The campaign's output, the pcap of every packet sent (+ .meta, replayable
-# with `rxe fuzz --replay`), any finding and the guest's log go to
-# $OUT/fuzz/.
+# Each campaign's output, the pcap of every packet sent (+ .meta, replayable
+# with `rxe fuzz --replay`) and any finding go to $OUT/fuzz/NAME/, the
+# guest's log to $OUT/fuzz/.
 #
 # Two ways to run it:
 #   * sourced by run.sh once the guest is up (it uses run.sh's RXE, OUT,
@@ -24,49 +31,75 @@
 #     or 1, printing one line per verdict; in run.sh, after the last
 #     scenario and before the summary (the guest must still be up):
 #         source "$HERE/fuzz_kernel.sh"; fuzz_kernel || FAILED=$((FAILED+1))
-#     (about 90 s with the default 60-second campaign);
+#     (about 3 minutes with the default 60-second campaigns);
 #   * standalone, as root: `bash tests/interop/fuzz_kernel.sh` builds
 #     target/release/rxe, boots the guest as run.sh does (same work dir and
 #     lock, the guest built by build-guest.sh), runs `fuzz_kernel`, and
 #     exits 0/1 (2: cannot run here).
-# Env: RXE_FUZZ_SECONDS (60), RXE_FUZZ_SEED (1), RXE_FUZZ_PORT (18700; the
-#      check exchange uses the next port), RXE_FUZZ_WINDOW_MS (40),
-#      RXE_FUZZ_ARGS (more arguments for rxe fuzz, e.g. -v).
+# Env: RXE_FUZZ_SECONDS (60; the pingpong campaign), RXE_FUZZ_PT_SECONDS
+#      (the perftest campaign; default RXE_FUZZ_SECONDS), RXE_FUZZ_PEERS
+#      ("pingpong perftest": which campaigns), RXE_FUZZ_SEED (1),
+#      RXE_FUZZ_PORT (18700 for pingpong; the check exchange uses the next
+#      port, perftest the one after), RXE_FUZZ_WINDOW_MS (40), RXE_FUZZ_ARGS
+#      (more arguments for rxe fuzz, e.g. -v).
 
-fuzz_kernel() {
-    local secs=${RXE_FUZZ_SECONDS:-60} seed=${RXE_FUZZ_SEED:-1} port=${RXE_FUZZ_PORT:-18700}
-    local win=${RXE_FUZZ_WINDOW_MS:-40}
-    local dir="$OUT/fuzz" rc=0 frc n0 bad
+# One seeded campaign at one of the guest's servers, restarted in a loop.
+#   fuzz_campaign NAME SECONDS PORT 'GUEST SERVER COMMAND' RXE-FUZZ-TARGET-ARGS...
+# Prints the campaign's summary and one verdict line; returns 0 (ok) or 1.
+fuzz_campaign() {
+    local name=$1 secs=$2 port=$3 srv=$4; shift 4
+    local seed=${RXE_FUZZ_SEED:-1} win=${RXE_FUZZ_WINDOW_MS:-40}
+    local dir="$OUT/fuzz/$name" frc
     mkdir -p "$dir"
     rm -f "$SHARE/fuzz.stop"
-    echo "== fuzz: rxe fuzz --seed $seed --seconds $secs at the guest's ibv_rc_pingpong (port $port)"
-    # where the kernel log stands before the campaign
-    n0=$(grun fuzz-mark 30 'dmesg | wc -l' 2>/dev/null | tail -1)
-    [[ $n0 =~ ^[0-9]+$ ]] || n0=0
-    # the server loop: a new ibv_rc_pingpong whenever the last one ends
-    gjob fuzz-srv "end=\$((\$(date +%s) + $secs + 120)); n=0
+    echo "== fuzz $name: rxe fuzz --seed $seed --seconds $secs $* (guest: $srv)"
+    # the server loop: a new server whenever the last one ends
+    gjob "fuzz-$name" "end=\$((\$(date +%s) + $secs + 120)); n=0
 while [ \$(date +%s) -lt \$end ] && [ ! -e /share/fuzz.stop ]; do
-    timeout 90 ibv_rc_pingpong -d rxe0 -g $GIDX -p $port -n 100000000 >/tmp/fuzz-srv.out 2>&1
+    timeout 90 $srv >/tmp/fuzz-srv.out 2>&1
     echo \"run \$n: exit \$?: \$(tail -1 /tmp/fuzz-srv.out)\"; n=\$((n+1))
 done
 echo SERVER_RUNS \$n"
     sleep 1
-    timeout $((secs + 300)) ip netns exec "$NS" "$RXE" fuzz -d "$HOST_IP" --pingpong "$GUEST_IP:$port" \
+    timeout $((secs + 300)) ip netns exec "$NS" "$RXE" fuzz -d "$HOST_IP" "$@" \
         --seed "$seed" --seconds "$secs" --window-ms "$win" --liveness-timeout 30 \
         --out "$dir" --save ${RXE_FUZZ_ARGS:-} >"$dir/campaign.log" 2>&1
     frc=$?
     touch "$SHARE/fuzz.stop"
-    grun fuzz-kill 20 'killall -q ibv_rc_pingpong; true' >/dev/null 2>&1
-    gwait fuzz-srv 150 >"$dir/guest-server.log" 2>&1
+    grun fuzz-kill 20 "killall -q ${srv%% *}; true" >/dev/null 2>&1
+    gwait "fuzz-$name" 150 >"$dir/guest-server.log" 2>&1
     sed -n '/^sent /,$p' "$dir/campaign.log"
-    echo "  guest: $(grep -c '^run ' "$dir/guest-server.log") ibv_rc_pingpong runs; exits: $(sed -n 's/^run [0-9]*: exit \([0-9]*\).*/\1/p' "$dir/guest-server.log" | sort | uniq -c | tr -s ' ' | tr '\n' ';')"
+    echo "  guest: $(grep -c '^run ' "$dir/guest-server.log") ${srv%% *} runs; exits: $(sed -n 's/^run [0-9]*: exit \([0-9]*\).*/\1/p' "$dir/guest-server.log" | sort | uniq -c | tr -s ' ' | tr '\n' ';')"
     case $frc in
-        0) echo "verdict fuzz-oracles: ok" ;;
-        1) echo "verdict fuzz-oracles: FINDING (see $dir/campaign.log)"; rc=1 ;;
-        *) echo "verdict fuzz-oracles: FAIL (rxe fuzz exit $frc; see $dir/campaign.log)"; tail -5 "$dir/campaign.log"; rc=1 ;;
+        0) echo "verdict fuzz-$name: ok" ;;
+        1) echo "verdict fuzz-$name: FINDING (see $dir/campaign.log)"; return 1 ;;
+        *) echo "verdict fuzz-$name: FAIL (rxe fuzz exit $frc; see $dir/campaign.log)"; tail -5 "$dir/campaign.log"; return 1 ;;
     esac
+}
 
-    # the kernel's log since the campaign began
+fuzz_kernel() {
+    local secs=${RXE_FUZZ_SECONDS:-60} port=${RXE_FUZZ_PORT:-18700}
+    local pt_secs=${RXE_FUZZ_PT_SECONDS:-$secs} peers=${RXE_FUZZ_PEERS:-pingpong perftest}
+    local dir="$OUT/fuzz" rc=0 n0 bad
+    mkdir -p "$dir"
+    # where the kernel log stands before the campaigns
+    n0=$(grun fuzz-mark 30 'dmesg | wc -l' 2>/dev/null | tail -1)
+    [[ $n0 =~ ^[0-9]+$ ]] || n0=0
+    if [[ " $peers " == *" pingpong "* ]]; then
+        # ibv_rc_pingpong: posted receives, a QP without remote access
+        fuzz_campaign pingpong "$secs" "$port" \
+            "ibv_rc_pingpong -d rxe0 -g $GIDX -p $port -n 100000000" \
+            --pingpong "$GUEST_IP:$port" || rc=1
+    fi
+    if [[ " $peers " == *" perftest "* ]]; then
+        # ib_read_bw: a 4 KiB buffer registered for remote READ only (the
+        # canary) and its address and key handed over by perftest's exchange
+        fuzz_campaign perftest "$pt_secs" "$((port + 2))" \
+            "ib_read_bw -d rxe0 -x $GIDX -F -s 4096 -p $((port + 2))" \
+            --perftest "$GUEST_IP:$((port + 2))" --size 4096 || rc=1
+    fi
+
+    # the kernel's log since the campaigns began
     grun fuzz-dmesg 30 "dmesg | tail -n +$((n0 + 1))" >"$dir/guest-dmesg.txt" 2>&1
     bad=$(grep -E 'Oops|BUG:|WARNING:|KASAN|UBSAN|hung_task|blocked for more than|soft lockup|rcu.*stall|general protection|Call Trace|kernel panic' "$dir/guest-dmesg.txt" | head -20)
     if [ -n "$bad" ]; then

@@ -462,7 +462,13 @@ impl Link {
                     }
                 }
             }
-            if any {
+            // A READ whose responses are still coming (every answer so far
+            // is READ data, not all of it yet) gets the whole window: a
+            // slow peer (a guest under TCG on a busy host) can leave more
+            // than the grace between two responses of one READ.
+            let read_open = self.capture.as_ref().is_some_and(|c| c.data().is_none())
+                && out.sig.kinds().all(|k| k == Kind::ReadData);
+            if any && !read_open {
                 end = (Instant::now() + grace).min(start + window);
             }
         }
