@@ -709,7 +709,10 @@ fn service_id(v: u64) -> String {
     }
 }
 fn psn24(v: u64) -> String {
-    format!("the sender's first PSN {v:#x}: the peer's responder expects it")
+    // The kernel's CM takes a REQ's or REP's Starting PSN as the sending
+    // side's receive PSN and the receiving side's send PSN (cm-wire.md,
+    // "The starting PSNs cross"): the capture shows it.
+    format!("{v:#x}: the sender's QP expects it first; the receiving side's QP sends from it")
 }
 fn cm_timeout(v: u64) -> String {
     format!(
