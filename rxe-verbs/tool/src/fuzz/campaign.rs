@@ -140,8 +140,8 @@ impl Driver {
     }
 
     /// [`Self::connect`], waiting up to `limit` for the peer's server.
-    pub(crate) fn connect_within(&mut self, psn: Option<Psn>, limit: Duration) -> Res<Session> {
-        let psn = psn.unwrap_or_else(|| {
+    pub(crate) fn connect_within(&mut self, want: Option<Psn>, limit: Duration) -> Res<Session> {
+        let psn = want.unwrap_or_else(|| {
             if self.srng.gen_bool(0.25) {
                 Psn::new(0xff_ffff - self.srng.gen_range(0..48))
             } else {
@@ -150,7 +150,7 @@ impl Driver {
         });
         let low: u16 = self.srng.gen_range(2..=0xffff);
         let index = self.sessions;
-        let s = self.link.connect(
+        let mut s = self.link.connect(
             &self.cfg.target,
             self.cfg.peer,
             self.cfg.mtu,
@@ -159,6 +159,12 @@ impl Driver {
             low,
             limit,
         )?;
+        // Over rdma_cm the peer chose our first PSN: a replay (which asked
+        // for the recorded one) shifts what it resends by the difference.
+        if want.is_some() {
+            s.psn_shift = s.sq_psn.value().wrapping_sub(psn.value()) & 0xff_ffff;
+        }
+        let psn = s.sq_psn;
         self.new_canary(&s);
         self.sessions += 1;
         self.rec.add_session(SessionInfo {
@@ -192,8 +198,16 @@ impl Driver {
     pub(crate) fn send(&mut self, s: &Session, arm: &str, gens: &[Gen]) -> usize {
         let mut n = 0;
         for g in gens {
+            let mut shifted;
+            let mut bytes = &g.bytes;
+            if s.psn_shift != 0 && g.psn == PsnBase::Ours && bytes.len() >= 12 {
+                shifted = bytes.clone();
+                let p = Psn::new(u32::from_be_bytes([0, bytes[9], bytes[10], bytes[11]]));
+                shifted[9..12].copy_from_slice(&p.add(s.psn_shift).value().to_be_bytes()[1..]);
+                bytes = &shifted;
+            }
             let b = mutate::finalize(
-                &g.bytes,
+                bytes,
                 g.qpn,
                 g.psn,
                 g.icrc,
@@ -306,6 +320,9 @@ impl Driver {
                 Check::Dead
             };
         }
+        if let Peer::Rping { .. } = self.cfg.peer {
+            return self.rping_check(s, tries, window);
+        }
         let c = self.region_check(s, tries, window);
         if c == Check::Ok {
             self.last_good = self.rec.sent.len();
@@ -323,8 +340,12 @@ impl Driver {
             return match self.check(&mut s, 3, w) {
                 Check::Ok | Check::Found => Ok(s),
                 Check::Dead => Err(format!(
-                    "connection {} was accepted, but its first READ of the region got no answer",
-                    s.index
+                    "connection {} was accepted, but its first {} got no answer",
+                    s.index,
+                    match self.cfg.peer {
+                        Peer::Rping { .. } => "rping round",
+                        _ => "READ of the region",
+                    }
                 )),
             };
         }
@@ -636,6 +657,24 @@ pub(crate) fn run(
                 ));
             }
         }
+    } else if let Peer::Rping { size } = cfg.peer {
+        let w = d.probe_window();
+        match d.check(&mut s, 3, w) {
+            Check::Ok => println!(
+                "rdma_cm: connected to QP {:#08x}; an rping round of {size} bytes came back whole",
+                s.peer_qpn
+            ),
+            // Reported with the other oracles.
+            Check::Found => {}
+            Check::Dead => {
+                d.link.close_oob();
+                return Err(format!(
+                    "setup: the peer accepted the rdma_cm connection but did not complete an rping round \
+                     (is it an rping server with -S {size} or more, path MTU {}?)",
+                    cfg.mtu
+                ));
+            }
+        }
     } else if !d.probe(&mut s) {
         return Err(format!(
             "setup: the peer accepted the connection but did not ACK a valid SEND \
@@ -643,10 +682,9 @@ pub(crate) fn run(
             cfg.mtu
         ));
     }
-    let arms: &[Arm] = if cfg.peer == Peer::Pingpong {
-        &ARMS
-    } else {
-        &REGION_ARMS
+    let arms: &[Arm] = match cfg.peer {
+        Peer::PerftestRead { .. } => &REGION_ARMS,
+        _ => &ARMS,
     };
     let start = Instant::now();
     let budget_left = |d: &Driver| {
@@ -753,6 +791,9 @@ pub(crate) fn run(
         d.link.stray
     );
     println!("sent hash {:016x}", d.rec.hash());
+    if let Some((out, got)) = d.link.cm_counts() {
+        println!("rdma_cm: {out} MADs sent, {got} received");
+    }
     d.print_histogram();
     println!("coverage: {} (arm, answer) pairs", bandit.seen.len());
     let mut per_arm: Vec<String> = arms

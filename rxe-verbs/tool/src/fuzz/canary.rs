@@ -431,6 +431,10 @@ impl Driver {
         let fired = self.region_finding.as_ref().map(|f| f.oracle);
         let mut found = Vec::new();
         for o in ["canary", "data"] {
+            // An rping peer has no region to watch: data only.
+            if o == "canary" && matches!(self.cfg.peer, super::Peer::Rping { .. }) {
+                continue;
+            }
             if fired == Some(o) {
                 found.extend(self.write_region_finding(tag));
             } else {

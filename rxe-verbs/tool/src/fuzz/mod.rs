@@ -1,10 +1,12 @@
 //! `rxe fuzz`: a grammar-aware RoCE v2 packet fuzzer aimed at a live peer.
 //!
 //! It connects to the peer the way the peer's own tools expect (rdma-core's
-//! `ibv_rc_pingpong` server, through the TCP exchange of `rxe pingpong`; or
+//! `ibv_rc_pingpong` server, through the TCP exchange of `rxe pingpong`;
 //! perftest's `ib_read_bw` server, through perftest's exchange as `rxe perf`
-//! speaks it), so the peer has a live RC QP (with posted receives, or with
-//! a buffer it lets us READ); then
+//! speaks it; or librdmacm's `rping` server, through rdma_cm, the CM's
+//! MADs sent from the fuzzer's own socket, [`cm`], [`rping`]), so the peer
+//! has a live RC QP (with posted receives, or with a buffer it lets us
+//! READ, or READing and WRITing buffers of ours); then
 //! it plays the other end of that connection by hand, from a UDP socket
 //! bound to `LOCAL:4791` (rxe-net's [`rxe_net::udp::UdpTransport`]): there
 //! is no engine and no QP on our side, only what [`session`] keeps to stay
@@ -26,7 +28,8 @@
 //! packet the peer sent parses); against a perftest server also `canary`
 //! (the buffer it registered for remote READ only reads back unchanged)
 //! and `data` (legitimate READs complete and return the buffer's bytes),
-//! see [`canary`]. A finding is written as a pcap of the
+//! see [`canary`]; against an rping server `data` (what it READs from us
+//! it WRITEs back unchanged, [`rping`]). A finding is written as a pcap of the
 //! packets since the last good liveness check plus a `.meta` sidecar, and
 //! `rxe fuzz --replay FILE.pcap` resends them on a new connection
 //! ([`replay`]). A replayable finding is then minimised ([`minimise`]:
@@ -38,10 +41,12 @@
 
 mod campaign;
 mod canary;
+mod cm;
 mod minimise;
 mod mutate;
 mod record;
 mod replay;
+mod rping;
 mod session;
 
 use clap::Args as ClapArgs;
@@ -69,8 +74,21 @@ pub struct Args {
     /// --to is enough when the recording says it was made against one.
     #[arg(long, value_name = "SERVER[:PORT]", conflicts_with = "pingpong")]
     perftest: Option<String>,
+    /// The peer: an rping server (librdmacm's `rping -s`, or `rxe rping
+    /// -s`) listening with rdma_cm on SERVER[:PORT] (default port 7174).
+    /// The fuzzer connects with the CM's MADs (REQ, REP, RTU; DREQ to end)
+    /// and plays rping's client: the server READs and WRITEs our buffers.
+    /// Run it in a loop (or with -P).
+    #[arg(
+        long = "rdma-cm",
+        value_name = "SERVER[:PORT]",
+        conflicts_with_all = ["pingpong", "perftest"]
+    )]
+    rdma_cm: Option<String>,
     /// The perftest server's message size (its -s, 65536 by default): how
-    /// much of its buffer the canary covers.
+    /// much of its buffer the canary covers. With --rdma-cm: rping's -S
+    /// (64 by default), the size of the buffers the server READs and
+    /// WRITEs.
     #[arg(long)]
     size: Option<u32>,
     /// Seed of the campaign.
@@ -111,9 +129,10 @@ pub struct Args {
     /// The peer's path MTU (ibv_rc_pingpong's -m, 1024 by default).
     #[arg(long, default_value_t = 1024)]
     mtu: usize,
-    /// The size of the peer's receive buffers (ibv_rc_pingpong's -s).
-    #[arg(long = "recv-size", default_value_t = 4096)]
-    recv_size: usize,
+    /// The size of the peer's receive buffers (ibv_rc_pingpong's -s; 4096
+    /// by default, 16 for an rping server: its `struct rping_rdma_info`).
+    #[arg(long = "recv-size")]
+    recv_size: Option<usize>,
     /// How long to wait for the answers to one step, in milliseconds.
     #[arg(long = "window-ms", default_value_t = 20)]
     window_ms: u64,
@@ -140,13 +159,19 @@ pub(crate) struct Target {
 }
 
 impl Target {
+    #[cfg(test)]
     fn parse(s: &str) -> Result<Target, String> {
+        Target::parse_or(s, 18515)
+    }
+
+    /// SERVER[:PORT], `default` when no port is given.
+    fn parse_or(s: &str, default: u16) -> Result<Target, String> {
         // SERVER, SERVER:PORT, [V6]:PORT or a bare IPv6 address.
         if let Some(rest) = s.strip_prefix('[') {
             let (h, p) = rest.split_once(']').ok_or(format!("bad target {s:?}"))?;
             let port = match p.strip_prefix(':') {
                 Some(p) => p.parse().map_err(|_| format!("bad port in {s:?}"))?,
-                None => 18515,
+                None => default,
             };
             return Ok(Target {
                 host: h.into(),
@@ -160,7 +185,7 @@ impl Target {
             }),
             _ => Ok(Target {
                 host: s.into(),
-                port: 18515,
+                port: default,
             }),
         }
     }
@@ -180,6 +205,9 @@ pub(crate) enum Peer {
     /// A perftest `ib_read_bw` server: its buffer (`size` bytes from the
     /// address its exchange names) is readable and must stay unwritten.
     PerftestRead { size: u32 },
+    /// An rping server, connected through rdma_cm: it READs `size` bytes
+    /// of ours and WRITEs them back.
+    Rping { size: u32 },
 }
 
 impl Peer {
@@ -188,19 +216,34 @@ impl Peer {
         match self {
             Peer::Pingpong => None,
             Peer::PerftestRead { size } => Some(format!("perftest-read size={size}")),
+            Peer::Rping { size } => Some(format!("rping size={size}")),
         }
     }
 
     /// From a sidecar's `peer` line.
     fn from_meta(s: &str) -> Option<Peer> {
+        if let Some(size) = s.strip_prefix("rping size=") {
+            return Some(Peer::Rping {
+                size: size.parse().ok()?,
+            });
+        }
         let size = s.strip_prefix("perftest-read size=")?.parse().ok()?;
         Some(Peer::PerftestRead { size })
+    }
+
+    /// The server's port when the target names none.
+    fn default_port(self) -> u16 {
+        match self {
+            Peer::Rping { .. } => 7174,
+            _ => 18515,
+        }
     }
 
     pub(crate) fn name(self) -> &'static str {
         match self {
             Peer::Pingpong => "pingpong",
             Peer::PerftestRead { .. } => "perftest read_bw",
+            Peer::Rping { .. } => "rping over rdma_cm",
         }
     }
 }
@@ -230,9 +273,14 @@ pub(crate) type Res<T> = Result<T, String>;
 
 /// Runs `rxe fuzz`.
 pub fn run(a: &Args) -> ExitCode {
-    let Some(t) = a.pingpong.as_ref().or(a.perftest.as_ref()) else {
+    let Some(t) = a
+        .pingpong
+        .as_ref()
+        .or(a.perftest.as_ref())
+        .or(a.rdma_cm.as_ref())
+    else {
         eprintln!(
-            "rxe fuzz: name the peer with --pingpong or --perftest SERVER[:PORT] (or --to with --replay, --minimise)"
+            "rxe fuzz: name the peer with --pingpong, --perftest or --rdma-cm SERVER[:PORT] (or --to with --replay, --minimise)"
         );
         return ExitCode::from(2);
     };
@@ -251,12 +299,29 @@ pub fn run(a: &Args) -> ExitCode {
         }
     };
     let peer = match (&a.perftest, recorded.as_deref().map(Peer::from_meta)) {
-        (_, Some(None)) => {
+        (_, Some(None)) if a.rdma_cm.is_none() => {
             eprintln!(
                 "rxe fuzz: the recording names a peer this version does not know: {:?}",
                 recorded.unwrap_or_default()
             );
             return ExitCode::from(2);
+        }
+        _ if a.rdma_cm.is_some()
+            || matches!(
+                recorded.as_deref().and_then(Peer::from_meta),
+                Some(Peer::Rping { .. })
+            ) =>
+        {
+            let from_rec = match recorded.as_deref().and_then(Peer::from_meta) {
+                Some(Peer::Rping { size }) => Some(size),
+                _ => None,
+            };
+            let size = a.size.or(from_rec).unwrap_or(64);
+            if !(16..=1 << 24).contains(&size) {
+                eprintln!("rxe fuzz: --size with --rdma-cm is rping's -S: 16 to 2^24 bytes");
+                return ExitCode::from(2);
+            }
+            Peer::Rping { size }
         }
         (Some(_), _) | (None, Some(Some(Peer::PerftestRead { .. }))) => {
             let from_rec = match recorded.as_deref().and_then(Peer::from_meta) {
@@ -276,7 +341,7 @@ pub fn run(a: &Args) -> ExitCode {
         eprintln!("rxe fuzz: --size is the perftest server's -s: it goes with --perftest");
         return ExitCode::from(2);
     }
-    let target = match Target::parse(t) {
+    let target = match Target::parse_or(t, peer.default_port()) {
         Ok(t) => t,
         Err(e) => {
             eprintln!("rxe fuzz: {e}");
@@ -296,7 +361,10 @@ pub fn run(a: &Args) -> ExitCode {
         target,
         peer,
         mtu: a.mtu,
-        recv_size: a.recv_size,
+        recv_size: a.recv_size.unwrap_or(match peer {
+            Peer::Rping { .. } => rping::INFO_LEN,
+            _ => 4096,
+        }),
         window: Duration::from_millis(a.window_ms.max(1)),
         grace: Duration::from_millis(a.grace_ms.max(1)),
         check_every: a.check_every.max(1),

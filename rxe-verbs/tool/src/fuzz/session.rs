@@ -9,13 +9,19 @@
 //! `ib_read_bw` client does it), which also names the peer's buffer: its
 //! address and R_Key ([`Region`]). A perftest server serves one client per
 //! run and keeps the TCP connection for the end of the test: the fuzzer
-//! ends it perftest's way ([`Link::close_oob`]) before the next one.
+//! ends it perftest's way ([`Link::close_oob`]) before the next one. Or
+//! with rdma_cm ([`super::cm`]: the CM's MADs on QP 1 of this same
+//! socket), ended with a DREQ; against an rping server the responder here
+//! also serves the server's RDMA READs and takes its WRITEs
+//! ([`super::rping::LocalMem`]).
 //!
 //! What the peer sends back is sorted into answer [`Kind`]s: ACK, each NAK
 //! code, RNR NAK, atomic ACK, READ data, a SEND of its own, anything else,
 //! and packets our parser refuses.
 
+use super::cm::CmLink;
 use super::record::Recorder;
+use super::rping::LocalMem;
 use super::{Peer, Res, Target};
 use crate::perf::oob::{self, BwReport, Oob};
 use crate::pingpong::{gid_addr, Dest};
@@ -195,6 +201,14 @@ pub(crate) struct Session {
     pub region: Option<Region>,
     /// The path MTU both sides agreed on (perftest), or `--mtu`.
     pub mtu: usize,
+    /// Added to the PSN of every packet we resend in our own PSN space: a
+    /// replay over rdma_cm gets our first PSN from the peer (the REP), not
+    /// the recorded one. 0 for the TCP exchanges (we choose it).
+    pub psn_shift: u32,
+    /// Our buffers for the peer's READs and WRITEs (an rping server's).
+    pub local: Option<LocalMem>,
+    /// rping rounds completed on this connection.
+    pub rounds: u64,
 }
 
 impl Session {
@@ -213,6 +227,9 @@ impl Session {
             peer_messages: 0,
             region: Some(region),
             mtu: 1024,
+            psn_shift: 0,
+            local: None,
+            rounds: 0,
         }
     }
 }
@@ -239,6 +256,8 @@ pub(crate) struct Link {
     oob: Option<(Oob, oob::Dest)>,
     /// Where READ responses go while a READ of ours is out.
     pub capture: Option<Capture>,
+    /// Our rdma_cm end, once a connection was made with it.
+    pub(super) cm: Option<CmLink>,
 }
 
 /// The answers gathered after one step.
@@ -263,13 +282,39 @@ impl Link {
             verbose: false,
             oob: None,
             capture: None,
+            cm: None,
         })
+    }
+
+    /// Sends one datagram (see [`Self::send`]).
+    pub(super) fn send_transmit(&mut self, t: Transmit) -> Res<()> {
+        for _ in 0..200 {
+            match self.tr.send_batch(std::slice::from_ref(&t)) {
+                Ok(1) => return Ok(()),
+                Ok(_) => {
+                    let _ = self.tr.wait_writable(Some(Duration::from_millis(10)));
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        Err("the socket stayed full".into())
+    }
+
+    /// Receives what is there, or waits up to `wait` for something.
+    pub(super) fn recv_into(
+        &mut self,
+        wait: Option<Duration>,
+        out: &mut Vec<rxe_net::udp::Received>,
+    ) -> std::io::Result<usize> {
+        self.tr.recv_batch(wait, out)
     }
 
     /// Ends the current perftest exchange as a client does at the end of
     /// read_bw (a handshake, the reports, `done`), so that the server ends
     /// its run; a server that is gone is no error.
+    /// An rdma_cm connection is ended with a DREQ.
     pub(crate) fn close_oob(&mut self) {
+        self.close_cm(Duration::from_millis(300));
         if let Some((mut o, mine)) = self.oob.take() {
             let _ = o.set_timeout(Some(Duration::from_secs(2)));
             let _ = o.finish_rdma_bw(&mine, &BwReport::default());
@@ -303,16 +348,7 @@ impl Link {
             hop_limit: 0,
             payload,
         };
-        for _ in 0..200 {
-            match self.tr.send_batch(std::slice::from_ref(&t)) {
-                Ok(1) => return Ok(()),
-                Ok(_) => {
-                    let _ = self.tr.wait_writable(Some(Duration::from_millis(10)));
-                }
-                Err(e) => return Err(e.to_string()),
-            }
-        }
-        Err("the socket stayed full".into())
+        self.send_transmit(t)
     }
 
     /// Connects to the peer's server: the TCP exchange, retried until
@@ -342,11 +378,30 @@ impl Link {
             gid,
         };
         let deadline = Instant::now() + limit;
+        if let Peer::Rping { size } = peer_kind {
+            let c = self.cm_connect(target, our_qpn, base_psn, mtu, deadline)?;
+            self.set_peer(c.peer);
+            return Ok(Session {
+                index,
+                our_qpn,
+                peer_qpn: c.peer_qpn,
+                sq_psn: c.sq_psn,
+                peer_epsn: base_psn,
+                peer_msn: 0,
+                nak_sent: false,
+                peer_messages: 0,
+                region: None,
+                mtu: c.mtu.min(mtu),
+                psn_shift: 0,
+                local: Some(LocalMem::new(size as usize)),
+                rounds: 0,
+            });
+        }
         let mut region = None;
         let mut mtu = mtu;
         let theirs = loop {
             let r = match peer_kind {
-                Peer::Pingpong => exchange(target, mine, deadline),
+                Peer::Pingpong | Peer::Rping { .. } => exchange(target, mine, deadline),
                 Peer::PerftestRead { size } => {
                     perftest_exchange(target, mine, mtu, deadline).map(|(o, me, t, m)| {
                         region = Some(Region {
@@ -369,8 +424,8 @@ impl Link {
                 Ok(t) => break t,
                 Err(e) if Instant::now() >= deadline => {
                     let what = match peer_kind {
-                        Peer::Pingpong => "pingpong",
                         Peer::PerftestRead { .. } => "perftest",
+                        _ => "pingpong",
                     };
                     return Err(format!("no {what} exchange with {target}: {e}"));
                 }
@@ -398,15 +453,7 @@ impl Link {
                 theirs.gid
             ));
         }
-        if self.peer != Some(peer) {
-            self.max_datagram = rxe_net::route::link_mtu(self.local, peer)
-                .map(|m| m as usize - if peer.is_ipv4() { 28 } else { 48 })
-                .unwrap_or(1500 - 28)
-                .min(rxe_net::udp::MAX_DATAGRAM);
-        }
-        self.peer = Some(peer);
-        // Whatever an earlier session's QP still had in flight.
-        let _ = self.tr.recv_batch(Some(Duration::ZERO), &mut Vec::new());
+        self.set_peer(peer);
         Ok(Session {
             index,
             our_qpn,
@@ -418,7 +465,31 @@ impl Link {
             peer_messages: 0,
             region,
             mtu,
+            psn_shift: 0,
+            local: None,
+            rounds: 0,
         })
+    }
+
+    /// The peer's address for the packets to come (the route's MTU taken
+    /// when it changes), and whatever an earlier session's QP still had in
+    /// flight dropped.
+    fn set_peer(&mut self, peer: IpAddr) {
+        if self.peer != Some(peer) {
+            self.max_datagram = rxe_net::route::link_mtu(self.local, peer)
+                .map(|m| m as usize - if peer.is_ipv4() { 28 } else { 48 })
+                .unwrap_or(1500 - 28)
+                .min(rxe_net::udp::MAX_DATAGRAM);
+        }
+        self.peer = Some(peer);
+        let mut got = Vec::new();
+        let _ = self.tr.recv_batch(Some(Duration::ZERO), &mut got);
+        for d in got {
+            // A MAD is the CM's business still (a DREP, a DREQ).
+            if d.data.len() >= 8 && bth_qpn(&d.data) == rxe_core::mad::GSI_QPN {
+                self.cm_received(d.meta.src, &d.data);
+            }
+        }
     }
 
     /// Gathers what the peer sends for up to `window`, stopping `grace`
@@ -452,6 +523,13 @@ impl Link {
                     self.stray += 1;
                     continue;
                 }
+                if self.cm.is_some()
+                    && d.data.len() >= 8
+                    && bth_qpn(&d.data) == rxe_core::mad::GSI_QPN
+                {
+                    self.cm_received(d.meta.src, &d.data);
+                    continue;
+                }
                 if let Some(k) = self.classify(s, &d.data, rec) {
                     any = true;
                     *self.seen_total.entry(k).or_default() += 1;
@@ -472,6 +550,7 @@ impl Link {
                 end = (Instant::now() + grace).min(start + window);
             }
         }
+        self.cm_pump();
         out
     }
 
@@ -552,24 +631,44 @@ impl Link {
                 self.upkeep_request(s, &pkt, rec);
                 Kind::PeerSend
             }
+            Operation::ReadRequest if s.local.is_some() => {
+                self.upkeep_read(s, &pkt, rec);
+                Kind::PeerSend
+            }
             _ => Kind::Other,
         };
         Some(kind)
     }
 
-    /// The minimal responder for the peer's own requests.
+    /// The minimal responder for the peer's own requests: SENDs are
+    /// ACKed (and dropped); WRITEs land in our rdma buffer when there is
+    /// one and they name it (else, against an rping server, a remote
+    /// access NAK), and are ACKed.
     fn upkeep_request(&mut self, s: &mut Session, pkt: &Packet<&[u8]>, rec: &mut Recorder) {
         let bth = pkt.bth();
         let psn = bth.psn();
         let d = psn.diff(s.peer_epsn);
+        let info = pkt.info();
         let answer = if d == 0 {
+            if info.operation == Operation::RdmaWrite {
+                if let Some(m) = s.local.as_mut() {
+                    let reth = pkt.reth().map(|r| (r.va(), r.rkey(), r.dma_len()));
+                    if !m.write(reth, pkt.payload(), info.position.ends()) {
+                        m.refused += 1;
+                        self.respond(s, psn, AethSyndrome::Nak(NakCode::RemoteAccessError), rec);
+                        return;
+                    }
+                }
+            }
             s.peer_epsn = psn.next();
             s.nak_sent = false;
-            if pkt.info().position.ends() {
+            if info.position.ends() {
                 s.peer_msn = (s.peer_msn + 1) & 0xff_ffff;
-                s.peer_messages += 1;
+                if info.operation == Operation::Send {
+                    s.peer_messages += 1;
+                }
             }
-            (bth.ack_req() || pkt.info().position.ends())
+            (bth.ack_req() || info.position.ends())
                 .then_some((psn, AethSyndrome::Ack { credits: 31 }))
         } else if d < 0 {
             Some((s.peer_epsn.sub(1), AethSyndrome::Ack { credits: 31 }))
@@ -580,22 +679,103 @@ impl Link {
             None
         };
         if let Some((psn, syndrome)) = answer {
-            let mut r = PacketRepr::new(bth_repr(Opcode::RC_ACKNOWLEDGE, s.peer_qpn, psn, false));
-            r.aeth = Some(AethRepr {
-                syndrome,
-                msn: s.peer_msn,
-            });
-            let mut b = vec![0u8; r.buffer_len()];
-            if r.emit(&mut b).is_ok() {
-                if let Some(c) = self.icrc(&b) {
-                    let n = b.len();
-                    b[n - 4..].copy_from_slice(&c.to_le_bytes());
-                }
-                rec.sanity_check(&b, "upkeep ACK", Some((psn, s.peer_qpn)));
-                if self.send(b).is_ok() {
-                    self.upkeep += 1;
-                }
+            self.respond(s, psn, syndrome, rec);
+        }
+    }
+
+    /// An ACK or NAK to the peer's requester.
+    fn respond(&mut self, s: &Session, psn: Psn, syndrome: AethSyndrome, rec: &mut Recorder) {
+        let mut r = PacketRepr::new(bth_repr(Opcode::RC_ACKNOWLEDGE, s.peer_qpn, psn, false));
+        r.aeth = Some(AethRepr {
+            syndrome,
+            msn: s.peer_msn,
+        });
+        self.upkeep_send(r, psn, s.peer_qpn, "upkeep ACK", rec);
+    }
+
+    /// Emits an upkeep packet with its ICRC, checks it and sends it.
+    fn upkeep_send(
+        &mut self,
+        r: PacketRepr<'_>,
+        psn: Psn,
+        qpn: u32,
+        what: &str,
+        rec: &mut Recorder,
+    ) {
+        let mut b = vec![0u8; r.buffer_len()];
+        if r.emit(&mut b).is_ok() {
+            if let Some(c) = self.icrc(&b) {
+                let n = b.len();
+                b[n - 4..].copy_from_slice(&c.to_le_bytes());
             }
+            rec.sanity_check(&b, what, Some((psn, qpn)));
+            if self.send(b).is_ok() {
+                self.upkeep += 1;
+            }
+        }
+    }
+
+    /// The minimal responder for the peer's RDMA READs (an rping server
+    /// reads the buffer whose info we sent): READ responses from our
+    /// memory, as many as the path MTU makes them, or a remote access NAK
+    /// for a READ that names none of it. A duplicate is answered again at
+    /// its own PSN, as a responder re-executes a READ.
+    fn upkeep_read(&mut self, s: &mut Session, pkt: &Packet<&[u8]>, rec: &mut Recorder) {
+        let psn = pkt.bth().psn();
+        let d = psn.diff(s.peer_epsn);
+        if d > 0 {
+            if !s.nak_sent {
+                s.nak_sent = true;
+                let e = s.peer_epsn;
+                self.respond(s, e, AethSyndrome::Nak(NakCode::PsnSequenceError), rec);
+            }
+            return;
+        }
+        let Some(reth) = pkt.reth() else { return };
+        let len = reth.dma_len();
+        let data = s
+            .local
+            .as_ref()
+            .and_then(|m| m.read(reth.va(), reth.rkey(), len))
+            .map(<[u8]>::to_vec);
+        let Some(data) = data else {
+            if let Some(m) = s.local.as_mut() {
+                m.refused += 1;
+            }
+            if d == 0 {
+                self.respond(s, psn, AethSyndrome::Nak(NakCode::RemoteAccessError), rec);
+            }
+            return;
+        };
+        let mtu = s.mtu.max(256);
+        let npkts = data.len().div_ceil(mtu).max(1) as u32;
+        if d == 0 {
+            s.peer_epsn = psn.add(npkts);
+            s.peer_msn = (s.peer_msn + 1) & 0xff_ffff;
+            s.nak_sent = false;
+            if let Some(m) = s.local.as_mut() {
+                m.reads += 1;
+            }
+        }
+        for i in 0..npkts {
+            let op = match (npkts, i) {
+                (1, _) => Opcode::RC_RDMA_READ_RESPONSE_ONLY,
+                (_, 0) => Opcode::RC_RDMA_READ_RESPONSE_FIRST,
+                (n, i) if i == n - 1 => Opcode::RC_RDMA_READ_RESPONSE_LAST,
+                _ => Opcode::RC_RDMA_READ_RESPONSE_MIDDLE,
+            };
+            let at = i as usize * mtu;
+            let part = &data[at.min(data.len())..(at + mtu).min(data.len())];
+            let p = psn.add(i);
+            let mut r = PacketRepr::new(bth_repr(op, s.peer_qpn, p, false));
+            if op != Opcode::RC_RDMA_READ_RESPONSE_MIDDLE {
+                r.aeth = Some(AethRepr {
+                    syndrome: AethSyndrome::Ack { credits: 31 },
+                    msn: s.peer_msn,
+                });
+            }
+            r.payload = part;
+            self.upkeep_send(r, p, s.peer_qpn, "upkeep READ response", rec);
         }
     }
 }

@@ -1,0 +1,360 @@
+//! rdma_cm connections made from the fuzzer's own socket: the CM MADs
+//! (REQ, REP, RTU, and DREQ/DREP at the end) as UD SENDs to and from QP 1,
+//! with rxe-core's sans-IO [`CmAgent`] (the same agent, MAD builders and
+//! parsers as rxe-verbs' rdma_cm, see docs/cm.md), pumped here by hand.
+//!
+//! There is no QP on our side: the REQ names a QP number of ours that only
+//! [`super::session`] plays, and a starting PSN for the peer's requester.
+//! The REP tells us the peer's QP number and the PSN its responder expects
+//! from us: with rdma_cm the *peer* chooses our first PSN (the starting
+//! PSNs cross, docs/cm-wire.md), which is why a replay over rdma_cm shifts
+//! the PSNs it resends ([`super::session::Session::psn_shift`]).
+//!
+//! The agent's communication IDs carry our transport's QPN prefix on top,
+//! so that rxe-net routes the peer's answers to this process when several
+//! share the address (`rxe_core::mad::cm_route`).
+
+use super::session::Link;
+use super::{Res, Target};
+use rxe_core::cm::{CmAgent, CmConfig, CmEvent, ConnId, ConnectParams};
+use rxe_core::engine::Transmit;
+use rxe_core::mad::rdma_cm::CMA_HEADER_LEN;
+use rxe_core::mad::{CmaHeader, GsiMad, PortSpace, GSI_QPN};
+use rxe_core::psn::Psn;
+use rxe_core::types::Mtu;
+use rxe_core::wire::{icrc, ROCE_V2_PORT};
+use std::collections::VecDeque;
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+/// Our end of the CM: the agent and the connection in use.
+pub(crate) struct CmLink {
+    agent: CmAgent,
+    /// The next PSN of our GSI QP's sends.
+    gsi_psn: u32,
+    /// The connection the session is on, until it is ended.
+    pub conn: Option<ConnId>,
+    /// The peer ended the current connection (its DREQ came).
+    pub peer_left: bool,
+    /// Events for [`Link::cm_connect`] and [`Link::close_cm`].
+    events: VecDeque<CmEvent>,
+    /// MADs sent and received (for the summary).
+    pub mads_sent: u64,
+    pub mads_received: u64,
+}
+
+/// What the REP gave us.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CmConnected {
+    pub peer: IpAddr,
+    pub peer_qpn: u32,
+    /// The PSN the peer's responder expects first (the REP's starting PSN).
+    pub sq_psn: Psn,
+    pub mtu: usize,
+}
+
+/// The packet lifetime we announce (4.096 µs × 2^14 ≈ 67 ms): our REQ is
+/// resent every 2 × that plus the response timeout below, and our
+/// timewait lasts 2 × that.
+const PACKET_LIFE_TIME: u8 = 14;
+/// How long we wait for the REP before resending the REQ (4.096 µs × 2^15
+/// ≈ 134 ms): a server restarting in a loop has no socket for a moment,
+/// and a REQ sent then is lost.
+const RESPONSE_TIMEOUT: u8 = 15;
+/// How long one REQ may wait for its REP before we give up on it and send
+/// a new one (a new communication ID): a server busy with an earlier
+/// connection may have MRAed our REQ (rdma_cm holds the client for about
+/// 69 s), and the server run that comes next in the user's loop only
+/// hears a new REQ.
+const ATTEMPT: Duration = Duration::from_secs(2);
+
+impl CmLink {
+    pub(crate) fn new(local: IpAddr, prefix: u8, seed: u64) -> CmLink {
+        // A CA GUID made from our address (an EUI-64 shape, as a MAC's).
+        let a = match local {
+            IpAddr::V4(v) => u64::from(u32::from(v)),
+            IpAddr::V6(v) => u128::from(v) as u64,
+        };
+        let mut cfg = CmConfig::new(local, 0x0200_00ff_fe00_0000 ^ a, seed);
+        cfg.comm_id_prefix = Some(prefix);
+        cfg.packet_life_time = PACKET_LIFE_TIME;
+        CmLink {
+            agent: CmAgent::new(cfg),
+            gsi_psn: 0,
+            conn: None,
+            peer_left: false,
+            events: VecDeque::new(),
+            mads_sent: 0,
+            mads_received: 0,
+        }
+    }
+}
+
+/// rdma_cm's flow label for RoCE: the two ports hashed (the kernel's
+/// `cma_get_roce_udp_flow_label`).
+fn flow_label(src_port: u16, dst_port: u16) -> u32 {
+    (u32::from(src_port) * 31 + u32::from(dst_port)) & 0xf_ffff
+}
+
+/// The address `target` names, of the family of `local`.
+pub(crate) fn resolve(target: &Target, local: IpAddr) -> Res<IpAddr> {
+    use std::net::ToSocketAddrs;
+    let addrs: Vec<IpAddr> = (target.host.as_str(), target.port)
+        .to_socket_addrs()
+        .map_err(|e| format!("{e} for {target}"))?
+        .map(|a| a.ip().to_canonical())
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4() == local.is_ipv4())
+        .copied()
+        .ok_or_else(|| {
+            format!(
+                "{target} has no {} address (-d {local} is one)",
+                if local.is_ipv4() { "IPv4" } else { "IPv6" }
+            )
+        })
+}
+
+impl Link {
+    /// Feeds a datagram to our QP 1 (a MAD from `from`) to the agent.
+    pub(crate) fn cm_received(&mut self, from: IpAddr, data: &[u8]) {
+        let now = Instant::now();
+        if let Some(c) = self.cm.as_mut() {
+            c.mads_received += 1;
+            c.agent.handle_gsi_packet(now, from, data);
+        }
+        self.cm_pump();
+    }
+
+    /// Runs the agent's timers, sends what it has to send, answers a DREQ
+    /// of the peer's with the DREP (what rdma_cm does when the program
+    /// calls `rdma_disconnect` on its DISCONNECTED event), and keeps the
+    /// other events for whoever waits on them.
+    pub(crate) fn cm_pump(&mut self) {
+        let now = Instant::now();
+        let Some(c) = self.cm.as_mut() else { return };
+        if c.agent.poll_timeout().is_some_and(|t| t <= now) {
+            c.agent.handle_timeout(now);
+        }
+        while let Some(e) = c.agent.poll_event() {
+            if let CmEvent::Disconnected { conn, .. } = &e {
+                if c.conn == Some(*conn) {
+                    c.peer_left = true;
+                }
+                // A DREQ came: the DREP. (After our own DREQ: nothing.)
+                let _ = c.agent.disconnect(now, *conn, &[]);
+            }
+            c.events.push_back(e);
+        }
+        let mut out = Vec::new();
+        while let Some(t) = c.agent.poll_transmit() {
+            let g = GsiMad::new(&t.mad, Psn::new(c.gsi_psn));
+            c.gsi_psn = (c.gsi_psn + 1) & 0xff_ffff;
+            let repr = g.to_packet(GSI_QPN);
+            let mut b = vec![0u8; repr.buffer_len()];
+            let Ok(n) = repr.emit(&mut b) else { continue };
+            b.truncate(n);
+            let at = n - icrc::ICRC_LEN;
+            if let Ok(crc) = icrc::compute_udp(self.local, t.dst, ROCE_V2_PORT, &b[..at]) {
+                b[at..].copy_from_slice(&crc.to_le_bytes());
+            }
+            out.push((t.dst, b));
+        }
+        // Only the events of the last few connections matter.
+        while c.events.len() > 64 {
+            c.events.pop_front();
+        }
+        for (dst, b) in out {
+            if self.send_to(dst, b).is_ok() {
+                if let Some(c) = self.cm.as_mut() {
+                    c.mads_sent += 1;
+                }
+            }
+        }
+    }
+
+    /// One datagram to `dst`'s port 4791 (a MAD).
+    fn send_to(&mut self, dst: IpAddr, payload: Vec<u8>) -> Res<()> {
+        let t = Transmit {
+            src: self.local,
+            dst,
+            src_port: ROCE_V2_PORT,
+            traffic_class: 0,
+            hop_limit: 64,
+            payload,
+        };
+        self.send_transmit(t)
+    }
+
+    /// Connects to the rdma_cm listener at `target` (TCP port space) as
+    /// `rdma_connect` does: a REQ for our QP `our_qpn`, whose starting PSN
+    /// `peer_psn` is the first the peer will send; on the REP, the RTU.
+    /// A refusal (nobody listens yet: REJ 8) or silence is tried again
+    /// until `deadline`.
+    pub(crate) fn cm_connect(
+        &mut self,
+        target: &Target,
+        our_qpn: u32,
+        peer_psn: Psn,
+        mtu: usize,
+        deadline: Instant,
+    ) -> Res<CmConnected> {
+        let remote = resolve(target, self.local)?;
+        if remote.is_multicast() || remote.is_unspecified() {
+            return Err(format!("{remote} is not a unicast address"));
+        }
+        if self.cm.is_none() {
+            let seed = u64::from(our_qpn) << 24 ^ u64::from(peer_psn.value());
+            self.cm = Some(CmLink::new(self.local, self.qpn_prefix(), seed));
+        }
+        let path_mtu = Mtu::from_bytes(mtu).unwrap_or(Mtu::Mtu1024);
+        // The REQ's source port, in rdma_cm's header and the flow label.
+        let sport = 32768 | (our_qpn as u16 & 0x7fff);
+        let mut pd = vec![0u8; CMA_HEADER_LEN];
+        CmaHeader {
+            src_port: sport,
+            src: self.local,
+            dst: remote,
+        }
+        .emit(&mut pd)
+        .map_err(|e| e.to_string())?;
+        let mut p = ConnectParams::new(
+            PortSpace::TCP.service_id(target.port),
+            remote,
+            our_qpn & 0xff_ffff,
+            peer_psn.value(),
+        );
+        p.path_mtu = path_mtu;
+        p.remote_cm_response_timeout = RESPONSE_TIMEOUT;
+        p.flow_label = flow_label(sport, target.port);
+        p.private_data = pd;
+        let mut why = String::from("no REP to the REQ");
+        loop {
+            let now = Instant::now();
+            let conn = {
+                let c = self.cm.as_mut().expect("made above");
+                c.events.clear();
+                c.conn = None;
+                c.peer_left = false;
+                c.agent.connect(now, &p).map_err(|e| e.to_string())?
+            };
+            self.cm_pump();
+            let attempt_end = now + ATTEMPT;
+            let mut retry = false;
+            while !retry {
+                let now = Instant::now();
+                if now >= attempt_end && now < deadline {
+                    if let Some(c) = self.cm.as_mut() {
+                        let _ = c.agent.destroy(now, conn);
+                    }
+                    why = "no REP to the REQ".into();
+                    break;
+                }
+                if now >= deadline {
+                    if let Some(c) = self.cm.as_mut() {
+                        let _ = c.agent.destroy(now, conn);
+                    }
+                    self.cm_pump();
+                    return Err(format!("no rdma_cm connection to {target}: {why}"));
+                }
+                let wait = (deadline - now).min(Duration::from_millis(10));
+                self.recv_mads(remote, wait);
+                let Some(c) = self.cm.as_mut() else {
+                    return Err("no agent".into());
+                };
+                while let Some(e) = c.events.pop_front() {
+                    match e {
+                        CmEvent::ConnectResponse { conn: k, qp, .. } if k == conn => {
+                            c.agent
+                                .ready_to_use(Instant::now(), conn, &[])
+                                .map_err(|e| e.to_string())?;
+                            c.conn = Some(conn);
+                            c.peer_left = false;
+                            self.cm_pump();
+                            return Ok(CmConnected {
+                                peer: qp.remote_addr,
+                                peer_qpn: qp.remote_qpn & 0xff_ffff,
+                                sq_psn: Psn::new(qp.sq_psn),
+                                mtu: qp.path_mtu.bytes(),
+                            });
+                        }
+                        CmEvent::Rejected {
+                            conn: k, reason, ..
+                        } if k == conn => {
+                            why = format!("REJ, reason {reason}");
+                            retry = true;
+                        }
+                        CmEvent::Unreachable { conn: k, .. } if k == conn => {
+                            why = "the REQ went unanswered after every retry".into();
+                            retry = true;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            std::thread::sleep(
+                deadline
+                    .saturating_duration_since(Instant::now())
+                    .min(Duration::from_millis(20)),
+            );
+        }
+    }
+
+    /// Receives for up to `wait`, giving the MADs from `from` to the agent
+    /// (anything else is an earlier connection's: dropped).
+    fn recv_mads(&mut self, from: IpAddr, wait: Duration) {
+        let mut got = Vec::new();
+        let _ = self.recv_into(Some(wait), &mut got);
+        for d in got {
+            if d.meta.src == from
+                && d.data.len() >= 8
+                && super::session::bth_qpn(&d.data) == GSI_QPN
+            {
+                self.cm_received(from, &d.data);
+            } else {
+                self.stray += 1;
+            }
+        }
+        self.cm_pump();
+    }
+
+    /// Ends the current rdma_cm connection as `rdma_disconnect` does: a
+    /// DREQ, and up to `wait` for the DREP (a peer that is gone or slow is
+    /// no error: the agent resends the DREQ while we pump it and gives up
+    /// after its retries). Nothing when the peer ended it first.
+    pub(crate) fn close_cm(&mut self, wait: Duration) {
+        let Some(c) = self.cm.as_mut() else { return };
+        let Some(conn) = c.conn.take() else { return };
+        let now = Instant::now();
+        if c.peer_left {
+            return;
+        }
+        let _ = c.agent.disconnect(now, conn, &[]);
+        self.cm_pump();
+        let Some(peer) = self.peer else { return };
+        let end = now + wait;
+        loop {
+            let gone = self.cm.as_mut().is_some_and(|c| {
+                let mut gone = false;
+                c.events.retain(|e| {
+                    if matches!(e, CmEvent::Disconnected { conn: k, .. } if *k == conn) {
+                        gone = true;
+                    }
+                    true
+                });
+                gone
+            });
+            let now = Instant::now();
+            if gone || now >= end {
+                return;
+            }
+            self.recv_mads(peer, (end - now).min(Duration::from_millis(10)));
+        }
+    }
+
+    /// MADs sent and received on our QP 1 so far.
+    pub(crate) fn cm_counts(&self) -> Option<(u64, u64)> {
+        self.cm.as_ref().map(|c| (c.mads_sent, c.mads_received))
+    }
+}
