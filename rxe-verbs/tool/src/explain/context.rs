@@ -845,12 +845,12 @@ fn ud(
         CmMessage::Req(r) => {
             reqs.entry(r.local_comm_id).or_insert(p.frame);
             format!(
-                "CM REQ: {} asks {} to connect to service ID {:#x}; its QP {:#x} ({}) will start at PSN {:#x}; local comm ID {:#x}",
+                "CM REQ: {} asks {} to connect to service ID {:#x}; its QP {:#x} ({}) expects PSN {:#x} first, which the passive side will send from; local comm ID {:#x}",
                 p.src, p.dst, r.service_id, r.local_qpn, r.transport_service_type, r.starting_psn, r.local_comm_id
             )
         }
         CmMessage::Rep(r) => format!(
-            "CM REP: accepts the REQ{} (comm IDs {:#x}/{:#x}); the passive side's QP {:#x} will start at PSN {:#x}",
+            "CM REP: accepts the REQ{} (comm IDs {:#x}/{:#x}); the passive side's QP {:#x} expects PSN {:#x} first, which the active side will send from",
             reqs.get(&r.remote_comm_id).map_or(String::new(), |f| format!(" of frame {f}")),
             r.remote_comm_id, r.local_comm_id, r.local_qpn, r.starting_psn
         ),
