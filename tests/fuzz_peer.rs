@@ -23,7 +23,8 @@
 //! finding replays against a fresh broken server and not a healthy one. On
 //! one that answers READs starting unaligned with a byte wrong
 //! (`corrupt-unaligned-read`) the data oracle fires, and the canary stays
-//! quiet.
+//! quiet. On one that honours a neighbour of the key it granted (the
+//! variant bits wrong: `accept-neighbour-rkey`) the rkey oracle fires.
 //!
 //! Address plan: 127.0.5.10/11 (port 19700) for the campaign and its
 //! replay, 127.0.5.20/21 (port 19701) for the seeds; broken peers at
@@ -31,7 +32,8 @@
 //! .61, healthy peers at .42 (19711), .52 (19713), .62 (19715); perftest
 //! servers at 127.0.5.70 (healthy, 19720), .72 (broken, 19721), .74
 //! (healthy, 19722), their fuzzers at .71 and .73; 127.0.15.1 (broken,
-//! 19740), its fuzzer at .2, .3 (healthy, 19741). The `rxe` binary is
+//! 19740), its fuzzer at .2, .3 (healthy, 19741); 127.0.15.5 (broken,
+//! 19742), its fuzzer at .6, .7 (healthy, 19743). The `rxe` binary is
 //! found as in `perf_cli.rs` (`RXE_BIN` overrides).
 
 use std::io::Read;
@@ -269,7 +271,7 @@ fn campaign_against_rxe_pingpong_and_replay() {
         "rxe fuzz found something or failed:\n{}",
         r.out
     );
-    for o in ["liveness", "sanity", "peer-wire"] {
+    for o in ["liveness", "rkey", "sanity", "peer-wire"] {
         assert!(
             r.out.contains(&format!("oracle {o}: ok")),
             "oracle {o}:\n{}",
@@ -293,6 +295,10 @@ fn campaign_against_rxe_pingpong_and_replay() {
     }
     let sent: usize = field(&r.out, "sent ").unwrap().parse().unwrap();
     assert!(sent >= 2000, "{}", r.out);
+    // The server grants no key: READs, WRITEs and atomics with any key
+    // were judged by the rkey oracle, and refused.
+    let judged: u64 = field(&r.out, "rkey: ").unwrap().parse().unwrap();
+    assert!(judged >= 5, "{judged} judged:\n{}", r.out);
     let connections = *server.runs.lock().unwrap();
     assert!(connections > 10, "the server ran {connections} times");
 
@@ -636,7 +642,7 @@ fn canary_and_data_stay_ok_against_a_healthy_perftest_server() {
     let dir = temp_dir("perftest-healthy");
     let r = perftest_campaign("127.0.5.70:19720", "127.0.5.71", &dir, "3");
     assert_eq!(r.code, Some(0), "a finding on a healthy server:\n{}", r.out);
-    for o in ["liveness", "canary", "data", "sanity", "peer-wire"] {
+    for o in ["liveness", "canary", "data", "rkey", "sanity", "peer-wire"] {
         assert!(
             r.out.contains(&format!("oracle {o}: ok")),
             "oracle {o}:\n{}",
@@ -659,6 +665,9 @@ fn canary_and_data_stay_ok_against_a_healthy_perftest_server() {
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
     assert!(region_steps >= 5, "{region_steps} region steps:\n{}", r.out);
+    // And requests with keys it did not grant, judged by the rkey oracle.
+    let judged: u64 = field(&r.out, "rkey: ").unwrap().parse().unwrap();
+    assert!(judged >= 3, "{judged} judged:\n{}", r.out);
     let runs = *server.runs.lock().unwrap();
     assert!(runs > 3, "the server ran {runs} times");
     let srv = server.stderr();
@@ -688,7 +697,7 @@ fn canary_fires_on_a_peer_that_writes_without_permission_and_replays() {
         "{}",
         r.out
     );
-    for o in ["liveness", "data", "sanity", "peer-wire"] {
+    for o in ["liveness", "data", "rkey", "sanity", "peer-wire"] {
         assert!(
             r.out.contains(&format!("oracle {o}: ok")),
             "{o}:\n{}",
@@ -778,7 +787,7 @@ fn data_fires_on_a_peer_that_returns_wrong_bytes_and_replays() {
         local,
         &dir,
         "data",
-        &["liveness", "canary", "sanity", "peer-wire"],
+        &["liveness", "canary", "rkey", "sanity", "peer-wire"],
     );
     assert!(
         r.out
@@ -799,5 +808,51 @@ fn data_fires_on_a_peer_that_returns_wrong_bytes_and_replays() {
     let _broken = ServerLoop::perftest("127.0.15.1", 19740, Some(fault));
     assert!(replay_fires(&f, server, local, "data"));
     assert!(!replay_fires(&f, "127.0.15.3:19741", local, "data"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn rkey_fires_on_a_peer_that_honours_a_neighbouring_key_and_replays() {
+    // The responder takes a key whose variant (low 8 bits) is wrong as its
+    // slot's own: the granted key with a bit of its variant flipped reads
+    // the buffer.
+    let fault = "accept-neighbour-rkey";
+    let (server, local) = ("127.0.15.5:19742", "127.0.15.6");
+    let dir = temp_dir("perftest-rkey");
+    let broken = ServerLoop::perftest("127.0.15.5", 19742, Some(fault));
+    let _healthy = ServerLoop::perftest("127.0.15.7", 19743, None);
+    let (r, f, meta) = perftest_finds(
+        server,
+        local,
+        &dir,
+        "rkey",
+        &["liveness", "canary", "data", "sanity", "peer-wire"],
+    );
+    assert!(
+        r.out.contains("the peer executed an RDMA READ"),
+        "{}",
+        r.out
+    );
+    // What was executed is the last packet: an rkey step with a neighbour
+    // of the granted key (XOR within the variant), aimed into the buffer.
+    let last = meta
+        .lines()
+        .rfind(|l| l.starts_with("packet "))
+        .unwrap_or_else(|| panic!("{meta}"));
+    assert_eq!(last.split_whitespace().nth(3), Some("rkey"), "{meta}");
+    let key = last
+        .rsplit_once("/x")
+        .and_then(|(_, x)| u32::from_str_radix(x, 16).ok())
+        .unwrap_or_else(|| panic!("{meta}"));
+    assert!(key != 0 && key <= 0xff, "{meta}");
+    assert!(
+        broken.stderr().contains("broken on purpose"),
+        "{}",
+        broken.stderr()
+    );
+    drop(broken);
+    let _broken = ServerLoop::perftest("127.0.15.5", 19742, Some(fault));
+    assert!(replay_fires(&f, server, local, "rkey"));
+    assert!(!replay_fires(&f, "127.0.15.7:19743", local, "rkey"));
     let _ = std::fs::remove_dir_all(&dir);
 }

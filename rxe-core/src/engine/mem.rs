@@ -806,6 +806,15 @@ impl MemTable {
         }
     }
 
+    /// The key of the region or window in the slot `key` names, whatever
+    /// its variant: for the `accept-neighbour-rkey` test fault only
+    /// ([`super::TestFault`]), which honours a key with the wrong variant
+    /// as the slot's own (and so checks it against that entry's own PD,
+    /// rights and range: no byte outside a registered region is reachable).
+    pub(crate) fn key_in_slot(&self, key: u32) -> Option<u32> {
+        self.entries.get(&key_index(key)).map(Entry::key)
+    }
+
     fn lookup(&self, key: u32) -> Result<&Entry, KeyError> {
         let entry = self
             .entries

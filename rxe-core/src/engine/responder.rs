@@ -428,9 +428,11 @@ impl Qp {
                     if dma_len > u64::from(ctx.config.caps.max_msg_size) {
                         return Err(Refusal::Nak(NakCode::InvalidRequest, None));
                     }
+                    // (`remote_key`: for testing fuzzers only.)
+                    let rkey = TestFault::remote_key(ctx.config.test_fault, ctx.mem, reth.rkey());
                     let slice = ctx
                         .mem
-                        .remote(self.pd, self.qpn, reth.rkey(), reth.va(), dma_len, need)
+                        .remote(self.pd, self.qpn, rkey, reth.va(), dma_len, need)
                         .map_err(refuse_key)?;
                     self.resp.cur = Some(InMsg::Write {
                         slice,
@@ -505,16 +507,10 @@ impl Qp {
                 if len > u64::from(ctx.config.caps.max_msg_size) {
                     return Err(Refusal::Nak(NakCode::InvalidRequest, None));
                 }
+                let rkey = TestFault::remote_key(ctx.config.test_fault, ctx.mem, reth.rkey());
                 let slice = ctx
                     .mem
-                    .remote(
-                        self.pd,
-                        self.qpn,
-                        reth.rkey(),
-                        reth.va(),
-                        len,
-                        Access::REMOTE_READ,
-                    )
+                    .remote(self.pd, self.qpn, rkey, reth.va(), len, Access::REMOTE_READ)
                     .map_err(refuse_key)?;
                 let npkts = len.div_ceil(mtu).max(1) as u32;
                 self.resp.msn = self.resp.msn.wrapping_add(1);
@@ -545,16 +541,10 @@ impl Qp {
                 if !a.va().is_multiple_of(8) {
                     return Err(Refusal::Nak(NakCode::InvalidRequest, None));
                 }
+                let rkey = TestFault::remote_key(ctx.config.test_fault, ctx.mem, a.rkey());
                 let slice = ctx
                     .mem
-                    .remote(
-                        self.pd,
-                        self.qpn,
-                        a.rkey(),
-                        a.va(),
-                        8,
-                        Access::REMOTE_ATOMIC,
-                    )
+                    .remote(self.pd, self.qpn, rkey, a.va(), 8, Access::REMOTE_ATOMIC)
                     .map_err(refuse_key)?;
                 let op = if info.operation == Operation::CompareSwap {
                     AtomicOp::CompareSwap {

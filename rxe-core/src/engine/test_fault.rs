@@ -42,8 +42,20 @@
 //!   is) comes back right, so a fuzzer's canary oracle stays quiet, and
 //!   its data oracle (a READ of a random part must return the bytes the
 //!   whole-buffer READ returned) fires.
+//! * `accept-neighbour-rkey`: the responder takes an R_Key (of a READ,
+//!   WRITE or atomic) whose slot holds a live region or window but whose
+//!   low 8 bits (the variant, which tells successive users of a slot
+//!   apart) are wrong as if it were that entry's own key: the key a
+//!   requester was granted, with a bit of its variant flipped, reaches the
+//!   region. Everything else is checked against the entry it reaches (its
+//!   protection domain, rights and range): no byte outside a registered
+//!   region is ever read or written, and a key of a region that is gone
+//!   names nothing. A fuzzer's rkey oracle (no request with a key the peer
+//!   did not grant is executed) fires.
 //!
 //! [`EngineConfig::test_fault`]: super::EngineConfig::test_fault
+
+use super::MemTable;
 
 /// The environment variable [`TestFault::from_env`] reads.
 pub const ENV: &str = "RXE_TEST_FAULT";
@@ -62,15 +74,19 @@ pub enum TestFault {
     IgnoreWriteAccess,
     /// READs that start unaligned are answered with wrong bytes.
     CorruptUnalignedRead,
+    /// An R_Key with the wrong variant reaches its slot's region.
+    AcceptNeighbourRkey,
 }
 
 impl TestFault {
     /// Parses `wedge-after-opcode=0x0c`, `garble-after-opcode=12`,
-    /// `ignore-write-access` or `corrupt-unaligned-read`.
+    /// `ignore-write-access`, `corrupt-unaligned-read` or
+    /// `accept-neighbour-rkey`.
     pub fn parse(s: &str) -> Result<TestFault, String> {
         match s.trim() {
             "ignore-write-access" => return Ok(TestFault::IgnoreWriteAccess),
             "corrupt-unaligned-read" => return Ok(TestFault::CorruptUnalignedRead),
+            "accept-neighbour-rkey" => return Ok(TestFault::AcceptNeighbourRkey),
             _ => {}
         }
         let (name, val) = s
@@ -88,7 +104,7 @@ impl TestFault {
             "garble-after-opcode" => Ok(TestFault::GarbleAfterOpcode(op)),
             n => Err(format!(
                 "{n:?}: the faults are wedge-after-opcode, garble-after-opcode, \
-                 ignore-write-access and corrupt-unaligned-read"
+                 ignore-write-access, corrupt-unaligned-read and accept-neighbour-rkey"
             )),
         }
     }
@@ -119,7 +135,9 @@ impl TestFault {
     pub fn opcode(self) -> Option<u8> {
         match self {
             TestFault::WedgeAfterOpcode(o) | TestFault::GarbleAfterOpcode(o) => Some(o),
-            TestFault::IgnoreWriteAccess | TestFault::CorruptUnalignedRead => None,
+            TestFault::IgnoreWriteAccess
+            | TestFault::CorruptUnalignedRead
+            | TestFault::AcceptNeighbourRkey => None,
         }
     }
 
@@ -139,6 +157,16 @@ impl TestFault {
     pub(crate) fn corrupt(payload: &mut [u8]) {
         if let Some(b) = payload.first_mut() {
             *b = !*b;
+        }
+    }
+
+    /// The R_Key a request's `rkey` is checked as: itself, or under
+    /// `accept-neighbour-rkey` the key of the live entry in its slot.
+    pub(crate) fn remote_key(f: Option<TestFault>, mem: &MemTable, rkey: u32) -> u32 {
+        if f == Some(TestFault::AcceptNeighbourRkey) {
+            mem.key_in_slot(rkey).unwrap_or(rkey)
+        } else {
+            rkey
         }
     }
 
@@ -187,6 +215,11 @@ mod tests {
         TestFault::corrupt(&mut b);
         assert_eq!(b, [0xf0, 1]);
         TestFault::corrupt(&mut []);
+        assert_eq!(
+            TestFault::parse(" accept-neighbour-rkey"),
+            Ok(TestFault::AcceptNeighbourRkey)
+        );
+        assert_eq!(TestFault::AcceptNeighbourRkey.opcode(), None);
         assert_eq!(TestFault::IgnoreWriteAccess.opcode(), None);
         assert!(!TestFault::IgnoreWriteAccess.wedges());
     }
@@ -218,5 +251,51 @@ mod tests {
         b.truncate(GARBLE_LEN);
         assert!(Packet::new_checked(&b[..]).is_err());
         assert_eq!(u32::from_be_bytes([0, b[5], b[6], b[7]]), 0x12_3456);
+    }
+}
+
+#[cfg(test)]
+mod neighbour_key_tests {
+    use super::*;
+    use crate::engine::mem::{PdId, VecMemory};
+    use crate::types::Access;
+    use std::sync::Arc;
+
+    /// Under `accept-neighbour-rkey` a key with its variant bits wrong
+    /// reaches the region, with the region's own checks; another slot's
+    /// key, and a key of a region that is gone, reach nothing.
+    #[test]
+    fn a_neighbour_key_reaches_its_slot_and_nothing_else() {
+        let f = Some(TestFault::AcceptNeighbourRkey);
+        let mut t = MemTable::new(9);
+        let pd = PdId(1);
+        let mem = Arc::new(VecMemory::from_vec((0..64).collect()));
+        let keys = t
+            .reg_mr(pd, mem, 0x1000, Access::LOCAL_WRITE | Access::REMOTE_READ)
+            .unwrap();
+        let k = keys.rkey;
+        for x in [1, 0x80, 0xff] {
+            let n = k ^ x;
+            assert!(t.remote(pd, 1, n, 0x1000, 8, Access::REMOTE_READ).is_err());
+            assert_eq!(TestFault::remote_key(None, &t, n), n);
+            let got = TestFault::remote_key(f, &t, n);
+            assert_eq!(got, k);
+            // Still the region's own range, rights and PD.
+            assert!(t.remote(pd, 1, got, 0x1000, 8, Access::REMOTE_READ).is_ok());
+            assert!(t
+                .remote(pd, 1, got, 0x1039, 8, Access::REMOTE_READ)
+                .is_err());
+            assert!(t
+                .remote(pd, 1, got, 0x1000, 8, Access::REMOTE_WRITE)
+                .is_err());
+            assert!(t
+                .remote(PdId(2), 1, got, 0x1000, 8, Access::REMOTE_READ)
+                .is_err());
+        }
+        // Another slot: as it was.
+        assert_eq!(TestFault::remote_key(f, &t, k ^ 0x100), k ^ 0x100);
+        // Gone: names nothing.
+        t.dereg_mr(k).unwrap();
+        assert_eq!(TestFault::remote_key(f, &t, k ^ 1), k ^ 1);
     }
 }

@@ -68,6 +68,8 @@ pub(crate) struct Driver {
     pub stale_rkey: Option<u32>,
     /// The canary or data oracle's finding.
     pub region_finding: Option<RegionFinding>,
+    /// The rkey oracle's bookkeeping and finding.
+    pub keys: super::rkey::KeyWatch,
 }
 
 /// Packets to send for a probe: a valid SEND ONLY of a fixed pattern.
@@ -129,6 +131,7 @@ impl Driver {
             clean: false,
             stale_rkey: None,
             region_finding: None,
+            keys: Default::default(),
         })
     }
 
@@ -247,6 +250,8 @@ impl Driver {
                 bytes: b,
                 time: record::now(),
             });
+            let idx = self.rec.sent.len() - 1;
+            self.keys.sent(s, n - 1, idx, &self.rec.sent[idx]);
         }
         if !canary::is_read_arm(arm) {
             self.clean = false;
@@ -269,6 +274,7 @@ impl Driver {
             *self.hist.entry(k.name()).or_default() += 1;
         }
         self.steps += 1;
+        self.judge_keys(s, &a);
         a
     }
 
@@ -579,12 +585,16 @@ struct Bandit {
 
 impl Bandit {
     /// Every arm starts with energy 1, but the `region` arm, what a peer
-    /// with a region is fuzzed for, with 4.
+    /// with a region is fuzzed for, with 4, and the `rkey` arm with 2.
     fn new(arms: &[Arm]) -> Bandit {
         Bandit {
             energy: arms
                 .iter()
-                .map(|&a| if a == Arm::Region { 4.0 } else { 1.0 })
+                .map(|&a| match a {
+                    Arm::Region => 4.0,
+                    Arm::Rkey => 2.0,
+                    _ => 1.0,
+                })
                 .collect(),
             seen: HashSet::new(),
         }
@@ -704,7 +714,7 @@ pub(crate) fn run(
             Some(s) => s,
             None => break,
         };
-        if d.region_finding.is_some() {
+        if d.region_finding.is_some() || d.keys.finding.is_some() {
             break;
         }
         if need_check || need_region || since_check >= cfg.check_every || silent_run >= 4 {
@@ -825,6 +835,7 @@ pub(crate) fn run(
         }
     }
     found.extend(d.region_oracles(&tag));
+    found.extend(d.key_oracle(&tag));
     found.extend(d.other_oracles(&tag));
     // The socket is the minimiser's now.
     drop(d);

@@ -128,6 +128,9 @@ impl Driver {
     /// stale key for the `region` arm).
     pub(crate) fn new_canary(&mut self, s: &Session) {
         self.clean = true;
+        // The rkey oracle's view starts again too: the peer expects the
+        // connection's initial PSN.
+        self.keys.connection(s, self.rec.sent.len());
         let Some(region) = s.region else {
             self.canary = None;
             return;

@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 /// The oracles whose findings are replayable, hence minimisable.
-const ORACLES: [&str; 4] = ["liveness", "peer-wire", "canary", "data"];
+const ORACLES: [&str; 5] = ["liveness", "peer-wire", "canary", "data", "rkey"];
 
 /// Minimises the replayable findings of a campaign, within the budget
 /// (shared between them). Prints what it did; a failure is reported, not

@@ -29,7 +29,9 @@
 //! (the buffer it registered for remote READ only reads back unchanged)
 //! and `data` (legitimate READs complete and return the buffer's bytes),
 //! see [`canary`]; against an rping server `data` (what it READs from us
-//! it WRITEs back unchanged, [`rping`]). A finding is written as a pcap of the
+//! it WRITEs back unchanged, [`rping`]); and `rkey` (no request with a
+//! key the peer did not grant is executed), see [`rkey`]. A finding is
+//! written as a pcap of the
 //! packets since the last good liveness check plus a `.meta` sidecar, and
 //! `rxe fuzz --replay FILE.pcap` resends them on a new connection
 //! ([`replay`]). A replayable finding is then minimised ([`minimise`]:
@@ -46,6 +48,7 @@ mod minimise;
 mod mutate;
 mod record;
 mod replay;
+mod rkey;
 mod rping;
 mod session;
 

@@ -13,7 +13,10 @@
 //! The `region` arm only runs against such a peer: WRITEs (one packet or
 //! several), atomics, ATOMIC WRITE, FLUSH, READs past the end and SENDs
 //! with invalidate, aimed at the region with its right R_Key, neighbouring
-//! and stale keys, and at its edges.
+//! and stale keys, and at its edges. The `rkey` arm sends requests the
+//! peer would execute but for their key: READs, WRITEs and atomics inside
+//! the region with a key it did not grant (a neighbour of the granted key,
+//! a stale key, an edge key), for the rkey oracle.
 
 use super::record::{IcrcChoice, PsnBase, QpnChoice, RegionRef};
 use super::session::{bth_repr, Region};
@@ -82,6 +85,7 @@ pub(crate) enum Arm {
     Reorder,
     Burst,
     Region,
+    Rkey,
 }
 
 /// The arms against a peer with no region known (a pingpong server).
@@ -110,9 +114,10 @@ pub(crate) const ARMS: [Arm; 21] = [
 ];
 
 /// The arms against a peer whose region the exchange named (perftest):
-/// [`ARMS`], then [`Arm::Region`].
-pub(crate) const REGION_ARMS: [Arm; ARMS.len() + 1] = {
-    let mut arms = [Arm::Region; ARMS.len() + 1];
+/// [`ARMS`], then [`Arm::Region`] and [`Arm::Rkey`].
+pub(crate) const REGION_ARMS: [Arm; ARMS.len() + 2] = {
+    let mut arms = [Arm::Region; ARMS.len() + 2];
+    arms[ARMS.len() + 1] = Arm::Rkey;
     let mut i = 0;
     while i < ARMS.len() {
         arms[i] = ARMS[i];
@@ -146,6 +151,7 @@ impl Arm {
             Arm::Reorder => "reorder",
             Arm::Burst => "burst",
             Arm::Region => "region",
+            Arm::Rkey => "rkey",
         }
     }
 }
@@ -802,6 +808,10 @@ pub(crate) fn generate(arm: Arm, rng: &mut StdRng, c: &Ctx) -> Vec<Gen> {
             // Not drawn without a region; the RETH arm is the nearest.
             None => generate(Arm::Reth, rng, c),
         },
+        Arm::Rkey => match c.region {
+            Some(reg) => wrong_key(rng, c, reg),
+            None => generate(Arm::Reth, rng, c),
+        },
         Arm::Burst => {
             let n = rng.gen_range(8..=32);
             (0..n)
@@ -1102,6 +1112,87 @@ fn region(rng: &mut StdRng, c: &Ctx, reg: Region) -> Vec<Gen> {
     }
 }
 
+/// The `rkey` arm: a request the peer would execute but for its key (a
+/// READ of all or part of the region, a WRITE or an atomic inside it, each
+/// well formed), with a key it did not grant: a neighbour of the granted
+/// key (its variant, the low 8 bits, or its index changed), a stale key
+/// (an earlier connection's region) or an edge key.
+fn wrong_key(rng: &mut StdRng, c: &Ctx, reg: Region) -> Vec<Gen> {
+    use Opcode as O;
+    let psn = c.sq_psn;
+    let len = reg.len;
+    let mut key: Option<u32> = Some(pick!(rng, &[1, 2, 0x80, 0xff, 0x100, 0x200, 0x1_0000]));
+    let mut rkey = reg.rkey ^ key.unwrap_or(0);
+    match rng.gen_range(0..10) {
+        0 | 1 => {
+            if let Some(st) = c.stale_rkey.filter(|&k| k != reg.rkey) {
+                (key, rkey) = (None, st);
+            }
+        }
+        2 | 3 => {
+            let e = edge_rkey(rng);
+            if e != reg.rkey {
+                (key, rkey) = (None, e);
+            }
+        }
+        _ => {}
+    }
+    let (off, n) = match rng.gen_range(0..4) {
+        0 => (0, len),
+        1 => (0, len.min(pick!(rng, &[1, 8, c.mtu as u32]))),
+        _ => {
+            let n = rng.gen_range(1..=len.min(2 * c.mtu as u32));
+            (rng.gen_range(0..=len - n) & !7, n)
+        }
+    };
+    let va = reg.va.wrapping_add(u64::from(off));
+    let mut g = match rng.gen_range(0..5) {
+        0..=2 => {
+            let mut r = repr(O::RC_RDMA_READ_REQUEST, psn, true);
+            r.reth = Some(RethRepr {
+                va,
+                rkey,
+                dma_len: n,
+            });
+            ok(emit(&r))
+        }
+        3 => {
+            let n = n.min(c.mtu as u32) as usize;
+            let data = payload(rng, n);
+            let mut r = repr(O::RC_RDMA_WRITE_ONLY, psn, true);
+            r.reth = Some(RethRepr {
+                va,
+                rkey,
+                dma_len: n as u32,
+            });
+            r.payload = &data;
+            ok(emit(&r))
+        }
+        _ => {
+            let op = pick!(rng, &[O::RC_COMPARE_SWAP, O::RC_FETCH_ADD]);
+            let mut r = repr(op, psn, true);
+            r.atomic_eth = Some(AtomicEthRepr {
+                va: reg
+                    .va
+                    .wrapping_add(u64::from(off.min(len.saturating_sub(8)) & !7)),
+                rkey,
+                swap_add: 1,
+                compare: rng.gen(),
+            });
+            ok(emit(&r))
+        }
+    };
+    let va_off = match region_fields(&g.bytes) {
+        Some((Some(at), _)) => {
+            let v = u64::from_be_bytes(g.bytes[at..at + 8].try_into().unwrap_or_default());
+            Some(v.wrapping_sub(reg.va) as i64)
+        }
+        _ => None,
+    };
+    g.region = Some(RegionRef { va: va_off, key });
+    vec![g]
+}
+
 /// Where the region's fields are in a packet: the offset of the VA (a RETH
 /// or AtomicETH; `None` for an IETH, which has none) and of the R_Key.
 pub(crate) fn region_fields(b: &[u8]) -> Option<(Option<usize>, usize)> {
@@ -1294,6 +1385,40 @@ mod tests {
             "{right_key} of {total} with the right key"
         );
         assert!(inside * 3 > total, "{inside} of {total} inside the region");
+    }
+
+    /// The rkey arm: well-formed requests inside the region, never with
+    /// the granted key, mostly its neighbours; a replay keeps the relation.
+    #[test]
+    fn rkey_packets_carry_keys_not_granted() {
+        let mut rng = StdRng::seed_from_u64(9);
+        let c = region_ctx();
+        let reg = c.region.unwrap();
+        let (mut neighbours, mut reads, total) = (0, 0, 400);
+        for _ in 0..total {
+            let gs = generate(Arm::Rkey, &mut rng, &c);
+            assert_eq!(gs.len(), 1);
+            let g = &gs[0];
+            let p = Packet::new_checked(&g.bytes[..]).expect("well formed");
+            let r = g.region.expect("tagged");
+            let (va_at, key_at) = region_fields(&g.bytes).unwrap();
+            let key = u32::from_be_bytes(g.bytes[key_at..key_at + 4].try_into().unwrap());
+            assert_ne!(key, reg.rkey);
+            if let Some(x) = r.key {
+                assert_eq!(key, reg.rkey ^ x);
+                neighbours += 1;
+            }
+            let va = u64::from_be_bytes(g.bytes[va_at.unwrap()..][..8].try_into().unwrap());
+            let len = p.reth().map_or(8, |x| x.dma_len());
+            assert!(len > 0);
+            assert!(va >= reg.va && va + u64::from(len) <= reg.va + u64::from(reg.len));
+            assert_eq!(r.va, Some((va - reg.va) as i64));
+            if p.reth().is_some() && p.payload().is_empty() {
+                reads += 1;
+            }
+        }
+        assert!(neighbours * 2 > total, "{neighbours} of {total}");
+        assert!(reads * 3 > total, "{reads} of {total} READs");
     }
 
     #[test]

@@ -43,6 +43,7 @@ impl Outcome {
             "liveness" => self.liveness.is_some(),
             "peer-wire" => !self.d.link.unparsable.is_empty(),
             "sanity" => !self.d.rec.insane.is_empty(),
+            "rkey" => self.d.keys.finding.is_some(),
             "canary" | "data" => self
                 .d
                 .region_finding
@@ -145,6 +146,9 @@ pub(crate) fn execute(
             println!("step {} {}: {}", p.step, p.arm, a.sig.describe());
         }
         i = j;
+        if d.keys.finding.is_some() {
+            break;
+        }
     }
     if liveness.is_none() {
         liveness = d.final_check(cur.map(|c| c.1));
@@ -198,6 +202,7 @@ pub(crate) fn run(cfg: &Config, file: &Path) -> Res<bool> {
         }
     }
     found.extend(d.region_oracles("replay"));
+    found.extend(d.key_oracle("replay"));
     found.extend(d.other_oracles("replay"));
     if let Some(o) = &rec.oracle {
         let again = found.iter().any(|f| f.oracle == o);

@@ -265,6 +265,9 @@ pub(crate) struct Link {
 pub(crate) struct Answers {
     pub sig: Signature,
     pub peer_sends: u64,
+    /// Every answer with its PSN, in the order it came (for the rkey
+    /// oracle: which request an ACK or a READ response answers).
+    pub at: Vec<(Kind, Psn)>,
 }
 
 impl Link {
@@ -537,6 +540,10 @@ impl Link {
                         out.peer_sends += 1;
                     } else {
                         out.sig.0 |= k.bit();
+                        if let Some(p) = d.data.get(9..12) {
+                            out.at
+                                .push((k, Psn::new(u32::from_be_bytes([0, p[0], p[1], p[2]]))));
+                        }
                     }
                 }
             }
