@@ -130,7 +130,7 @@ impl Driver {
         self.clean = true;
         // The rkey oracle's view starts again too: the peer expects the
         // connection's initial PSN.
-        self.keys.connection(s, self.rec.sent.len());
+        self.keys.connection(s, self.rec.sent.len(), self.cfg.peer);
         let Some(region) = s.region else {
             self.canary = None;
             return;

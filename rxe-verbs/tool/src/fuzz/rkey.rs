@@ -12,7 +12,10 @@
 //! protection bug, whether or not the canary changed (a READ changes
 //! nothing, and a neighbouring key may reach memory the fuzzer does not
 //! watch). The assumption: the peer grants nothing else to this QP's
-//! protection domain (perftest's servers register one buffer).
+//! protection domain (perftest's servers register one buffer). It does not
+//! hold for an rping server, which registers its own buffer for remote
+//! READ and WRITE and keeps the key to itself: any key might be its own,
+//! so against rping the oracle does not judge (and prints no verdict).
 //!
 //! Executed means answered as only an executed request is: READ data, or
 //! for an ATOMIC WRITE READ data or an ACK, at the request's PSN; an
@@ -37,6 +40,7 @@
 use super::campaign::{Driver, Finding};
 use super::record::{PsnBase, Sent};
 use super::session::{Answers, Kind, Session};
+use super::Peer;
 use rxe_core::psn::Psn;
 use rxe_core::wire::{Operation, Packet};
 
@@ -113,6 +117,12 @@ pub(crate) fn executed(k: &Keyed, psn: Psn, n: u32, answers: &[(Kind, Psn)]) -> 
     })
 }
 
+/// Whether the oracle judges requests to a peer of this kind: one whose
+/// grants the fuzzer knows (all of them).
+pub(crate) fn judges(peer: Peer) -> bool {
+    matches!(peer, Peer::Pingpong | Peer::PerftestRead { .. })
+}
+
 /// One step's first packet, when it is a request to judge.
 #[derive(Debug, Clone, Copy)]
 struct Judged {
@@ -165,9 +175,10 @@ pub(crate) struct KeyWatch {
 }
 
 impl KeyWatch {
-    /// A new connection: the peer expects its initial PSN.
-    pub(crate) fn connection(&mut self, s: &Session, next: usize) {
-        self.reach = Some(s.sq_psn);
+    /// A new connection to a peer of kind `peer`: it expects its initial
+    /// PSN.
+    pub(crate) fn connection(&mut self, s: &Session, next: usize, peer: Peer) {
+        self.reach = Some(s.sq_psn).filter(|_| judges(peer));
         self.conn_from = next;
         self.steps.clear();
         self.cur = None;
@@ -269,6 +280,9 @@ impl Driver {
 
     /// Prints the rkey verdict and writes its finding, if any.
     pub(crate) fn key_oracle(&self, tag: &str) -> Vec<Finding> {
+        if !judges(self.cfg.peer) {
+            return Vec::new();
+        }
         println!(
             "rkey: {} requests with a key the peer did not grant, sent where it had to take them as new",
             self.keys.judged
@@ -399,7 +413,7 @@ mod tests {
         let mut s = Session::for_test(0, region);
         s.sq_psn = Psn::new(10);
         let mut w = KeyWatch::default();
-        w.connection(&s, 0);
+        w.connection(&s, 0, Peer::PerftestRead { size: 4096 });
         // The granted key: not judged.
         let ok = sent(
             emit(Opcode::RC_RDMA_READ_REQUEST, s.sq_psn, 0x4455, 8),
@@ -454,12 +468,16 @@ mod tests {
         // A pingpong peer grants no key: any key is judged.
         let mut p = Session::for_test(1, region);
         p.region = None;
-        w.connection(&p, 8);
+        w.connection(&p, 8, Peer::Pingpong);
         let any = sent(
             emit(Opcode::RC_RDMA_WRITE_ONLY, p.sq_psn, 0x4455, 8),
             PsnBase::Ours,
         );
         w.sent(&p, 0, 8, &any);
         assert_eq!(w.cur.unwrap().judged.unwrap().granted, None);
+        // An rping server keeps keys of its own: nothing is judged.
+        w.connection(&p, 9, Peer::Rping { size: 64 });
+        w.sent(&p, 0, 9, &any);
+        assert!(w.cur.is_none_or(|c| c.judged.is_none()));
     }
 }
