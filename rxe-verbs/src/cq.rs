@@ -3,7 +3,6 @@
 use crate::context::{Context, CtxImp, Inner};
 use crate::error::Error;
 use crate::events::ChannelEvents;
-pub use crate::events::Notify;
 use crate::native::{NChannel, NCq};
 use rxe_core::engine::CqId;
 use rxe_core::types::Completion;
@@ -13,6 +12,10 @@ use std::time::{Duration, Instant};
 
 /// A soft completion channel's queue.
 pub(crate) type ChannelInner = ChannelEvents<CqId>;
+
+/// Takes a channel's events, the numbers of the CQs that fired, instead of
+/// [`CompletionChannel::get_event`] (see [`CompletionChannel::set_notify`]).
+pub type Notify = Box<dyn Fn(u32) + Send + Sync>;
 
 /// A completion channel (`ibv_comp_channel`): a CQ armed with
 /// [`CompletionQueue::req_notify`] posts one event here when its next
@@ -54,15 +57,19 @@ impl std::fmt::Debug for CompletionChannel {
 }
 
 impl CompletionChannel {
-    /// Sets a hook called once for every event queued on the channel, after
-    /// it is queued, from whichever thread queued it (with the device's
-    /// engine locked: the hook must be quick and must not call the device).
-    /// This is how a file descriptor is made readable when events are
-    /// pending (the C library's `channel->fd`). Set once; on a native
-    /// device, or when already set, it returns [`Error::Unsupported`].
+    /// Hands every event of the channel to `f` (the number of the CQ that
+    /// fired) instead of queueing it for [`CompletionChannel::get_event`]:
+    /// those queued already at once, each later one from whichever thread
+    /// raises it (with the device's engine locked: the hook must be quick
+    /// and must not call the device). This is how the C library queues
+    /// events where the program's `channel->fd` shows them. Set once; on a
+    /// native device, or when already set, it returns
+    /// [`Error::Unsupported`].
     pub fn set_notify(&self, f: Notify) -> Result<(), Error> {
         match &self.imp {
-            ChanImp::Soft { inner, .. } if inner.set_notify(f) => Ok(()),
+            ChanImp::Soft { inner, .. } if inner.set_sink(Box::new(move |c: CqId| f(c.0))) => {
+                Ok(())
+            }
             ChanImp::Soft { .. } => Err(crate::error::unsupported(
                 "a second notify hook on a channel",
             )),

@@ -9,17 +9,18 @@ use crate::sync::{Condvar, Mutex, OnceLock};
 use std::collections::VecDeque;
 use std::time::Instant;
 
-/// A hook called after an event is queued, with the engine locked: it must
-/// be quick and must not call back into the device (writing a byte to a
-/// pipe or an eventfd is what it is for).
-pub type Notify = Box<dyn Fn() + Send + Sync>;
+/// A hook that takes a channel's events instead of its queue, called with
+/// the engine locked: it must be quick and must not call back into the
+/// device (queueing the event where a C program's descriptor shows it is
+/// what it is for).
+pub(crate) type Sink<T> = Box<dyn Fn(T) + Send + Sync>;
 
 /// A completion channel's queue of CQ events.
 pub(crate) struct ChannelEvents<T> {
     queue: Mutex<VecDeque<T>>,
     cond: Condvar,
-    /// Called after each event is queued (`CompletionChannel::set_notify`).
-    notify: OnceLock<Notify>,
+    /// Takes every event once set (`CompletionChannel::set_notify`).
+    sink: OnceLock<Sink<T>>,
 }
 
 impl<T> ChannelEvents<T> {
@@ -27,23 +28,39 @@ impl<T> ChannelEvents<T> {
         ChannelEvents {
             queue: Mutex::new(VecDeque::new()),
             cond: Condvar::new(),
-            notify: OnceLock::new(),
+            sink: OnceLock::new(),
         }
     }
 
-    /// Queues an event, wakes the threads waiting for one, then calls the
-    /// hook.
+    /// Hands the event to the sink, or queues it and wakes the threads
+    /// waiting for one.
     pub fn push(&self, event: T) {
-        self.queue.lock().push_back(event);
-        self.cond.notify_all();
-        if let Some(f) = self.notify.get() {
-            f();
+        // Under the queue's lock, so that a sink being set (which drains
+        // the queue under the same lock) misses nothing.
+        let mut q = self.queue.lock();
+        match self.sink.get() {
+            Some(f) => {
+                drop(q);
+                f(event);
+            }
+            None => {
+                q.push_back(event);
+                drop(q);
+                self.cond.notify_all();
+            }
         }
     }
 
-    /// Sets the hook; false if one was set already.
-    pub fn set_notify(&self, f: Notify) -> bool {
-        self.notify.set(f).is_ok()
+    /// Sets the sink and hands it the events already queued; false if one
+    /// was set already.
+    pub fn set_sink(&self, f: Sink<T>) -> bool {
+        let mut q = self.queue.lock();
+        if self.sink.set(f).is_err() {
+            return false;
+        }
+        let f = self.sink.get().expect("just set");
+        q.drain(..).for_each(f);
+        true
     }
 
     /// The oldest event, waiting for one until `deadline`.

@@ -37,7 +37,11 @@ mod receiver;
 #[path = "../ibverbs/src/event_count.rs"]
 mod event_count;
 
+#[path = "../ibverbs/src/event_queue.rs"]
+mod event_queue;
+
 use event_count::EventCount;
+use event_queue::{EventFd, EventQueue};
 use events::{AsyncEvents, ChannelEvents};
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::AtomicUsize;
@@ -62,19 +66,14 @@ fn never() -> Instant {
     Instant::now() + Duration::from_secs(3600)
 }
 
-/// A completion channel: events pushed by two threads (with the hook
-/// counting them, as the C library's pipe does) reach a thread blocked in
-/// `pop`, each once; no wake-up is lost (loom reports a thread that waits
-/// for ever as a deadlock).
+/// A completion channel (or an rdma_cm event channel, the same queue):
+/// events pushed by two threads reach a thread blocked in `pop`, each
+/// once; no wake-up is lost (loom reports a thread that waits for ever as
+/// a deadlock).
 #[test]
 fn channel_event_wakes_the_waiter() {
     check(|| {
         let ch = Arc::new(ChannelEvents::<u32>::new());
-        let hooked = Arc::new(AtomicUsize::new(0));
-        let h = hooked.clone();
-        assert!(ch.set_notify(Box::new(move || {
-            h.fetch_add(1, Ordering::SeqCst);
-        })));
         let producers: Vec<_> = [1, 2]
             .into_iter()
             .map(|e| {
@@ -86,7 +85,30 @@ fn channel_event_wakes_the_waiter() {
         producers.into_iter().for_each(|p| p.join().unwrap());
         got.sort();
         assert_eq!(got, [1, 2]);
-        assert_eq!(hooked.load(Ordering::SeqCst), 2);
+        assert_eq!(ch.len(), 0);
+    });
+}
+
+/// Events raised while the C library sets a channel's sink
+/// (`CompletionChannel::set_notify` against `Shared::collect`): the sink
+/// gets every event, in order, each once, and none stays queued.
+#[test]
+fn channel_sink_misses_no_event() {
+    check(|| {
+        let ch = Arc::new(ChannelEvents::<u32>::new());
+        ch.push(0);
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let raiser = {
+            let ch = ch.clone();
+            thread::spawn(move || {
+                ch.push(1);
+                ch.push(2);
+            })
+        };
+        let s = seen.clone();
+        assert!(ch.set_sink(Box::new(move |e| s.lock().push(e))));
+        raiser.join().unwrap();
+        assert_eq!(*seen.lock(), [0, 1, 2]);
         assert_eq!(ch.len(), 0);
     });
 }
@@ -380,11 +402,108 @@ fn channel_event_then_cheap_poll_finds_the_completion() {
     });
 }
 
+/// A descriptor of the C library ([`EventFd`]): a pipe's byte count.
+/// Reads and writes of a pipe are atomic, so one lock stands for the
+/// kernel's.
+struct ModelFd {
+    bytes: Mutex<usize>,
+    cond: Condvar,
+    /// The program set O_NONBLOCK: a read with no byte fails (EAGAIN).
+    nonblocking: bool,
+}
+
+const EAGAIN: i32 = 11;
+
+impl ModelFd {
+    fn new(nonblocking: bool) -> Self {
+        ModelFd {
+            bytes: Mutex::new(0),
+            cond: Condvar::new(),
+            nonblocking,
+        }
+    }
+    fn bytes(&self) -> usize {
+        *self.bytes.lock()
+    }
+}
+
+impl EventFd for ModelFd {
+    fn signal(&self) {
+        *self.bytes.lock() += 1;
+        self.cond.notify_all();
+    }
+    fn drain(&self, n: usize) -> usize {
+        let mut b = self.bytes.lock();
+        let d = n.min(*b);
+        *b -= d;
+        d
+    }
+    fn take(&self) -> Result<(), i32> {
+        let mut b = self.bytes.lock();
+        while *b == 0 {
+            if self.nonblocking {
+                return Err(EAGAIN);
+            }
+            self.cond.wait(&mut b);
+        }
+        *b -= 1;
+        Ok(())
+    }
+}
+
+/// The C library's event descriptors (`ibverbs/src/event_queue.rs`: a
+/// completion channel's fd, `async_fd`, an rdma_cm channel's fd): events
+/// for two objects pushed while a thread reads the descriptor
+/// (`ibv_get_cq_event`; blocking until an event comes, and once more with
+/// the descriptor non-blocking, taking an event only if there is one) and
+/// another withdraws the first object's events (its destroy). Each event
+/// is taken, withdrawn or left exactly once, and at the end the
+/// descriptor holds exactly one byte per event left: `poll` never says
+/// readable with nothing queued (the read that followed would block).
+#[test]
+fn event_fd_shows_exactly_the_queued_events() {
+    for nonblocking in [false, true] {
+        check(move || {
+            let q = Arc::new(EventQueue::<u32, ModelFd>::new(ModelFd::new(nonblocking)));
+            let producer = {
+                let q = q.clone();
+                thread::spawn(move || {
+                    q.push(1);
+                    q.push(2);
+                })
+            };
+            let destroyer = {
+                let q = q.clone();
+                thread::spawn(move || q.withdraw(|e| *e == 1).len())
+            };
+            // Blocking, it waits until an event is there: 2 is never
+            // withdrawn.
+            let taken = q.take(Some).ok();
+            assert!(nonblocking || taken.is_some());
+            producer.join().unwrap();
+            let withdrawn = destroyer.join().unwrap();
+            let left = q.len();
+            assert_eq!(
+                q.fd().bytes(),
+                left,
+                "bytes on the descriptor for {left} events left \
+                 (took {taken:?}, {withdrawn} withdrawn)"
+            );
+            assert_eq!(
+                usize::from(taken.is_some()) + withdrawn + left,
+                2,
+                "took {taken:?}, {withdrawn} withdrawn, {left} left"
+            );
+        });
+    }
+}
+
 /// `ibv_get_cq_event` against `ibv_destroy_cq` (rxe-verbs/ibverbs/src/cq.rs):
 /// a CQ with an event queued on its channel is destroyed while another
 /// thread takes the event and acknowledges it. Destroy must not free the
 /// CQ while an event it handed out is not acknowledged, and the taker must
-/// never count an event on a freed CQ (in C, a use after free).
+/// never count an event on a freed CQ (in C, a use after free); the
+/// channel's descriptor ends with no byte for an event not there.
 #[test]
 fn destroy_cq_waits_for_the_event_taken() {
     struct Cq {
@@ -392,7 +511,8 @@ fn destroy_cq_waits_for_the_event_taken() {
         freed: AtomicBool,
     }
     check(|| {
-        let ch = Arc::new(ChannelEvents::<u32>::new());
+        // The program set the channel's fd non-blocking.
+        let ch = Arc::new(EventQueue::<u32, ModelFd>::new(ModelFd::new(true)));
         ch.push(1);
         let cq = Arc::new(Cq {
             comp_events: EventCount::default(),
@@ -403,8 +523,8 @@ fn destroy_cq_waits_for_the_event_taken() {
         let taker = {
             let (ch, cqs) = (ch.clone(), cqs.clone());
             thread::spawn(move || {
-                // ibv_get_cq_event, the pipe's byte taken.
-                let Some(1) = ch.pop(Instant::now()) else {
+                // ibv_get_cq_event: the byte and the CQ's number.
+                let Ok(1) = ch.take(Some) else {
                     return;
                 };
                 let on_channel = cqs.lock();
@@ -426,7 +546,130 @@ fn destroy_cq_waits_for_the_event_taken() {
         let c = cqs.lock().take().unwrap();
         c.comp_events.wait_all_acked();
         c.freed.store(true, Ordering::SeqCst);
-        ch.forget(|e| *e == 1);
+        ch.withdraw(|e| *e == 1);
         taker.join().unwrap();
+        assert_eq!(ch.fd().bytes(), ch.len(), "a byte with no event behind it");
+    });
+}
+
+/// An rdma_cm listener destroyed (`rdma_destroy_id`, ibverbs/src/rdmacm/id.rs)
+/// while the library's bridge thread turns a connection request for it
+/// into a CONNECT_REQUEST event (`dispatch` and `connect_request`,
+/// ibverbs/src/rdmacm/connect.rs) and a program thread takes events from
+/// the channel (`rdma_get_cm_event`, non-blocking) and acknowledges them.
+/// The bridge never uses a freed listener; no event naming the listener
+/// is handed out after it is freed or left queued; the new id of the
+/// request is either handed to the program or destroyed (its connection
+/// rejected), never both nor lost; the descriptor shows what is queued.
+#[test]
+fn cm_destroy_listener_during_a_connect_request() {
+    /// A CONNECT_REQUEST: the new id, the listener.
+    #[derive(Debug)]
+    struct Ev {
+        id: u32,
+        listen: u32,
+    }
+    struct Listener {
+        /// Events about it taken and not acknowledged (`CmId::events`).
+        events: EventCount,
+        /// Its state's lock (`CmId::st`).
+        st: Mutex<()>,
+        freed: AtomicBool,
+    }
+    check(|| {
+        let ch = Arc::new(EventQueue::<Ev, ModelFd>::new(ModelFd::new(true)));
+        let l = Arc::new(Listener {
+            events: EventCount::default(),
+            st: Mutex::new(()),
+            freed: AtomicBool::new(false),
+        });
+        // `live::is(Kind::CmId, listener)`.
+        let live = Arc::new(Mutex::new(true));
+        // The bridge's table of ids (`Bridge::ids`).
+        let ids = Arc::new(Mutex::new(()));
+        // The new id: made by the bridge, then handed to the program or
+        // destroyed.
+        let made = Arc::new(AtomicUsize::new(0));
+        let rejected = Arc::new(AtomicUsize::new(0));
+        let bridge = {
+            let (ch, l, live, ids, made, rejected) = (
+                ch.clone(),
+                l.clone(),
+                live.clone(),
+                ids.clone(),
+                made.clone(),
+                rejected.clone(),
+            );
+            thread::spawn(move || {
+                // dispatch: the listener found live under the table's lock,
+                // and held (counted) before that lock is let go.
+                let table = ids.lock();
+                if !*live.lock() {
+                    return;
+                }
+                l.events.reported(1);
+                drop(table);
+                // connect_request.
+                assert!(
+                    !l.freed.load(Ordering::SeqCst),
+                    "the bridge uses a freed listener"
+                );
+                made.fetch_add(1, Ordering::SeqCst);
+                let st = l.st.lock();
+                if *live.lock() {
+                    ch.push(Ev { id: 2, listen: 1 });
+                } else {
+                    rejected.fetch_add(1, Ordering::SeqCst);
+                }
+                drop(st);
+                l.events.acked(1);
+            })
+        };
+        let program = {
+            let (ch, l) = (ch.clone(), l.clone());
+            thread::spawn(move || {
+                // rdma_get_cm_event: counted on the listener under the
+                // queue's lock.
+                let Ok(e) = ch.take(|e| {
+                    l.events.reported(1);
+                    Some(e)
+                }) else {
+                    return 0;
+                };
+                assert!(
+                    !l.freed.load(Ordering::SeqCst),
+                    "an event about a freed listener handed out"
+                );
+                assert_eq!((e.id, e.listen), (2, 1));
+                // The program reads event->listen_id, then acknowledges.
+                assert!(
+                    !l.freed.load(Ordering::SeqCst),
+                    "listener freed before the ack"
+                );
+                l.events.acked(1);
+                1
+            })
+        };
+        // rdma_destroy_id(listener).
+        *live.lock() = false;
+        drop(ids.lock());
+        drop(l.st.lock());
+        for e in ch.withdraw(|e| e.id == 1 || e.listen == 1) {
+            if e.listen == 1 {
+                rejected.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+        l.events.wait_all_acked();
+        l.freed.store(true, Ordering::SeqCst);
+        bridge.join().unwrap();
+        let took = program.join().unwrap();
+        let (made, rejected) = (made.load(Ordering::SeqCst), rejected.load(Ordering::SeqCst));
+        assert_eq!(
+            made,
+            took + rejected,
+            "new ids {made}, taken {took}, destroyed {rejected}"
+        );
+        assert_eq!(ch.len(), 0, "an event left about a freed listener");
+        assert_eq!(ch.fd().bytes(), 0, "a byte with no event behind it");
     });
 }

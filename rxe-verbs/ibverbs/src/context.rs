@@ -8,13 +8,14 @@
 
 use crate::device::{check_port, dev_of, device_attr, port_attr, Dev};
 pub use crate::event_count::EventCount;
+use crate::event_queue::EventQueue;
 use crate::events::EventPipe;
 use crate::ffi::{arg, arg_mut, guard, int_result, minus_one_result, ptr_result, Fail};
 use crate::live::{self, Kind};
 use crate::sys::*;
 use parking_lot::Mutex;
 use rxe_verbs::AsyncEventKind;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::mem::{offset_of, size_of};
 use std::sync::{Arc, Weak};
@@ -32,23 +33,18 @@ struct Pending {
 /// A context's async events: the queue and the descriptor that shows it.
 #[derive(Debug)]
 pub struct CtxEvents {
-    pipe: EventPipe,
-    queue: Mutex<VecDeque<Pending>>,
+    q: EventQueue<Pending, EventPipe>,
 }
 
 impl CtxEvents {
     fn push(&self, p: Pending) {
-        self.queue.lock().push_back(p);
-        self.pipe.signal();
+        self.q.push(p);
     }
 
     /// Drops the events about the object at `element` that the program
     /// has not taken yet (it is being destroyed).
     pub fn forget(&self, element: usize) {
-        let mut q = self.queue.lock();
-        let before = q.len();
-        q.retain(|p| p.element != element);
-        self.pipe.drain(before - q.len());
+        self.q.withdraw(|p| p.element == element);
     }
 }
 
@@ -191,8 +187,7 @@ fn open_device(device: *mut ibv_device) -> Result<*mut ibv_context, Fail> {
     let pipe = EventPipe::new()
         .map_err(|e| Fail::new(e.raw_os_error().unwrap_or(libc::EMFILE), e.to_string()))?;
     let events = Arc::new(CtxEvents {
-        pipe,
-        queue: Mutex::new(VecDeque::new()),
+        q: EventQueue::new(pipe),
     });
     // SAFETY: verbs_context is plain data (pointers, integers, optional
     // function pointers, a pthread mutex whose initializer is all zeroes).
@@ -206,7 +201,7 @@ fn open_device(device: *mut ibv_device) -> Result<*mut ibv_context, Fail> {
     let c = &mut v.context;
     c.device = std::ptr::from_ref(&d.dev).cast_mut();
     c.cmd_fd = -1;
-    c.async_fd = events.pipe.fd();
+    c.async_fd = events.q.fd().fd();
     c.num_comp_vectors = 1;
     c.abi_compat = usize::MAX as *mut c_void; // __VERBS_ABI_IS_EXTENDED
     let ctx = Box::new(Ctx {
@@ -572,19 +567,16 @@ pub unsafe extern "C" fn ibv_get_async_event(
             if event.is_null() {
                 return Err(Fail::inval("event", "NULL"));
             }
-            let p = loop {
-                c.events
-                    .pipe
-                    .take()
-                    .map_err(|e| Fail::new(e, "reading async_fd"))?;
-                // No event behind the byte: an event was withdrawn (its
-                // object destroyed) and this byte stood for it; wait for
-                // the next.
-                if let Some(p) = c.events.queue.lock().pop_front() {
+            // Counted under the queue's lock: a destroy that withdraws the
+            // object's events then waits for this one.
+            let p = c
+                .events
+                .q
+                .take(|p| {
                     p.count.reported(1);
-                    break p;
-                }
-            };
+                    Some(p)
+                })
+                .map_err(|e| Fail::new(e, "reading async_fd"))?;
             let element = match p.event_type {
                 IBV_EVENT_CQ_ERR => ibv_async_event__bindgen_ty_1 {
                     cq: p.element as *mut ibv_cq,

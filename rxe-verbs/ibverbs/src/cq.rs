@@ -3,6 +3,7 @@
 //! (`ibv_start_poll`/`ibv_next_poll`/`ibv_end_poll` with `ibv_wc_read_*`).
 
 use crate::context::{ctx_of, ibv_ctx, CtxEvents, DevOpen, EventCount, Route};
+use crate::event_queue::EventQueue;
 use crate::events::EventPipe;
 use crate::ffi::{guard, int_result, minus_one_result, note, ptr_result, set_errno, Fail};
 use crate::live::{self, Kind};
@@ -16,14 +17,15 @@ use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
-use std::time::Duration;
 
 /// A completion channel: the program's `ibv_comp_channel`, then ours.
 #[repr(C)]
 pub struct Channel {
     pub ch: ibv_comp_channel,
     pub rx: CompletionChannel,
-    pub pipe: Arc<EventPipe>,
+    /// Its events (the numbers of the CQs that fired), which `rx` hands
+    /// over as they come, and the descriptor that shows them.
+    pub q: Arc<EventQueue<u32, EventPipe>>,
     /// The CQs on this channel, by number, at their addresses.
     pub cqs: Mutex<HashMap<u32, usize>>,
     pub open: Arc<DevOpen>,
@@ -35,20 +37,20 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
     guard("ibv_create_comp_channel", std::ptr::null_mut(), || {
         let r = ctx_of(context).and_then(|c| {
             let rx = c.open.rx.try_create_comp_channel()?;
-            let pipe =
-                Arc::new(EventPipe::new().map_err(|e| {
-                    Fail::new(e.raw_os_error().unwrap_or(libc::EMFILE), e.to_string())
-                })?);
-            let p = pipe.clone();
-            rx.set_notify(Box::new(move || p.signal()))?;
+            let pipe = EventPipe::new()
+                .map_err(|e| Fail::new(e.raw_os_error().unwrap_or(libc::EMFILE), e.to_string()))?;
+            let fd = pipe.fd();
+            let q = Arc::new(EventQueue::new(pipe));
+            let to = q.clone();
+            rx.set_notify(Box::new(move |cq| to.push(cq)))?;
             let ch = Box::into_raw(Box::new(Channel {
                 ch: ibv_comp_channel {
                     context: ibv_ctx(c),
-                    fd: pipe.fd(),
+                    fd,
                     refcnt: 0,
                 },
                 rx,
-                pipe,
+                q,
                 cqs: Mutex::new(HashMap::new()),
                 open: c.open.clone(),
             }));
@@ -313,7 +315,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
             // more.
             // SAFETY: the channel outlives its CQs.
             if let Some(ch) = unsafe { channel.as_ref() } {
-                ch.pipe.drain(ch.rx.forget(id));
+                ch.q.withdraw(|c| *c == id);
             }
             Ok(())
         });
@@ -335,14 +337,9 @@ pub unsafe extern "C" fn ibv_get_cq_event(
                 ));
             }
             loop {
-                ch.pipe
-                    .take()
-                    .map_err(|e| Fail::new(e, "reading the channel's fd"))?;
-                // No event behind the byte: one was withdrawn (its CQ
-                // destroyed) and this byte stood for it; wait for the next.
-                let Some(id) = ch.rx.get_event(Duration::ZERO) else {
-                    continue;
-                };
+                let id =
+                    ch.q.take(Some)
+                        .map_err(|e| Fail::new(e, "reading the channel's fd"))?;
                 // An event of a CQ destroyed meanwhile is dropped, as the
                 // kernel drops it. The event is counted before the
                 // channel's lock is let go: `ibv_destroy_cq` takes the CQ

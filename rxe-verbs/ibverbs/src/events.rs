@@ -2,7 +2,8 @@
 //! pending event. The program polls, epolls or selects the read end and
 //! reads a byte for each event it takes (`ibv_get_cq_event`,
 //! `ibv_get_async_event`), blocking or not as it set the descriptor with
-//! `fcntl`. The library's side writes without blocking.
+//! `fcntl`. The library's side writes without blocking. Which bytes are
+//! written and read when is [`crate::event_queue`]'s business.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
@@ -61,10 +62,9 @@ impl EventPipe {
         unsafe { libc::write(self.write.as_raw_fd(), b.as_ptr().cast(), 1) };
     }
 
-    /// Drops the bytes of `n` withdrawn events, without blocking (a byte
-    /// another thread took meanwhile is simply not there: that thread
-    /// then finds no event and waits for the next).
-    pub fn drain(&self, n: usize) {
+    /// Drops the bytes of `n` withdrawn events, without blocking; returns
+    /// how many were there (a byte another thread read meanwhile is not).
+    pub fn drain(&self, n: usize) -> usize {
         let mut buf = [0u8; 64];
         let mut left = n;
         while left > 0 {
@@ -73,10 +73,11 @@ impl EventPipe {
             // non-blocking descriptor we own.
             let got = unsafe { libc::read(self.drain.as_raw_fd(), buf.as_mut_ptr().cast(), want) };
             if got <= 0 {
-                return;
+                break;
             }
             left -= got as usize;
         }
+        n - left
     }
 
     /// Takes one pending event's byte, blocking unless the program set
@@ -94,5 +95,17 @@ impl EventPipe {
                 .raw_os_error()
                 .unwrap_or(libc::EIO)),
         }
+    }
+}
+
+impl crate::event_queue::EventFd for EventPipe {
+    fn signal(&self) {
+        EventPipe::signal(self);
+    }
+    fn drain(&self, n: usize) -> usize {
+        EventPipe::drain(self, n)
+    }
+    fn take(&self) -> Result<(), i32> {
+        EventPipe::take(self)
     }
 }

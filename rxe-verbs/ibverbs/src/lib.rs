@@ -45,6 +45,7 @@ mod context;
 mod cq;
 mod device;
 mod event_count;
+mod event_queue;
 mod events;
 #[cfg(not(test))]
 mod exports;

@@ -61,16 +61,16 @@ pub(crate) use port::{CmPort, Gone};
 
 use crate::context::{CtxImp, Inner};
 use crate::error::{invalid, Error};
+use crate::events::ChannelEvents;
 use crate::{Context, QueuePair};
-use parking_lot::{Condvar, Mutex};
+use parking_lot::Mutex;
 use rxe_core::cm::{CmQpType, ConnId, ConnectParams, SidrId, SidrParams};
 use rxe_core::mad::cm::RejReason;
 use rxe_core::mad::rdma_cm::CMA_HEADER_LEN;
 use rxe_core::mad::CmaHeader;
 use rxe_core::types::{AddressVector, QpType};
-use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use rxe_core::mad::PortSpace;
@@ -187,8 +187,9 @@ pub struct UdParam {
     pub qkey: u32,
 }
 
-/// Takes an event channel's news (see [`EventChannel::set_notify`]).
-pub type EventNotify = Box<dyn Fn() + Send + Sync>;
+/// Takes an event channel's events instead of [`EventChannel::get_event`]
+/// (see [`EventChannel::set_notify`]).
+pub type EventNotify = Box<dyn Fn(Event) + Send + Sync>;
 
 /// Where a [`CmId`]'s events arrive (`struct rdma_event_channel`).
 #[derive(Clone)]
@@ -196,26 +197,16 @@ pub struct EventChannel {
     inner: Arc<ChannelInner>,
 }
 
-pub(crate) struct ChannelInner {
-    q: Mutex<VecDeque<Event>>,
-    cond: Condvar,
-    notify: OnceLock<EventNotify>,
-}
-
-impl ChannelInner {
-    pub(crate) fn push(&self, e: Event) {
-        self.q.lock().push_back(e);
-        self.cond.notify_all();
-        if let Some(f) = self.notify.get() {
-            f();
-        }
-    }
-}
+/// A channel's queue: filled by the device's CM (`CmPort::pump`, on
+/// whichever thread runs the engine), emptied by the application. The
+/// completion channel's queue ([`ChannelEvents`]), which the model tests
+/// check under loom.
+pub(crate) type ChannelInner = ChannelEvents<Event>;
 
 impl std::fmt::Debug for EventChannel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EventChannel")
-            .field("queued", &self.inner.q.lock().len())
+            .field("queued", &self.inner.len())
             .finish()
     }
 }
@@ -230,35 +221,26 @@ impl EventChannel {
     /// A new channel (`rdma_create_event_channel`).
     pub fn new() -> Self {
         EventChannel {
-            inner: Arc::new(ChannelInner {
-                q: Mutex::new(VecDeque::new()),
-                cond: Condvar::new(),
-                notify: OnceLock::new(),
-            }),
+            inner: Arc::new(ChannelEvents::new()),
         }
     }
 
     /// The next event, waiting up to `timeout` (`rdma_get_cm_event`).
     pub fn get_event(&self, timeout: Duration) -> Option<Event> {
-        let deadline = Instant::now() + timeout;
-        let mut q = self.inner.q.lock();
-        loop {
-            if let Some(e) = q.pop_front() {
-                return Some(e);
-            }
-            if self.inner.cond.wait_until(&mut q, deadline).timed_out() {
-                return q.pop_front();
-            }
-        }
+        self.inner.pop(Instant::now() + timeout)
     }
 
-    /// Calls `f` after every event queued from now on (the C library makes
-    /// `channel->fd` readable with it). Set once.
+    /// Hands every event to `f` instead of queueing it for
+    /// [`EventChannel::get_event`]: those queued already at once, each
+    /// later one from whichever thread runs the device's CM (with the
+    /// device's engine locked: `f` must be quick and must not call the
+    /// device). Set once.
     pub fn set_notify(&self, f: EventNotify) -> Result<(), Error> {
-        self.inner
-            .notify
-            .set(f)
-            .map_err(|_| invalid("notify", "the channel has a hook already"))
+        if self.inner.set_sink(f) {
+            Ok(())
+        } else {
+            Err(invalid("notify", "the channel has a hook already"))
+        }
     }
 }
 

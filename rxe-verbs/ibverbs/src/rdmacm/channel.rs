@@ -3,20 +3,22 @@
 //! `rdma_event_str`.
 //!
 //! A channel's `fd` is an [`EventPipe`]: one byte per event queued and not
-//! yet taken. `rdma_get_cm_event` reads a byte (so it blocks, or fails with
-//! EAGAIN, as the program set the descriptor) and takes the event behind
-//! it. An event taken is counted on its id until it is acknowledged:
+//! yet taken ([`EventQueue`]). `rdma_get_cm_event` reads a byte (so it
+//! blocks, or fails with EAGAIN, as the program set the descriptor) and
+//! takes the event behind it. An event taken is counted on its id until it
+//! is acknowledged:
 //! `rdma_destroy_id` and `rdma_migrate_id` wait for those, as librdmacm's
 //! do.
 
 use super::{entry, init};
 use crate::context::EventCount;
+use crate::event_queue::EventQueue;
 use crate::events::EventPipe;
 use crate::ffi::{guard, ptr_result, Fail};
 use crate::live::{self, Kind};
 use crate::sys::*;
 use parking_lot::Mutex;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::ffi::{c_char, c_int, CStr};
 use std::sync::{Arc, OnceLock};
 
@@ -84,8 +86,7 @@ pub struct Pending {
 #[derive(Debug)]
 pub struct Channel {
     pub ch: rdma_event_channel,
-    pipe: EventPipe,
-    queue: Mutex<VecDeque<Pending>>,
+    q: EventQueue<Pending, EventPipe>,
 }
 
 /// The channels not destroyed, by address: the program's reference.
@@ -101,8 +102,7 @@ impl Channel {
             .map_err(|e| Fail::new(e.raw_os_error().unwrap_or(libc::EMFILE), e.to_string()))?;
         let c = Arc::new(Channel {
             ch: rdma_event_channel { fd: pipe.fd() },
-            pipe,
-            queue: Mutex::new(VecDeque::new()),
+            q: EventQueue::new(pipe),
         });
         let addr = c.ptr() as usize;
         channels().lock().insert(addr, c.clone());
@@ -125,26 +125,25 @@ impl Channel {
 
     /// Queues an event and makes the descriptor readable.
     pub fn push(&self, p: Pending) {
-        self.queue.lock().push_back(p);
-        self.pipe.signal();
+        self.q.push(p);
     }
 
-    /// Takes out the events about the id at `id` not yet taken.
+    /// Takes out the events about the id at `id` not yet taken, and the
+    /// connection requests for it (a listener).
     pub fn withdraw(&self, id: usize) -> Vec<Pending> {
-        let mut q = self.queue.lock();
-        let (gone, keep): (VecDeque<Pending>, VecDeque<Pending>) =
-            q.drain(..).partition(|p| p.id == id);
-        *q = keep;
-        self.pipe.drain(gone.len());
-        gone.into()
+        self.q.withdraw(|p| p.id == id || p.listen_id == id)
     }
 
     /// The next event, blocking unless the program set O_NONBLOCK on the
     /// descriptor. It counts as reported on its id before the queue's lock
     /// is released, so that a concurrent `rdma_destroy_id` waits for it.
     fn take(&self) -> Result<Pending, Fail> {
-        loop {
-            self.pipe.take().map_err(|e| {
+        self.q
+            .take(|p| {
+                p.count.reported(1);
+                Some(p)
+            })
+            .map_err(|e| {
                 Fail::new(
                     e,
                     if e == libc::EAGAIN {
@@ -153,14 +152,7 @@ impl Channel {
                         format!("reading the channel's fd: errno {e}")
                     },
                 )
-            })?;
-            let mut q = self.queue.lock();
-            if let Some(p) = q.pop_front() {
-                p.count.reported(1);
-                return Ok(p);
-            }
-            // The byte stood for an event withdrawn meanwhile: wait for the next.
-        }
+            })
     }
 }
 

@@ -239,8 +239,18 @@ fn dispatch(b: &Bridge, ev: rcm::Event) {
             let _ = ev.id.reject(&[]);
             return;
         };
+        // The listener is held, as an event taken and not acknowledged,
+        // from before the table's lock is let go until its request is
+        // queued: `rdma_destroy_id` takes the table after it marks the id
+        // dead, then waits for such events, so it does not free the
+        // listener under this thread (it did: a listener destroyed while a
+        // request for it arrived was used after it was freed; see
+        // "Concurrency" in docs/reliability.md).
+        listener.events.reported(1);
         drop(ids);
-        if let Err(f) = connect_request(listener, &ev) {
+        let r = connect_request(listener, &ev);
+        listener.events.acked(1);
+        if let Err(f) = r {
             note(
                 "rdma_cm",
                 format!("a connection request is refused: {}", f.why),
@@ -324,8 +334,16 @@ fn connect_request(listener: &CmId, ev: &rcm::Event) -> Result<(), Fail> {
     } else {
         Param::Conn(conn_param(&ev.param))
     };
-    // The event is the listener's (its count), as in librdmacm.
+    // The event is the listener's (its count), as in librdmacm. Queued
+    // under the listener's lock, and only while it is live: its destroy
+    // marks it dead, then takes that lock before it withdraws the requests
+    // queued for it, so none stays behind it.
     let lst = listener.lock();
+    if !live::is(Kind::CmId, listener.addr()) {
+        drop(lst);
+        let _ = super::id::destroy(p);
+        return Err(Fail::inval("request", "its listener is being destroyed"));
+    }
     lst.channel.push(Pending {
         id: new.addr(),
         listen_id: listener.addr(),

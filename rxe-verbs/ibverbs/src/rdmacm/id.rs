@@ -433,11 +433,21 @@ pub fn destroy(p: *mut rdma_cm_id) -> Result<(), Fail> {
     if !ev.is_null() {
         let _ = channel::ack_event(ev);
     }
+    // Taking the id's lock also waits for the bridge if it is queueing a
+    // connection request for this listener (`connect_request` does that
+    // under this lock, and only while the id is live).
     let (ch, sync) = {
         let st = cm.lock();
         (st.channel.clone(), st.sync)
     };
-    ch.withdraw(p as usize);
+    // Its events not taken go; so do the connection requests it listened
+    // for, and their new ids (which rejects the requests, as the kernel
+    // does).
+    for e in ch.withdraw(p as usize) {
+        if e.event == RDMA_CM_EVENT_CONNECT_REQUEST && e.listen_id == p as usize {
+            let _ = destroy(e.id as *mut rdma_cm_id);
+        }
+    }
     cm.events.wait_all_acked();
     if sync {
         ch.unregister();
