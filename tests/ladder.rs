@@ -18,7 +18,7 @@ mod ladder_svg;
 use ladder_svg::{arrow_of, arrow_text, arrows, check_svg, classes, parse};
 use roxmltree::Node;
 use rxe_core::types::{Mtu, SendOpcode, SendWr};
-use rxe_core::wire::{IpRepr, LinkType, ROCE_V2_PORT};
+use rxe_core::wire::{FrameRepr, IpRepr, LinkType, UdpChecksum};
 use rxe_net::capture::CaptureWriter;
 use rxe_net::sim::Faults;
 use rxe_tests::sim::{self, ConnParams};
@@ -320,23 +320,21 @@ fn ip_packet(t: &rxe_core::engine::Transmit) -> Vec<u8> {
     let (IpAddr::V4(src), IpAddr::V4(dst)) = (t.src, t.dst) else {
         panic!("IPv4 only")
     };
-    let ip = IpRepr::V4 {
-        src,
-        dst,
-        tos: t.traffic_class,
-        id: 0,
-        dont_fragment: true,
-        ttl: t.hop_limit,
-    };
-    let hlen = ip.header_len();
-    let udp_len = 8 + t.payload.len();
-    let mut buf = vec![0u8; hlen + udp_len];
-    ip.emit(&mut buf, udp_len).unwrap();
-    buf[hlen..hlen + 2].copy_from_slice(&t.src_port.to_be_bytes());
-    buf[hlen + 2..hlen + 4].copy_from_slice(&ROCE_V2_PORT.to_be_bytes());
-    buf[hlen + 4..hlen + 6].copy_from_slice(&(udp_len as u16).to_be_bytes());
-    buf[hlen + 8..].copy_from_slice(&t.payload);
-    buf
+    FrameRepr {
+        eth: None,
+        ip: IpRepr::V4 {
+            src,
+            dst,
+            tos: t.traffic_class,
+            id: 0,
+            dont_fragment: true,
+            ttl: t.hop_limit,
+        },
+        udp_src_port: t.src_port,
+        udp_checksum: UdpChecksum::Zero,
+    }
+    .wrap_vec(&t.payload)
+    .unwrap()
 }
 
 /// Frames seen by the simulated network's tap, with their times.

@@ -21,7 +21,7 @@ use parking_lot::Mutex;
 use rxe_core::engine::IcrcStatus;
 use rxe_core::engine::{RecvMeta, Transmit};
 use rxe_core::wire::icrc;
-use rxe_core::wire::{IpRepr, LinkType};
+use rxe_core::wire::{FrameRepr, IpRepr, LinkType, UdpChecksum};
 use rxe_net::capture::CaptureWriter;
 use rxe_net::udp::{SentAs, GSO_MAX_SEGMENTS};
 use std::fs::File;
@@ -148,17 +148,14 @@ fn ip_packet_with_id(
         },
         _ => return Vec::new(),
     };
-    let hlen = ip.header_len();
-    let udp_len = 8 + payload.len();
-    let mut buf = vec![0u8; hlen + udp_len];
-    if ip.emit(&mut buf, udp_len).is_err() {
-        return Vec::new();
+    FrameRepr {
+        eth: None,
+        ip,
+        udp_src_port: sport,
+        udp_checksum: UdpChecksum::Zero,
     }
-    buf[hlen..hlen + 2].copy_from_slice(&sport.to_be_bytes());
-    buf[hlen + 2..hlen + 4].copy_from_slice(&rxe_core::wire::ROCE_V2_PORT.to_be_bytes());
-    buf[hlen + 4..hlen + 6].copy_from_slice(&(udp_len as u16).to_be_bytes());
-    buf[hlen + 8..].copy_from_slice(payload);
-    buf
+    .wrap_vec(payload)
+    .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -472,6 +472,39 @@ impl FrameRepr {
     /// Builds the whole frame, ICRC included. Returns the frame length.
     pub fn emit(&self, packet: &PacketRepr<'_>, buf: &mut [u8]) -> Result<usize> {
         let tlen = packet.buffer_len();
+        let len = self.headers(buf, tlen)?;
+        let ip_packet = &mut buf[self.link_len()..len];
+        let hlen = self.ip.header_len();
+        packet.emit(&mut ip_packet[hlen + UDP_LEN..])?;
+        icrc::fill(ip_packet)?;
+        self.udp_checksum(ip_packet);
+        Ok(len)
+    }
+
+    /// Builds a frame around transport bytes that are already whole (BTH
+    /// to ICRC, as a device sent them or a capture holds them), leaving
+    /// them as they are: the ICRC is *not* computed again, so a packet
+    /// sent with an ICRC for another IPv4 identification (a GSO segment)
+    /// or a wrong one on purpose keeps it. Returns the frame length.
+    pub fn wrap(&self, transport: &[u8], buf: &mut [u8]) -> Result<usize> {
+        let len = self.headers(buf, transport.len())?;
+        let ip_packet = &mut buf[self.link_len()..len];
+        let hlen = self.ip.header_len();
+        ip_packet[hlen + UDP_LEN..].copy_from_slice(transport);
+        self.udp_checksum(ip_packet);
+        Ok(len)
+    }
+
+    /// [`Self::wrap`] into a new buffer of the frame's length.
+    pub fn wrap_vec(&self, transport: &[u8]) -> Result<Vec<u8>> {
+        let mut buf = vec![0; self.buffer_len(transport.len())];
+        self.wrap(transport, &mut buf)?;
+        Ok(buf)
+    }
+
+    /// Writes the link, IP and UDP headers (UDP checksum 0) for a
+    /// transport packet of `tlen` bytes; returns the frame length.
+    fn headers(&self, buf: &mut [u8], tlen: usize) -> Result<usize> {
         let ip_len = self.ip.header_len() + UDP_LEN + tlen;
         let limit = match self.ip {
             IpRepr::V4 { .. } => 0xffff,
@@ -511,35 +544,38 @@ impl FrameRepr {
         let ip_packet = &mut buf[link..];
         let hlen = self.ip.header_len();
         self.ip.emit(ip_packet, UDP_LEN + tlen)?;
-        packet.emit(&mut ip_packet[hlen + UDP_LEN..])?;
-        {
-            let mut u = MutableUdpPacket::new(&mut ip_packet[hlen..]).expect("length checked");
-            u.set_source(self.udp_src_port);
-            u.set_destination(ROCE_V2_PORT);
-            u.set_length((UDP_LEN + tlen) as u16);
-            u.set_checksum(0);
-        }
-        icrc::fill(ip_packet)?;
-        if let UdpChecksum::Carried(c) = self.udp_checksum {
-            MutableUdpPacket::new(&mut ip_packet[hlen..])
-                .expect("length checked")
-                .set_checksum(c);
-        }
-        if self.udp_checksum == UdpChecksum::Compute {
-            let seg = &mut ip_packet[hlen..];
-            let c = {
+        let mut u = MutableUdpPacket::new(&mut ip_packet[hlen..]).expect("length checked");
+        u.set_source(self.udp_src_port);
+        u.set_destination(ROCE_V2_PORT);
+        u.set_length((UDP_LEN + tlen) as u16);
+        u.set_checksum(0);
+        Ok(len)
+    }
+
+    /// Fills the UDP checksum of a whole IP packet by the policy (the
+    /// ICRC masks it, so this comes last).
+    fn udp_checksum(&self, ip_packet: &mut [u8]) {
+        let seg = &mut ip_packet[self.ip.header_len()..];
+        let c = match self.udp_checksum {
+            UdpChecksum::Zero => return,
+            UdpChecksum::Carried(c) => c,
+            UdpChecksum::Compute => {
                 let u = UdpPacket::new(seg).expect("length checked");
-                match self.ip {
+                let c = match self.ip {
                     IpRepr::V4 { src, dst, .. } => udp::ipv4_checksum(&u, &src, &dst),
                     IpRepr::V6 { src, dst, .. } => udp::ipv6_checksum(&u, &src, &dst),
+                };
+                // A computed checksum of 0 is sent as 0xFFFF (RFC 768).
+                if c == 0 {
+                    0xffff
+                } else {
+                    c
                 }
-            };
-            // A computed checksum of 0 is sent as 0xFFFF (RFC 768).
-            MutableUdpPacket::new(seg)
-                .expect("length checked")
-                .set_checksum(if c == 0 { 0xffff } else { c });
-        }
-        Ok(len)
+            }
+        };
+        MutableUdpPacket::new(seg)
+            .expect("length checked")
+            .set_checksum(c);
     }
 }
 
@@ -659,6 +695,40 @@ mod tests {
                 .unwrap();
             assert_eq!(again, buf);
         }
+    }
+
+    #[test]
+    fn wrap_builds_emits_frame_around_finished_transport_bytes() {
+        let pkt = ud_packet(b"wrapped as sent");
+        for f in frames() {
+            let mut whole = vec![0u8; f.buffer_len(pkt.buffer_len())];
+            f.emit(&pkt, &mut whole).unwrap();
+            let t = f.link_len() + f.ip.header_len() + UDP_LEN;
+            let transport = whole[t..].to_vec();
+            assert_eq!(f.wrap_vec(&transport).unwrap(), whole, "{f:?}");
+            // An ICRC that is wrong (or right for another IPv4 ID) stays.
+            let mut bad = transport.clone();
+            let n = bad.len();
+            bad[n - 1] ^= 0x5a;
+            let w = f.wrap_vec(&bad).unwrap();
+            assert_eq!(&w[t..], &bad[..]);
+            let link = if f.eth.is_some() {
+                LinkType::Ethernet
+            } else {
+                LinkType::RawIp
+            };
+            assert!(!RoceFrame::parse(link, &w).unwrap().icrc_ok(), "{f:?}");
+        }
+        let f = frames()[0];
+        let mut small = vec![0u8; 30];
+        assert!(matches!(
+            f.wrap(&[0u8; 16], &mut small),
+            Err(Error::BufferTooSmall { .. })
+        ));
+        assert!(matches!(
+            f.wrap_vec(&vec![0u8; 0x10000]),
+            Err(Error::TooLong { .. })
+        ));
     }
 
     #[test]

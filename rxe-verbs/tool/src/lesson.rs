@@ -30,7 +30,7 @@ use rxe_core::types::{
     Access, AddressVector, Completion, Mtu, MwBind, QpAttr, QpAttrMask, QpCap, QpState, QpType,
     RecvWr, SendOpcode, SendWr, Sge, UdDest,
 };
-use rxe_core::wire::{IpRepr, LinkType, ROCE_V2_PORT};
+use rxe_core::wire::{EthRepr, FrameRepr, IpRepr, LinkType, UdpChecksum};
 use rxe_net::capture::CaptureWriter;
 use rxe_net::sim::{Faults, SimNet};
 use std::fmt::Write as _;
@@ -249,27 +249,25 @@ fn frame(t: &Transmit) -> Option<Vec<u8>> {
     let (IpAddr::V4(src), IpAddr::V4(dst)) = (t.src, t.dst) else {
         return None;
     };
-    let ip = IpRepr::V4 {
-        src,
-        dst,
-        tos: t.traffic_class,
-        id: 0,
-        dont_fragment: true,
-        ttl: t.hop_limit,
-    };
-    let hlen = ip.header_len();
-    let udp_len = 8 + t.payload.len();
-    let mut buf = vec![0u8; 14 + hlen + udp_len];
-    buf[0..6].copy_from_slice(&mac(t.dst));
-    buf[6..12].copy_from_slice(&mac(t.src));
-    buf[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-    let p = &mut buf[14..];
-    ip.emit(p, udp_len).ok()?;
-    p[hlen..hlen + 2].copy_from_slice(&t.src_port.to_be_bytes());
-    p[hlen + 2..hlen + 4].copy_from_slice(&ROCE_V2_PORT.to_be_bytes());
-    p[hlen + 4..hlen + 6].copy_from_slice(&u16::try_from(udp_len).ok()?.to_be_bytes());
-    p[hlen + 8..].copy_from_slice(&t.payload);
-    Some(buf)
+    FrameRepr {
+        eth: Some(EthRepr {
+            dst: mac(t.dst),
+            src: mac(t.src),
+            vlans: [None, None],
+        }),
+        ip: IpRepr::V4 {
+            src,
+            dst,
+            tos: t.traffic_class,
+            id: 0,
+            dont_fragment: true,
+            ttl: t.hop_limit,
+        },
+        udp_src_port: t.src_port,
+        udp_checksum: UdpChecksum::Zero,
+    }
+    .wrap_vec(&t.payload)
+    .ok()
 }
 
 /// Connection settings: those of rdma-core's ibv_rc_pingpong.
