@@ -7,10 +7,13 @@
 #    polling over real UDP, completion channels, destroy during traffic).
 # 2. The drop-in C library (rxe-verbs/ibverbs: libibverbs.so.1 and
 #    librdmacm.so.1), built instrumented, under C programs:
-#    a. tests/c/verbs_threads.c, our own: seven threads posting, polling,
+#    a. tests/c/verbs_threads.c, our own: eight threads posting, polling,
 #       waiting on a completion channel, taking async events, creating and
 #       destroying CQs and QPs during traffic, destroying a receiver and
-#       its armed CQ under the sender's feet. Compiled with gcc
+#       its armed CQ under the sender's feet; and tests/c/rdmacm_threads.c:
+#       rdma_cm listeners destroyed while six client threads' connection
+#       requests for them arrive and a server thread takes the
+#       CONNECT_REQUESTs. Both compiled with gcc
 #       -fsanitize=thread and linked with rustc's TSan runtime (the one
 #       the library's instrumentation is made for), exported (-rdynamic)
 #       so that the library's __tsan_* calls resolve to it: one runtime.
@@ -77,6 +80,13 @@ gcc -o "$work/verbs_threads" "$work/verbs_threads.o" -rdynamic \
     -Wl,--whole-archive "$rt" -Wl,--no-whole-archive -libverbs -lpthread -ldl -lm -lrt
 on_rxe rxe0=127.0.7.2,rxe1=127.0.7.3 verbs_threads "$work/verbs_threads"
 tail -n 1 "$work/verbs_threads.out"
+gcc -Wall -Werror -O1 -g -fsanitize=thread -c tests/c/rdmacm_threads.c -o "$work/rdmacm_threads.o"
+gcc -o "$work/rdmacm_threads" "$work/rdmacm_threads.o" -rdynamic \
+    -Wl,--whole-archive "$rt" -Wl,--no-whole-archive -lrdmacm -libverbs -lpthread -ldl -lm -lrt
+on_rxe rxe0=127.0.7.20,rxe1=127.0.7.21 rdmacm_threads \
+    "$work/rdmacm_threads" 127.0.7.20 127.0.7.21 19720 64
+grep '^#' "$work/rdmacm_threads.out"
+tail -n 1 "$work/rdmacm_threads.out"
 
 # 2b. Debian's programs, uninstrumented, on GCC's runtime preloaded.
 libtsan=$(gcc -print-file-name=libtsan.so.2)
