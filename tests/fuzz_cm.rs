@@ -24,7 +24,12 @@
 //! the rping server takes its DISCONNECTED event and the next run of it
 //! serves the fresh connection. docs/fuzz-peers.md says more.)
 //!
-//! Address plan: 127.0.5.200-.207, ports 19790-19793 (no other test uses
+//! And Debian's unmodified `rping -s` over rxe-rs's drop-in librdmacm
+//! (`rxe exec`), the program the fuzzer's users run: a campaign with every
+//! oracle ok (skipped only with `RXE_SKIP_IBVERBS_TESTS=1` when rping is
+//! not installed; `bash tests/setup.sh` installs rdmacm-utils).
+//!
+//! Address plan: 127.0.5.200-.209, ports 19790-19794 (no other test uses
 //! them). The `rxe` binary is found as in `perf_cli.rs` (`RXE_BIN`
 //! overrides).
 
@@ -357,6 +362,85 @@ fn a_garbling_rping_server_is_caught_and_the_finding_replays_over_rdma_cm() {
         healthy.out.contains("it did not fire this time"),
         "{}",
         healthy.out
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn campaign_against_debians_rping_over_the_drop_in() {
+    if !std::path::Path::new("/usr/bin/rping").exists() {
+        if std::env::var("RXE_SKIP_IBVERBS_TESTS").is_ok_and(|v| v == "1") {
+            eprintln!("skipped: rping is not installed (RXE_SKIP_IBVERBS_TESTS=1)");
+            return;
+        }
+        panic!(
+            "rping is not installed: install rdmacm-utils (`bash tests/setup.sh`), \
+             or set RXE_SKIP_IBVERBS_TESTS=1 to skip"
+        );
+    }
+    let lib = rxe_tests::dropin_library().to_str().unwrap().to_string();
+    let server = ServerLoop::start(
+        rxe_bin().to_path_buf(),
+        &[
+            "exec",
+            "-d",
+            "127.0.5.208",
+            "--lib",
+            &lib,
+            "--",
+            "rping",
+            "-s",
+            "-a",
+            "127.0.5.208",
+            "-p",
+            "19794",
+            "-S",
+            "64",
+        ],
+        None,
+    );
+    let dir = out_dir("debian");
+    let r = fuzz(
+        &[
+            "-d",
+            "127.0.5.209",
+            "--rdma-cm",
+            "127.0.5.208:19794",
+            "--seed",
+            "1",
+            "--packets",
+            "300",
+            "--window-ms",
+            "40",
+            "--grace-ms",
+            "5",
+            "--out",
+            dir.to_str().unwrap(),
+        ],
+        Duration::from_secs(300),
+    );
+    let srv = server.stderr();
+    drop(server);
+    assert_eq!(r.code, Some(0), "{}\n--- rping:\n{srv}", r.out);
+    for o in ["liveness", "data", "sanity", "peer-wire"] {
+        assert!(
+            r.out.contains(&format!("oracle {o}: ok")),
+            "oracle {o}:\n{}",
+            r.out
+        );
+    }
+    assert!(
+        r.out.contains("an rping round of 64 bytes came back whole"),
+        "{}",
+        r.out
+    );
+    let conns = connections(&r.out);
+    assert!(conns >= 5, "{conns} connections:\n{}", r.out);
+    // rping itself saw its connections end under it, as the fuzzer means
+    // them to (its own words, not a crash).
+    assert!(
+        !srv.contains("Segmentation") && !srv.contains("panicked"),
+        "{srv}"
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
