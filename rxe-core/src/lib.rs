@@ -19,6 +19,7 @@
 
 pub mod cm;
 pub mod engine;
+pub mod fasthash;
 pub mod mad;
 pub mod psn;
 pub mod types;

@@ -1464,7 +1464,7 @@ fn gso_run(pkts: &[Transmit], no_gso: &[IpAddr]) -> usize {
 /// numbers.
 #[derive(Debug, Default)]
 struct IdDeltas {
-    bits: std::collections::HashMap<usize, [u32; 8]>,
+    bits: rxe_core::fasthash::FastMap<usize, [u32; 8]>,
 }
 
 impl IdDeltas {
@@ -1480,13 +1480,10 @@ impl IdDeltas {
         if id == 0 {
             return 0;
         }
-        if !self.bits.contains_key(&n) {
-            if self.bits.len() >= Self::CACHE {
-                self.bits.clear();
-            }
-            self.bits.insert(n, Self::compute(n));
+        if self.bits.len() >= Self::CACHE && !self.bits.contains_key(&n) {
+            self.bits.clear();
         }
-        let b = &self.bits[&n];
+        let b = self.bits.entry(n).or_insert_with(|| Self::compute(n));
         (0..8)
             .filter(|i| id & (1 << i) != 0)
             .fold(0, |acc, i| acc ^ b[i])

@@ -16,8 +16,9 @@
 //! every QP each time the next deadline is asked for.
 
 use super::qp::Qp;
+use crate::fasthash::FastMap;
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::BinaryHeap;
 use std::time::Instant;
 
 #[derive(Debug, Default)]
@@ -25,7 +26,7 @@ pub(crate) struct Deadlines {
     heap: BinaryHeap<Reverse<(Instant, u32)>>,
 }
 
-fn is_current(qps: &HashMap<u32, Qp>, t: Instant, qpn: u32) -> bool {
+fn is_current(qps: &FastMap<u32, Qp>, t: Instant, qpn: u32) -> bool {
     qps.get(&qpn).is_some_and(|q| q.filed == Some(t))
 }
 
@@ -46,7 +47,7 @@ impl Deadlines {
 
     /// Drops superseded entries from the top, and rebuilds the heap when
     /// superseded entries below the top outnumber the QPs.
-    pub fn tidy(&mut self, qps: &HashMap<u32, Qp>) {
+    pub fn tidy(&mut self, qps: &FastMap<u32, Qp>) {
         if self.heap.len() > 2 * qps.len() + 64 {
             self.heap = qps
                 .iter()
@@ -70,7 +71,7 @@ impl Deadlines {
     /// Takes the QPs whose deadline is at or before `now` off the heap (and
     /// clears their `filed`, so that the next [`Self::file`] files them
     /// again, whatever their timer code then leaves).
-    pub fn take_due(&mut self, now: Instant, qps: &mut HashMap<u32, Qp>) -> Vec<u32> {
+    pub fn take_due(&mut self, now: Instant, qps: &mut FastMap<u32, Qp>) -> Vec<u32> {
         let mut due = Vec::new();
         while let Some(&Reverse((t, qpn))) = self.heap.peek() {
             if t > now {

@@ -105,11 +105,12 @@
 //! a NAK (remote access error for R_Key, range and rights violations).
 //! [`MemError`] is what a verb returns, and names the offending argument.
 
+use crate::fasthash::{FastMap, FastSet};
 use crate::types::{Access, DeviceCaps, MwBind};
 use parking_lot::Mutex;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -715,11 +716,11 @@ impl Entry {
 /// same calls from the same seed hands out the same keys.
 #[derive(Debug)]
 pub struct MemTable {
-    entries: HashMap<u32, Entry>,
+    entries: FastMap<u32, Entry>,
     /// A CSPRNG: keys must not be predictable from other keys.
     rng: StdRng,
     retired: VecDeque<u32>,
-    retired_set: HashSet<u32>,
+    retired_set: FastSet<u32>,
     num_mrs: usize,
     num_mws: usize,
     max_mr_size: u64,
@@ -742,10 +743,10 @@ impl MemTable {
     /// An empty table enforcing `caps.max_mr_size` and `caps.max_mw`.
     pub fn with_caps(seed: u64, caps: &DeviceCaps) -> MemTable {
         MemTable {
-            entries: HashMap::new(),
+            entries: FastMap::default(),
             rng: StdRng::seed_from_u64(seed),
             retired: VecDeque::new(),
-            retired_set: HashSet::new(),
+            retired_set: FastSet::default(),
             num_mrs: 0,
             num_mws: 0,
             max_mr_size: caps.max_mr_size,
@@ -1247,6 +1248,7 @@ impl MemTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::HashSet;
 
     const PD: PdId = PdId(1);
     const OTHER_PD: PdId = PdId(2);

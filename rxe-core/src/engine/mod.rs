@@ -43,6 +43,7 @@ pub use mem::{
 };
 pub use test_fault::TestFault;
 
+use crate::fasthash::{FastMap, FastSet};
 use crate::psn::Psn;
 use crate::types::*;
 use crate::wire::Packet;
@@ -50,7 +51,7 @@ use cq::{Cq, Srq};
 use qp::Qp;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -325,10 +326,10 @@ pub struct Engine {
     next_cq: u32,
     srqs: BTreeMap<SrqId, Srq>,
     next_srq: u32,
-    qps: HashMap<u32, Qp>,
+    qps: FastMap<u32, Qp>,
     /// QPs that may have something to send, in round-robin order.
     active: VecDeque<u32>,
-    active_set: HashSet<u32>,
+    active_set: FastSet<u32>,
     /// Every QP's next deadline, earliest first.
     deadlines: deadlines::Deadlines,
     events: VecDeque<AsyncEvent>,
@@ -367,9 +368,9 @@ impl Engine {
             next_cq: 1,
             srqs: BTreeMap::new(),
             next_srq: 1,
-            qps: HashMap::new(),
+            qps: FastMap::default(),
             active: VecDeque::new(),
-            active_set: HashSet::new(),
+            active_set: FastSet::default(),
             deadlines: deadlines::Deadlines::default(),
             events: VecDeque::new(),
             counters: Counters::default(),
