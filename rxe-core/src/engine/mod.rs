@@ -32,6 +32,7 @@ pub mod mem;
 mod qp;
 mod requester;
 mod responder;
+mod slices;
 pub mod state;
 pub mod test_fault;
 pub mod timers;

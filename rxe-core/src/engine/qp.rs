@@ -498,7 +498,7 @@ impl Qp {
         &self,
         ctx: &Ctx<'_>,
         wr: &RecvWr,
-    ) -> Result<Vec<MemSlice>, super::mem::KeyError> {
+    ) -> Result<super::slices::Slices, super::mem::KeyError> {
         wr.sg_list
             .iter()
             .map(|s| {

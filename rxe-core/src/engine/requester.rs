@@ -18,8 +18,8 @@
 //! chunk is an ordinary READ request on the wire (RETH with the chunk's
 //! address and length, PSN of its first response), as any responder serves.
 
-use super::mem::MemSlice;
 use super::qp::{gather, scatter, BuildError, Qp, DEFAULT_PKEY};
+use super::slices::Slices;
 use super::timers::{ack_timeout, rnr_delay, RNR_RETRY_INFINITE};
 use super::{Ctx, Transmit};
 use crate::psn::Psn;
@@ -45,7 +45,7 @@ pub(crate) struct SendWqe {
     pub done: Option<WcStatus>,
     /// Validated local memory: the gather list, or where READ data and
     /// atomic results go.
-    pub slices: Vec<MemSlice>,
+    pub slices: Slices,
     /// READ: bytes placed so far.
     pub read_rcvd: u64,
     /// READ: response packets asked for per READ request (see the module
@@ -263,7 +263,7 @@ impl Qp {
             first_psn: self.req.psn,
             started: false,
             done: flushed.then_some(WcStatus::WrFlushErr),
-            slices: Vec::new(),
+            slices: Slices::Empty,
             read_rcvd: 0,
             read_chunk: 0,
         });
@@ -392,7 +392,7 @@ impl Qp {
         let len = match &w.wr.inline_data {
             Some(d) => d.len() as u64,
             None => {
-                let mut slices = Vec::with_capacity(w.wr.sg_list.len());
+                let mut slices = Slices::Empty;
                 for s in &w.wr.sg_list {
                     match ctx.mem.local(pd, s.lkey, s.addr, u64::from(s.length), need) {
                         Ok(sl) => slices.push(sl),

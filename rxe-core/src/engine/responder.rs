@@ -14,6 +14,7 @@
 use super::counters::DropReason;
 use super::mem::{AtomicOp, MemSlice};
 use super::qp::{scatter, BuildError, Qp, ScatterError, DEFAULT_PKEY};
+use super::slices::Slices;
 use super::{Ctx, RecvMeta, TestFault, Transmit};
 use crate::psn::Psn;
 use crate::types::*;
@@ -31,7 +32,7 @@ pub(crate) enum InMsg {
     Send {
         wr: RecvWr,
         from_srq: bool,
-        slices: Vec<MemSlice>,
+        slices: Slices,
         written: u64,
     },
     Write {
@@ -347,7 +348,7 @@ impl Qp {
                             self.resp.cur = Some(InMsg::Send {
                                 wr,
                                 from_srq,
-                                slices: vec![],
+                                slices: Slices::Empty,
                                 written: 0,
                             });
                             return Err(Refusal::Nak(
