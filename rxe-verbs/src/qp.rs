@@ -388,7 +388,7 @@ impl QueuePair {
         };
         q.ctx.shared.with_engine(|e| {
             for (index, wr) in wrs.iter().enumerate() {
-                e.post_send(q.qpn, wr.clone())
+                e.post_send_ref(q.qpn, wr)
                     .map_err(|source| Error::BadWorkRequest {
                         index,
                         wr_id: wr.wr_id,
@@ -407,7 +407,7 @@ impl QueuePair {
         };
         q.ctx.shared.with_engine(|e| {
             for (index, wr) in wrs.iter().enumerate() {
-                e.post_recv(q.qpn, wr.clone())
+                e.post_recv_ref(q.qpn, wr)
                     .map_err(|source| Error::BadWorkRequest {
                         index,
                         wr_id: wr.wr_id,

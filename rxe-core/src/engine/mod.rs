@@ -883,6 +883,39 @@ impl Engine {
         Ok(())
     }
 
+    /// [`Engine::post_send`] of a borrowed work request: its scatter/gather
+    /// list is copied into one a finished request gave back, so that a
+    /// driver posting from a slice (`ibv_post_send`) allocates nothing per
+    /// request once the queue has turned over.
+    pub fn post_send_ref(&mut self, qpn: u32, wr: &SendWr) -> Result<(), EngineError> {
+        let owned = SendWr {
+            wr_id: wr.wr_id,
+            opcode: wr.opcode,
+            flags: wr.flags,
+            sg_list: self.pool.copy_sges(&wr.sg_list),
+            inline_data: wr.inline_data.clone(),
+            imm_data: wr.imm_data,
+            invalidate_rkey: wr.invalidate_rkey,
+            remote_addr: wr.remote_addr,
+            rkey: wr.rkey,
+            compare_add: wr.compare_add,
+            swap: wr.swap,
+            ud: wr.ud,
+            bind: wr.bind,
+        };
+        self.post_send(qpn, owned)
+    }
+
+    /// [`Engine::post_recv`] of a borrowed work request, its list copied as
+    /// [`Engine::post_send_ref`] copies it.
+    pub fn post_recv_ref(&mut self, qpn: u32, wr: &RecvWr) -> Result<(), EngineError> {
+        let owned = RecvWr {
+            wr_id: wr.wr_id,
+            sg_list: self.pool.copy_sges(&wr.sg_list),
+        };
+        self.post_recv(qpn, owned)
+    }
+
     /// Posts a receive work request to a QP's own receive queue.
     pub fn post_recv(&mut self, qpn: u32, wr: RecvWr) -> Result<(), EngineError> {
         let q = self.qps.get_mut(&qpn).ok_or(EngineError::UnknownQp(qpn))?;

@@ -275,7 +275,8 @@ impl Qp {
     /// Pops finished WQEs from the head of the send queue and completes them in order.
     pub fn retire(&mut self, ctx: &mut Ctx<'_>) {
         while let Some(status) = self.req.sq.front().and_then(|w| w.done) {
-            let w = self.req.sq.pop_front().expect("front exists");
+            let mut w = self.req.sq.pop_front().expect("front exists");
+            ctx.pool.give_sges(std::mem::take(&mut w.wr.sg_list));
             if self.req.next == 0 {
                 // The send cursor was inside the WQE that just finished (a
                 // go-back into a READ whose missing responses then came in

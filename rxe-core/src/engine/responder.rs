@@ -402,6 +402,7 @@ impl Qp {
                         written as u32,
                         pkt.immdt(),
                     );
+                    ctx.pool.give_sges(wr.sg_list);
                     if let Some(rkey) = pkt.ieth() {
                         if ctx.mem.invalidate(self.pd, Some(self.qpn), rkey).is_err() {
                             c.status = WcStatus::LocQpOpErr;

@@ -7,6 +7,13 @@
 //! buffers that the driver hands back after sending
 //! ([`super::Engine::recycle`]) and builds the next packets in them: once
 //! the pool is warm, the data path allocates nothing.
+//!
+//! The same goes for the scatter/gather lists of work requests posted by
+//! reference ([`super::Engine::post_send_ref`], `post_recv_ref`): the
+//! engine copies the caller's list into one that a finished request gave
+//! back, instead of allocating a new one per request.
+
+use crate::types::Sge;
 
 /// At most this many idle buffers are kept (about 9 MiB at the largest
 /// packet size); the rest are freed.
@@ -16,6 +23,8 @@ const MAX_IDLE: usize = 1024;
 #[derive(Debug, Default)]
 pub(crate) struct TxPool {
     idle: Vec<Vec<u8>>,
+    /// Idle scatter/gather lists, empty, with their capacity.
+    sges: Vec<Vec<Sge>>,
 }
 
 impl TxPool {
@@ -39,6 +48,21 @@ impl TxPool {
     pub fn give(&mut self, buf: Vec<u8>) {
         if self.idle.len() < MAX_IDLE && buf.capacity() > 0 {
             self.idle.push(buf);
+        }
+    }
+
+    /// A copy of `from` in a list a finished work request gave back.
+    pub fn copy_sges(&mut self, from: &[Sge]) -> Vec<Sge> {
+        let mut v = self.sges.pop().unwrap_or_default();
+        v.extend_from_slice(from);
+        v
+    }
+
+    /// Keeps a finished work request's list for [`TxPool::copy_sges`].
+    pub fn give_sges(&mut self, mut v: Vec<Sge>) {
+        if self.sges.len() < MAX_IDLE && v.capacity() > 0 {
+            v.clear();
+            self.sges.push(v);
         }
     }
 
@@ -68,6 +92,25 @@ mod tests {
         let c = p.take(4128);
         assert_eq!(c.len(), 4128);
         assert_eq!(p.idle(), 0);
+    }
+
+    #[test]
+    fn sge_lists_come_back_as_copies_in_old_memory() {
+        let mut p = TxPool::default();
+        let s = |addr| Sge {
+            addr,
+            length: 8,
+            lkey: 1,
+        };
+        let a = p.copy_sges(&[s(1), s(2)]);
+        assert_eq!(a, [s(1), s(2)]);
+        let ptr = a.as_ptr();
+        p.give_sges(a);
+        let b = p.copy_sges(&[s(3)]);
+        assert_eq!((&b[..], b.as_ptr()), (&[s(3)][..], ptr));
+        // An empty list has nothing worth keeping.
+        p.give_sges(Vec::new());
+        assert!(p.sges.is_empty());
     }
 
     #[test]

@@ -151,7 +151,10 @@ fn post_loop(cfg: &Config, res: &Resources, theirs: &[Dest], size: u64) -> Res<B
     let mut last_signaled = vec![0u64; nq];
     let (mut tot_scnt, mut tot_ccnt) = (0u64, 0u64);
     let mut wcs: Vec<Completion> = Vec::with_capacity(256);
-    let mut batch: Vec<SendWr> = Vec::with_capacity(cfg.tx_depth as usize);
+    // The work requests posted, built once and refilled in place (as
+    // perftest reuses its `ibv_send_wr` array): a clone per request was an
+    // allocation and a free per message.
+    let mut batch: Vec<SendWr> = vec![templates[0].clone(); tx_depth.max(1) as usize];
     let t0 = Instant::now();
     let deadline = duration.map(|d| t0 + d);
     let mut last_progress = Instant::now();
@@ -159,35 +162,34 @@ fn post_loop(cfg: &Config, res: &Resources, theirs: &[Dest], size: u64) -> Res<B
     loop {
         let stop_posting = deadline.is_some_and(|d| Instant::now() >= d);
         for q in 0..nq {
-            batch.clear();
+            let mut k = 0;
             if stop_posting {
                 // End on a signaled request so that everything completes.
                 if scnt[q] > last_signaled[q] {
-                    let mut wr = templates[q].clone();
-                    wr.wr_id = q as u64;
-                    batch.push(wr);
+                    refill(&mut batch[0], &templates[q], q, SendFlags::SIGNALED);
+                    k = 1;
                 }
             } else {
                 // Post what the window allows in one call.
-                while scnt[q] - ccnt[q] + (batch.len() as u64) < tx_depth {
-                    let n = scnt[q] + batch.len() as u64;
+                while scnt[q] - ccnt[q] + (k as u64) < tx_depth {
+                    let n = scnt[q] + k as u64;
                     if record && n >= iters {
                         break;
                     }
-                    let mut wr = templates[q].clone();
-                    wr.wr_id = q as u64;
                     let last = record && n + 1 == iters;
-                    wr.flags = if (n + 1).is_multiple_of(cq_mod) || last {
+                    let flags = if (n + 1).is_multiple_of(cq_mod) || last {
                         SendFlags::SIGNALED
                     } else {
                         SendFlags::empty()
                     };
-                    batch.push(wr);
+                    refill(&mut batch[k], &templates[q], q, flags);
+                    k += 1;
                 }
             }
-            if batch.is_empty() {
+            if k == 0 {
                 continue;
             }
+            let batch = &batch[..k];
             if record {
                 let now = t0.elapsed().as_nanos() as u64;
                 for k in 0..batch.len() {
@@ -195,9 +197,9 @@ fn post_loop(cfg: &Config, res: &Resources, theirs: &[Dest], size: u64) -> Res<B
                 }
             }
             res.qps[q]
-                .post_send(&batch)
+                .post_send(batch)
                 .map_err(|e| format!("Couldn't post send: qp {q} scnt={}: {e}", scnt[q]))?;
-            for wr in &batch {
+            for wr in batch {
                 scnt[q] += 1;
                 if wr.flags.contains(SendFlags::SIGNALED) {
                     signals[q].push_back(scnt[q]);
@@ -269,8 +271,26 @@ fn post_loop(cfg: &Config, res: &Resources, theirs: &[Dest], size: u64) -> Res<B
     })
 }
 
+/// Makes `wr` QP `q`'s request from its template, with `flags`, reusing
+/// `wr`'s gather list.
+fn refill(wr: &mut SendWr, template: &SendWr, q: usize, flags: SendFlags) {
+    wr.sg_list.clear();
+    wr.sg_list.extend_from_slice(&template.sg_list);
+    wr.wr_id = q as u64;
+    wr.opcode = template.opcode;
+    wr.flags = flags;
+    wr.remote_addr = template.remote_addr;
+    wr.rkey = template.rkey;
+    wr.compare_add = template.compare_add;
+    wr.swap = template.swap;
+    wr.ud = template.ud;
+}
+
 /// perftest's peak: the smallest time per message over every run from a
 /// post to a later completion (completions are stamped every `cq_mod`).
+/// Not inlined, so that a profile of the measured loop can leave it out
+/// (it runs after the loop and costs O(n²/cq_mod), sampled).
+#[inline(never)]
 fn peak_delta(tposted: &[u64], tcompleted: &[u64], cq_mod: usize) -> f64 {
     let n = tposted.len();
     let mut opt = (tcompleted[n - 1] - tposted[0]) as f64;
@@ -341,6 +361,8 @@ fn receive_loop(
     let mut outstanding = vec![posted; nq];
     let mut tot = 0u64;
     let mut wcs: Vec<Completion> = Vec::with_capacity(256);
+    // One receive per QP, built once and posted again and again.
+    let rwrs: Vec<RecvWr> = (0..nq).map(|q| recv_wr(cfg, res, q, size)).collect();
     let mut first: Option<Instant> = None;
     let mut last = Instant::now();
     let mut last_progress = Instant::now();
@@ -391,7 +413,7 @@ fn receive_loop(
             tot += 1;
             if cfg.duration.is_some() || rcnt[q] + outstanding[q] < iters {
                 res.qps[q]
-                    .post_recv(&[recv_wr(cfg, res, q, size)])
+                    .post_recv(std::slice::from_ref(&rwrs[q]))
                     .map_err(|e| format!("Couldn't post recv Qp={q} rcnt={}: {e}", rcnt[q]))?;
                 outstanding[q] += 1;
             }
