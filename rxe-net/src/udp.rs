@@ -862,16 +862,17 @@ impl UdpTransport {
             }
             let data = &self.bufs[i * slot..i * slot + len];
             if raw_mode {
-                let Some(d) = raw_datagram(self.addr, data, &mut self.stats) else {
+                // A datagram longer than any packet is no packet of its
+                // own: its ICRC as one (64 KiB of CRC for a GSO sender's
+                // super-packet, which the split below checks segment by
+                // segment anyway) is looked at only if no split explains it.
+                let whole = len <= MAX_DATAGRAM;
+                let Some(d) = raw_datagram(self.addr, data, whole, &mut self.stats) else {
                     continue;
                 };
                 if d.meta.icrc != IcrcStatus::Bad {
-                    if len > MAX_DATAGRAM {
-                        // Larger than any RoCE packet: as without GSO.
-                        self.stats.rx_truncated += 1;
-                    } else {
-                        handed += deliver(&self.share, &mut self.stats, true, d, f);
-                    }
+                    // (`whole`: no longer than a packet can be.)
+                    handed += deliver(&self.share, &mut self.stats, true, d, f);
                     continue;
                 }
                 // Maybe a loopback GSO sender's super-packet (whether this
@@ -880,6 +881,8 @@ impl UdpTransport {
                 let ip = d.ip_packet.unwrap_or_default();
                 match split_super(ip, d.payload, &mut self.segs) {
                     Split::One => handed += deliver(&self.share, &mut self.stats, true, d, f),
+                    // Right as one packet: too long, as without GSO.
+                    Split::Malformed if !whole && raw_icrc_ok(data) => self.stats.rx_truncated += 1,
                     Split::Malformed => self.stats.rx_gso_malformed += 1,
                     Split::Many => {
                         self.stats.rx_gso_split += 1;
@@ -1696,7 +1699,21 @@ fn plain_verdict(
 }
 
 /// Checks a packet from the raw socket and finds the datagram in it.
-fn raw_datagram<'a>(addr: IpAddr, ip: &'a [u8], stats: &mut UdpStats) -> Option<Datagram<'a>> {
+/// Whether a raw-mode datagram's ICRC is right for it as one packet.
+fn raw_icrc_ok(ip: &[u8]) -> bool {
+    RoceFrame::parse_ip(ip, None)
+        .is_ok_and(|f| f.transport.len() >= BTH_LEN + ICRC_LEN && f.icrc_ok())
+}
+
+/// A raw-mode datagram for the engine: its ICRC checked (`check_icrc`) or
+/// taken as Bad (a datagram longer than any packet, which the caller tries
+/// to split).
+fn raw_datagram<'a>(
+    addr: IpAddr,
+    ip: &'a [u8],
+    check_icrc: bool,
+    stats: &mut UdpStats,
+) -> Option<Datagram<'a>> {
     let frame = match RoceFrame::parse_ip(ip, None) {
         Ok(f) => f,
         Err(rxe_core::wire::Error::NotRoce(_)) => {
@@ -1712,7 +1729,7 @@ fn raw_datagram<'a>(addr: IpAddr, ip: &'a [u8], stats: &mut UdpStats) -> Option<
         stats.rx_ignored += 1;
         return None;
     }
-    let icrc = if frame.transport.len() >= BTH_LEN + ICRC_LEN && frame.icrc_ok() {
+    let icrc = if check_icrc && frame.transport.len() >= BTH_LEN + ICRC_LEN && frame.icrc_ok() {
         IcrcStatus::Ok
     } else {
         IcrcStatus::Bad
@@ -3202,6 +3219,9 @@ mod tests {
         };
         // 20,000 bytes of garbage behind a good BTH: longer than any packet.
         let mut big = rxe_style_ipv4(tx4, rx4, 7, 1, &vec![0x5a; 20_000]);
+        // The same with its ICRC right as one packet: too long, dropped as
+        // truncated (its ICRC is looked at only after no split fits it).
+        send_ip_hdrincl(&big, rx4).unwrap();
         let n = big.len();
         big[n - 1] ^= 1;
         send_ip_hdrincl(&big, rx4).unwrap();
@@ -3228,6 +3248,7 @@ mod tests {
         assert_nothing_queued(&mut rx);
         let s = rx.stats();
         assert_eq!(s.rx_gso_malformed, 1, "{s:?}");
+        assert_eq!(s.rx_truncated, 1, "{s:?}");
         assert_eq!(s.rx_gso_split, 0, "{s:?}");
         assert_eq!(s.rx_packets, 1, "{s:?}");
     }
