@@ -209,6 +209,29 @@ impl Shared {
         r
     }
 
+    /// [`Shared::with_engine`] for a call that produces no packets
+    /// (posting receives): it collects only if the call delivered a
+    /// completion or raised an event (a receive posted to a QP in error
+    /// completes at once). A collect after every receive posted (the CM's
+    /// pump, the send queue's and the channels' locks, a wake-up of the
+    /// waiters, nothing to find) was 9 % of the user-space instructions of
+    /// a 64-byte SEND's receiving side (docs/performance.md, "This
+    /// round"). Packets deferred before it stay queued, as `with_engine`
+    /// leaves them for a call that produces none.
+    pub fn with_engine_quiet<R>(&self, f: impl FnOnce(&mut Engine) -> R) -> R {
+        let mut e = self.engine.lock();
+        let before = e.completions_delivered();
+        let r = f(&mut e);
+        if e.completions_delivered() != before || e.has_events() {
+            let queued = self.collect(&mut e, false);
+            drop(e);
+            if queued {
+                self.flush();
+            }
+        }
+        r
+    }
+
     /// One round of progress in the calling thread: takes what the socket
     /// holds (if `receive`), runs due timers, and wakes whoever waits for
     /// what that produced. `by_receiver`: the caller holds the [`Receiver`]

@@ -405,7 +405,7 @@ impl QueuePair {
             QpImp::Soft(q) => q,
             QpImp::Native(n) => return n.post_recv(wrs),
         };
-        q.ctx.shared.with_engine(|e| {
+        q.ctx.shared.with_engine_quiet(|e| {
             for (index, wr) in wrs.iter().enumerate() {
                 e.post_recv_ref(q.qpn, wr)
                     .map_err(|source| Error::BadWorkRequest {

@@ -1157,6 +1157,11 @@ impl Engine {
         self.events.pop_front()
     }
 
+    /// Whether an asynchronous event waits for [`Engine::poll_event`].
+    pub fn has_events(&self) -> bool {
+        !self.events.is_empty()
+    }
+
     /// Number of QPs.
     pub fn num_qps(&self) -> usize {
         self.qps.len()
