@@ -29,8 +29,9 @@
 # and RXE_GSO=1, in alternating order, against tests/perf/gso_blast.c, a
 # UDP blast of RoCE-sized datagrams as GSO sends of at most 64 segments and
 # 64 KiB, received with UDP_GRO, built with cc in the same run: lines
-# "<label> gso0|gso1|ref <MB/s or Mpps> <ratio to ref>"; not in the default
-# groups).
+# "<label> gso0|gso1|ref <MB/s or Mpps> <ratio to ref>"; with RXE_BASE the
+# base binary runs the same tests in the same rounds, interleaved, as
+# "bgso0|bgso1"; not in the default groups).
 # Env: RXE_RECV_MODE=plain|raw as for any device. GSO_BW_N (20000 64 KiB
 # writes) and GSO_MSG_N (1000000 64-byte sends) size the gso group.
 # Sends only to 127.0.2.2 and 127.0.2.3.
@@ -60,14 +61,14 @@ blast() {
     rm -f /tmp/gso_blast.$$
 }
 
-# gso_one GSO TEST COL ARGS...: one rxe perf pair with RXE_GSO=GSO; prints
-# column COL of the result row (4: MB/s, 5: Mpps)
+# gso_one BIN GSO TEST COL ARGS...: one rxe perf pair with RXE_GSO=GSO;
+# prints column COL of the result row (4: MB/s, 5: Mpps)
 gso_one() {
-    local g=$1 test=$2 col=$3; shift 3
-    RXE_GSO=$g "$NEW" perf "$test" "$@" -d 127.0.2.3 >/dev/null 2>&1 &
+    local bin=$1 g=$2 test=$3 col=$4; shift 4
+    RXE_GSO=$g "$bin" perf "$test" "$@" -d 127.0.2.3 >/dev/null 2>&1 &
     local srv=$!
     sleep 0.4
-    RXE_GSO=$g timeout 300 "$NEW" perf "$test" "$@" -d 127.0.2.2 127.0.2.3 2>&1 |
+    RXE_GSO=$g timeout 300 "$bin" perf "$test" "$@" -d 127.0.2.2 127.0.2.3 2>&1 |
         awk -v c="$col" '/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+/ { print $c }'
     wait "$srv"
 }
@@ -79,13 +80,18 @@ gso_round() {  # ROUND
     printf '%-22s %-5s %s\n' ref_blast_4112_MBps ref "${ref4k% *}"
     printf '%-22s %-5s %s\n' ref_blast_80_Mpps ref "${ref64#* }"
     order="0 1"; [ $(($1 % 2)) = 0 ] && order="1 0"
+    bins="new"; [ -n "$BASE" ] && { bins="base new"; [ $(($1 % 2)) = 0 ] && bins="new base"; }
+    local bin b tag
     for g in $order; do
-        v=$(gso_one "$g" write_bw 4 -s 65536 -n "$GSO_BW_N" -m 4096)
-        printf '%-22s %-5s %s %s\n' write_bw_64K_MBps "gso$g" "${v:-0}" \
-            "$(awk -v x="${v:-0}" -v y="${ref4k% *}" 'BEGIN { if (y > 0 && x > 0) printf "%.3f", x / y; else print "FAILED" }')"
-        v=$(gso_one "$g" send_bw 5 -s 64 -n "$GSO_MSG_N" -m 4096)
-        printf '%-22s %-5s %s %s\n' send_bw_64_Mpps "gso$g" "${v:-0}" \
-            "$(awk -v x="${v:-0}" -v y="${ref64#* }" 'BEGIN { if (y > 0 && x > 0) printf "%.3f", x / y; else print "FAILED" }')"
+        for bin in $bins; do
+            b=$NEW tag=gso$g; [ "$bin" = base ] && b=$BASE tag=bgso$g
+            v=$(gso_one "$b" "$g" write_bw 4 -s 65536 -n "$GSO_BW_N" -m 4096)
+            printf '%-22s %-5s %s %s\n' write_bw_64K_MBps "$tag" "${v:-0}" \
+                "$(awk -v x="${v:-0}" -v y="${ref4k% *}" 'BEGIN { if (y > 0 && x > 0) printf "%.3f", x / y; else print "FAILED" }')"
+            v=$(gso_one "$b" "$g" send_bw 5 -s 64 -n "$GSO_MSG_N" -m 4096)
+            printf '%-22s %-5s %s %s\n' send_bw_64_Mpps "$tag" "${v:-0}" \
+                "$(awk -v x="${v:-0}" -v y="${ref64#* }" 'BEGIN { if (y > 0 && x > 0) printf "%.3f", x / y; else print "FAILED" }')"
+        done
     done
 }
 

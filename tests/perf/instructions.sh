@@ -1,0 +1,54 @@
+#!/bin/bash
+# tests/perf/instructions.sh - user-space instructions per message of one
+# side of an `rxe perf` pair, counted by callgrind: a figure the machine's
+# load does not move, for A/B decisions on a shared host (docs/performance.md,
+# "This round").
+#
+#   tests/perf/instructions.sh SIDE GSO N1 N2 TEST ARGS...
+#   tests/perf/instructions.sh client 1 20000 60000 send_bw -s 64
+#   RXE_BIN=/tmp/old-rxe tests/perf/instructions.sh server 1 2000 6000 write_bw -s 65536
+#
+# Runs the pair twice on loopback (127.0.2.2 client, 127.0.2.3 server) with
+# RXE_GSO=GSO, N1 then N2 iterations, SIDE (client or server) under
+# `valgrind --tool=callgrind`, the other side native, and prints
+# (Ir(N2) - Ir(N1)) / (N2 - N1): what one more message costs, every thread
+# of the process, start-up and handshakes cancelled out. The client's
+# peak-bandwidth computation after the timed loop (`peak_delta`, which grows
+# faster than the message count) is left out. The profiles stay in
+# $OUT (default /tmp/rxe-instructions) for callgrind_annotate.
+# Sends only to 127.0.2.2 and 127.0.2.3.
+set -uo pipefail
+[ $# -ge 5 ] || { sed -n 2,20p "$0" >&2; exit 2; }
+HERE=$(cd "$(dirname "$0")" && pwd)
+BIN=${RXE_BIN:-$HERE/../../target/release/rxe}
+SIDE=$1 G=$2 N1=$3 N2=$4
+shift 4
+OUT=${OUT:-/tmp/rxe-instructions}
+mkdir -p "$OUT"
+command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 2; }
+
+# run N FILE: one pair, SIDE under callgrind; prints Ir less peak_delta's
+run() {
+    local n=$1 f=$2 vg="valgrind --tool=callgrind --callgrind-out-file=$2"
+    shift 2
+    local s="" c=""
+    if [ "$SIDE" = server ]; then s=$vg; else c=$vg; fi
+    RXE_GSO=$G $s "$BIN" perf "$@" -n "$n" --timeout 60 -d 127.0.2.3 >"$f.server" 2>&1 &
+    local srv=$!
+    # The server under valgrind takes a few seconds to listen.
+    sleep 3
+    RXE_GSO=$G $c "$BIN" perf "$@" -n "$n" --timeout 60 -d 127.0.2.2 127.0.2.3 >"$f.client" 2>&1
+    wait "$srv"
+    local total peak
+    total=$(awk '/^summary:/ { print $2 }' "$f")
+    peak=$(callgrind_annotate --inclusive=yes --auto=no --threshold=100 "$f" 2>/dev/null |
+        awk '/^ *[0-9,]+ .*bw::peak_delta/ { gsub(",", "", $1); print $1; exit }')
+    echo $((total - ${peak:-0}))
+}
+
+TAG="$SIDE-gso$G-$1"
+a=$(run "$N1" "$OUT/$TAG.$N1" "$@")
+b=$(run "$N2" "$OUT/$TAG.$N2" "$@")
+[ -n "$a" ] && [ -n "$b" ] || { echo "a run failed: see $OUT/$TAG.*" >&2; exit 1; }
+echo "$SIDE RXE_GSO=$G $*: $(((b - a) / (N2 - N1))) instructions per message" \
+    "(Ir $a at $N1, $b at $N2)"
