@@ -2,6 +2,7 @@
 //! engines, each with one protection domain, one CQ, and a memory region,
 //! and connected QPs between them.
 
+use rxe_core::engine::state::Connect;
 use rxe_core::engine::{CqId, Engine, EngineConfig, MrKeys, PdId, QpInit, VecMemory};
 use rxe_core::psn::Psn;
 use rxe_core::types::*;
@@ -147,64 +148,29 @@ pub fn bring_up(
     sq_psn: Psn,
     p: &ConnParams,
 ) {
-    let e = &mut net.engines[n.idx];
-    let mut a = QpAttr {
-        state: QpState::Init,
-        port: 1,
-        pkey_index: 0,
-        ..QpAttr::default()
-    };
-    let access =
-        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
-    let ud = p.qp_type == QpType::Ud;
-    let mut m = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
-    if ud {
-        a.qkey = 0x1111_1111;
-        m |= QpAttrMask::QKEY;
-    } else {
-        a.access = if p.qp_type == QpType::Uc {
+    let c = Connect {
+        qp_type: p.qp_type,
+        access: if p.qp_type == QpType::Uc {
             Access::LOCAL_WRITE | Access::REMOTE_WRITE
         } else {
-            access
-        };
-        m |= QpAttrMask::ACCESS_FLAGS;
-    }
-    e.modify_qp(qpn, &a, m).unwrap();
-    let mut a = QpAttr {
-        state: QpState::Rtr,
-        ..QpAttr::default()
-    };
-    let mut m = QpAttrMask::STATE;
-    if !ud {
-        a.av = Some(AddressVector::to(remote));
-        a.path_mtu = p.mtu;
-        a.dest_qpn = remote_qpn;
-        a.rq_psn = rq_psn;
-        m |= QpAttrMask::AV | QpAttrMask::PATH_MTU | QpAttrMask::DEST_QPN | QpAttrMask::RQ_PSN;
-        if p.qp_type == QpType::Rc {
-            a.max_dest_rd_atomic = p.rd_atomic;
-            a.min_rnr_timer = p.min_rnr_timer;
-            m |= QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER;
-        }
-    }
-    e.modify_qp(qpn, &a, m).unwrap();
-    let mut a = QpAttr {
-        state: QpState::Rts,
+            Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC
+        },
+        qkey: 0x1111_1111,
+        remote,
+        dest_qpn: remote_qpn,
+        rq_psn,
         sq_psn,
-        ..QpAttr::default()
+        mtu: p.mtu,
+        rd_atomic: p.rd_atomic,
+        min_rnr_timer: p.min_rnr_timer,
+        timeout: p.timeout,
+        retry_cnt: p.retry_cnt,
+        rnr_retry: p.rnr_retry,
     };
-    let mut m = QpAttrMask::STATE | QpAttrMask::SQ_PSN;
-    if p.qp_type == QpType::Rc {
-        a.timeout = p.timeout;
-        a.retry_cnt = p.retry_cnt;
-        a.rnr_retry = p.rnr_retry;
-        a.max_rd_atomic = p.rd_atomic;
-        m |= QpAttrMask::TIMEOUT
-            | QpAttrMask::RETRY_CNT
-            | QpAttrMask::RNR_RETRY
-            | QpAttrMask::MAX_QP_RD_ATOMIC;
+    let e = &mut net.engines[n.idx];
+    for (a, m) in c.steps() {
+        e.modify_qp(qpn, &a, m).unwrap();
     }
-    e.modify_qp(qpn, &a, m).unwrap();
 }
 
 /// Creates and connects a QP pair between nodes `a` and `b`; returns (qp on a, qp on b).

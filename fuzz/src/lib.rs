@@ -7,6 +7,7 @@
 //! `Engine::handle_datagram`.
 
 use rxe_core::engine::{Engine, IcrcStatus, RecvMeta, Transmit};
+use rxe_core::engine::state::Connect;
 use rxe_core::psn::Psn;
 use rxe_core::types::*;
 use rxe_core::wire::{icrc, Packet, PacketRepr, ICRC_LEN};
@@ -83,57 +84,25 @@ impl Default for Conn {
 
 /// RESET -> INIT -> RTR -> RTS, connected to `PEER` (RC/UC) or ready (UD).
 pub fn bring_up(e: &mut Engine, qpn: u32, qp_type: QpType, c: &Conn) {
-    let ud = qp_type == QpType::Ud;
-    let mut a = QpAttr {
-        state: QpState::Init,
-        port: 1,
-        pkey_index: 0,
-        ..QpAttr::default()
-    };
-    let mut m = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
-    if ud {
-        a.qkey = QKEY;
-        m |= QpAttrMask::QKEY;
-    } else {
-        a.access = c.access;
-        m |= QpAttrMask::ACCESS_FLAGS;
-    }
-    e.modify_qp(qpn, &a, m).expect("INIT");
-    let mut a = QpAttr {
-        state: QpState::Rtr,
-        ..QpAttr::default()
-    };
-    let mut m = QpAttrMask::STATE;
-    if !ud {
-        a.av = Some(AddressVector::to(PEER));
-        a.path_mtu = c.mtu;
-        a.dest_qpn = c.dest_qpn;
-        a.rq_psn = c.rq_psn;
-        m |= QpAttrMask::AV | QpAttrMask::PATH_MTU | QpAttrMask::DEST_QPN | QpAttrMask::RQ_PSN;
-        if qp_type == QpType::Rc {
-            a.max_dest_rd_atomic = c.rd_atomic;
-            a.min_rnr_timer = c.min_rnr_timer;
-            m |= QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER;
-        }
-    }
-    e.modify_qp(qpn, &a, m).expect("RTR");
-    let mut a = QpAttr {
-        state: QpState::Rts,
+    let steps = Connect {
+        qp_type,
+        access: c.access,
+        qkey: QKEY,
+        remote: PEER,
+        dest_qpn: c.dest_qpn,
+        rq_psn: c.rq_psn,
         sq_psn: c.sq_psn,
-        ..QpAttr::default()
-    };
-    let mut m = QpAttrMask::STATE | QpAttrMask::SQ_PSN;
-    if qp_type == QpType::Rc {
-        a.timeout = c.timeout;
-        a.retry_cnt = c.retry_cnt;
-        a.rnr_retry = c.rnr_retry;
-        a.max_rd_atomic = c.rd_atomic;
-        m |= QpAttrMask::TIMEOUT
-            | QpAttrMask::RETRY_CNT
-            | QpAttrMask::RNR_RETRY
-            | QpAttrMask::MAX_QP_RD_ATOMIC;
+        mtu: c.mtu,
+        rd_atomic: c.rd_atomic,
+        min_rnr_timer: c.min_rnr_timer,
+        timeout: c.timeout,
+        retry_cnt: c.retry_cnt,
+        rnr_retry: c.rnr_retry,
     }
-    e.modify_qp(qpn, &a, m).expect("RTS");
+    .steps();
+    for ((a, m), step) in steps.iter().zip(["INIT", "RTR", "RTS"]) {
+        e.modify_qp(qpn, a, *m).expect(step);
+    }
 }
 
 /// Moves a QP to ERR (flushing what it holds).

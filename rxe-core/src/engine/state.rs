@@ -95,8 +95,10 @@
 //!   accepted (the kernel accepts them) but mean nothing: UC carries no READ
 //!   or atomic operations.
 
-use crate::types::{Access, DeviceCaps, Mtu, QpAttr, QpAttrMask, QpState, QpType};
+use crate::psn::Psn;
+use crate::types::{Access, AddressVector, DeviceCaps, Mtu, QpAttr, QpAttrMask, QpState, QpType};
 use core::fmt;
+use std::net::IpAddr;
 
 /// One legal state change and the attributes it needs, for one QP type.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -860,6 +862,97 @@ pub fn check_modify(
     Ok(requested)
 }
 
+/// What a QP needs to go RESET → INIT → RTR → RTS: connected to one peer
+/// (RC, UC) or ready to send datagrams (UD). [`Connect::steps`] writes
+/// down the three modify calls (the three `ibv_modify_qp` calls of
+/// rdma-core's `ibv_rc_pingpong`), each with exactly the attributes the
+/// transition requires ((a), (b) and (c) above) and nothing else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Connect {
+    /// The QP's transport.
+    pub qp_type: QpType,
+    /// Remote access granted to incoming requests (RC, UC).
+    pub access: Access,
+    /// Q_Key (UD).
+    pub qkey: u32,
+    /// The peer's address (RC, UC).
+    pub remote: IpAddr,
+    /// The peer's QP number (RC, UC).
+    pub dest_qpn: u32,
+    /// The first PSN this QP expects (RC, UC).
+    pub rq_psn: Psn,
+    /// The first PSN this QP sends.
+    pub sq_psn: Psn,
+    /// Path MTU (RC, UC).
+    pub mtu: Mtu,
+    /// READs and atomics in flight, each way (RC).
+    pub rd_atomic: u8,
+    /// RNR timer code asked of senders (RC).
+    pub min_rnr_timer: u8,
+    /// Transport timer code: 4.096 µs × 2^timeout (RC).
+    pub timeout: u8,
+    /// Retries on timeout or sequence NAKs (RC).
+    pub retry_cnt: u8,
+    /// Retries on RNR NAKs, 7 for ever (RC).
+    pub rnr_retry: u8,
+}
+
+impl Connect {
+    /// The three modify calls, in order: INIT, RTR, RTS.
+    pub fn steps(&self) -> [(QpAttr, QpAttrMask); 3] {
+        let (ud, rc) = (self.qp_type == QpType::Ud, self.qp_type == QpType::Rc);
+        let mut init = QpAttr {
+            state: QpState::Init,
+            port: 1,
+            pkey_index: 0,
+            ..QpAttr::default()
+        };
+        let mut init_mask = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
+        if ud {
+            init.qkey = self.qkey;
+            init_mask |= QpAttrMask::QKEY;
+        } else {
+            init.access = self.access;
+            init_mask |= QpAttrMask::ACCESS_FLAGS;
+        }
+        let mut rtr = QpAttr {
+            state: QpState::Rtr,
+            ..QpAttr::default()
+        };
+        let mut rtr_mask = QpAttrMask::STATE;
+        if !ud {
+            rtr.av = Some(AddressVector::to(self.remote));
+            rtr.path_mtu = self.mtu;
+            rtr.dest_qpn = self.dest_qpn;
+            rtr.rq_psn = self.rq_psn;
+            rtr_mask |=
+                QpAttrMask::AV | QpAttrMask::PATH_MTU | QpAttrMask::DEST_QPN | QpAttrMask::RQ_PSN;
+        }
+        if rc {
+            rtr.max_dest_rd_atomic = self.rd_atomic;
+            rtr.min_rnr_timer = self.min_rnr_timer;
+            rtr_mask |= QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER;
+        }
+        let mut rts = QpAttr {
+            state: QpState::Rts,
+            sq_psn: self.sq_psn,
+            ..QpAttr::default()
+        };
+        let mut rts_mask = QpAttrMask::STATE | QpAttrMask::SQ_PSN;
+        if rc {
+            rts.timeout = self.timeout;
+            rts.retry_cnt = self.retry_cnt;
+            rts.rnr_retry = self.rnr_retry;
+            rts.max_rd_atomic = self.rd_atomic;
+            rts_mask |= QpAttrMask::TIMEOUT
+                | QpAttrMask::RETRY_CNT
+                | QpAttrMask::RNR_RETRY
+                | QpAttrMask::MAX_QP_RD_ATOMIC;
+        }
+        [(init, init_mask), (rtr, rtr_mask), (rts, rts_mask)]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -869,6 +962,38 @@ mod tests {
     use std::net::{IpAddr, Ipv4Addr};
 
     const TYPES: [QpType; 3] = [QpType::Rc, QpType::Uc, QpType::Ud];
+
+    #[test]
+    fn connect_steps_take_every_transport_to_rts() {
+        for qp_type in [QpType::Rc, QpType::Uc, QpType::Ud] {
+            let c = Connect {
+                qp_type,
+                access: Access::LOCAL_WRITE | Access::REMOTE_WRITE,
+                qkey: 0x1111_1111,
+                remote: IpAddr::V4(Ipv4Addr::new(127, 0, 0, 2)),
+                dest_qpn: 0x12,
+                rq_psn: Psn::new(7),
+                sq_psn: Psn::new(9),
+                mtu: Mtu::Mtu1024,
+                rd_atomic: 4,
+                min_rnr_timer: 12,
+                timeout: 14,
+                retry_cnt: 7,
+                rnr_retry: 7,
+            };
+            let mut state = QpState::Reset;
+            for (a, m) in c.steps() {
+                state = check_modify(qp_type, state, &a, m, &caps(), Mtu::Mtu4096)
+                    .unwrap_or_else(|e| panic!("{qp_type:?} from {state:?}: {e}"));
+            }
+            assert_eq!(state, QpState::Rts, "{qp_type:?}");
+            let [_, (rtr, _), (rts, _)] = c.steps();
+            assert_eq!(rts.sq_psn, Psn::new(9));
+            if qp_type != QpType::Ud {
+                assert_eq!((rtr.dest_qpn, rtr.rq_psn), (0x12, Psn::new(7)));
+            }
+        }
+    }
 
     fn caps() -> DeviceCaps {
         DeviceCaps {

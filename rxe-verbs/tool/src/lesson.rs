@@ -22,13 +22,14 @@ use clap::Parser;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rxe_core::engine::mem::MwType;
+use rxe_core::engine::state::Connect;
 use rxe_core::engine::{
     CqId, Engine, EngineConfig, MrKeys, PdId, QpInit, RegionMemory, Transmit, VecMemory,
 };
 use rxe_core::psn::Psn;
 use rxe_core::types::{
-    Access, AddressVector, Completion, Mtu, MwBind, QpAttr, QpAttrMask, QpCap, QpState, QpType,
-    RecvWr, SendOpcode, SendWr, Sge, UdDest,
+    Access, AddressVector, Completion, Mtu, MwBind, QpCap, QpType, RecvWr, SendOpcode, SendWr, Sge,
+    UdDest,
 };
 use rxe_core::wire::{EthRepr, FrameRepr, IpRepr, LinkType, UdpChecksum};
 use rxe_net::capture::CaptureWriter;
@@ -401,69 +402,34 @@ impl Lab {
         rq_psn: Psn,
         sq_psn: Psn,
     ) -> Result<(), String> {
-        let e = self.engine(side);
-        let modify = |e: &mut Engine, a: &QpAttr, m: QpAttrMask| {
-            e.modify_qp(qpn, a, m)
-                .map_err(|err| format!("modify_qp to {:?}: {err}", a.state))
-        };
-        let ud = qp_type == QpType::Ud;
-        let mut a = QpAttr {
-            state: QpState::Init,
-            port: 1,
-            pkey_index: 0,
-            ..QpAttr::default()
-        };
-        let mut m = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
-        if ud {
-            a.qkey = QKEY;
-            m |= QpAttrMask::QKEY;
-        } else {
-            a.access = if qp_type == QpType::Uc {
+        let c = Connect {
+            qp_type,
+            access: if qp_type == QpType::Uc {
                 Access::LOCAL_WRITE | Access::REMOTE_WRITE
             } else {
                 Access::LOCAL_WRITE
                     | Access::REMOTE_WRITE
                     | Access::REMOTE_READ
                     | Access::REMOTE_ATOMIC
-            };
-            m |= QpAttrMask::ACCESS_FLAGS;
-        }
-        modify(e, &a, m)?;
-        let mut a = QpAttr {
-            state: QpState::Rtr,
-            ..QpAttr::default()
-        };
-        let mut m = QpAttrMask::STATE;
-        if !ud {
-            a.av = Some(AddressVector::to(remote));
-            a.path_mtu = MTU;
-            a.dest_qpn = remote_qpn;
-            a.rq_psn = rq_psn;
-            m |= QpAttrMask::AV | QpAttrMask::PATH_MTU | QpAttrMask::DEST_QPN | QpAttrMask::RQ_PSN;
-            if qp_type == QpType::Rc {
-                a.max_dest_rd_atomic = RD_ATOMIC;
-                a.min_rnr_timer = MIN_RNR_TIMER;
-                m |= QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER;
-            }
-        }
-        modify(e, &a, m)?;
-        let mut a = QpAttr {
-            state: QpState::Rts,
+            },
+            qkey: QKEY,
+            remote,
+            dest_qpn: remote_qpn,
+            rq_psn,
             sq_psn,
-            ..QpAttr::default()
+            mtu: MTU,
+            rd_atomic: RD_ATOMIC,
+            min_rnr_timer: MIN_RNR_TIMER,
+            timeout: TIMEOUT,
+            retry_cnt: RETRY_CNT,
+            rnr_retry: RNR_RETRY,
         };
-        let mut m = QpAttrMask::STATE | QpAttrMask::SQ_PSN;
-        if qp_type == QpType::Rc {
-            a.timeout = TIMEOUT;
-            a.retry_cnt = RETRY_CNT;
-            a.rnr_retry = RNR_RETRY;
-            a.max_rd_atomic = RD_ATOMIC;
-            m |= QpAttrMask::TIMEOUT
-                | QpAttrMask::RETRY_CNT
-                | QpAttrMask::RNR_RETRY
-                | QpAttrMask::MAX_QP_RD_ATOMIC;
+        let e = self.engine(side);
+        for (a, m) in c.steps() {
+            e.modify_qp(qpn, &a, m)
+                .map_err(|err| format!("modify_qp to {:?}: {err}", a.state))?;
         }
-        modify(e, &a, m)
+        Ok(())
     }
 
     /// An SGE over `len` bytes at `offset` of a side's region.
