@@ -25,6 +25,8 @@
 //! (`corrupt-unaligned-read`) the data oracle fires, and the canary stays
 //! quiet. On one that honours a neighbour of the key it granted (the
 //! variant bits wrong: `accept-neighbour-rkey`) the rkey oracle fires.
+//! A canary finding is minimised to the READ and the WRITE that matter,
+//! the WRITE renumbered into sequence, and the minimised finding replays.
 //!
 //! Address plan: 127.0.5.10/11 (port 19700) for the campaign and its
 //! replay, 127.0.5.20/21 (port 19701) for the seeds; broken peers at
@@ -33,7 +35,8 @@
 //! servers at 127.0.5.70 (healthy, 19720), .72 (broken, 19721), .74
 //! (healthy, 19722), their fuzzers at .71 and .73; 127.0.15.1 (broken,
 //! 19740), its fuzzer at .2, .3 (healthy, 19741); 127.0.15.5 (broken,
-//! 19742), its fuzzer at .6, .7 (healthy, 19743). The `rxe` binary is
+//! 19742), its fuzzer at .6, .7 (healthy, 19743); 127.0.15.13 (broken,
+//! 19745), its fuzzer at .14, .15 (healthy, 19746). The `rxe` binary is
 //! found as in `perf_cli.rs` (`RXE_BIN` overrides).
 
 use std::io::Read;
@@ -717,7 +720,7 @@ fn canary_fires_on_a_peer_that_writes_without_permission_and_replays() {
         .collect();
     assert_eq!(arms.first(), Some(&"canary"), "{meta}");
     assert_eq!(arms.last(), Some(&"canary"), "{meta}");
-    assert!(meta.contains("/x0\n"), "{meta}");
+    assert!(meta.contains("/x0 ") || meta.contains("/x0\n"), "{meta}");
     assert!(
         broken.stderr().contains("broken on purpose"),
         "{}",
@@ -841,7 +844,9 @@ fn rkey_fires_on_a_peer_that_honours_a_neighbouring_key_and_replays() {
         .unwrap_or_else(|| panic!("{meta}"));
     assert_eq!(last.split_whitespace().nth(3), Some("rkey"), "{meta}");
     let key = last
-        .rsplit_once("/x")
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("region="))
+        .and_then(|r| r.split_once("/x"))
         .and_then(|(_, x)| u32::from_str_radix(x, 16).ok())
         .unwrap_or_else(|| panic!("{meta}"));
     assert!(key != 0 && key <= 0xff, "{meta}");
@@ -854,5 +859,64 @@ fn rkey_fires_on_a_peer_that_honours_a_neighbouring_key_and_replays() {
     let _broken = ServerLoop::perftest("127.0.15.5", 19742, Some(fault));
     assert!(replay_fires(&f, server, local, "rkey"));
     assert!(!replay_fires(&f, "127.0.15.7:19743", local, "rkey"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The `expect=` PSN of every packet a sidecar lists.
+fn expects(meta: &str) -> Vec<u32> {
+    meta.lines()
+        .filter(|l| l.starts_with("packet "))
+        .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("expect=")))
+        .map(|x| u32::from_str_radix(x, 16).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_canary_finding_is_minimised_to_the_read_and_the_write_renumbered() {
+    // The READ that takes the baseline and the WRITE that changes the
+    // buffer; what came between them is taken away and the WRITE moved to
+    // the PSN right after the READ, so that the peer executes it (the
+    // replay's final check READs the buffer again).
+    let fault = "ignore-write-access";
+    let (server, local) = ("127.0.15.13:19745", "127.0.15.14");
+    let dir = temp_dir("perftest-minimise");
+    let broken = ServerLoop::perftest("127.0.15.13", 19745, Some(fault));
+    let _healthy = ServerLoop::perftest("127.0.15.15", 19746, None);
+    let r = fuzz_fast(&[
+        "-d",
+        local,
+        "--perftest",
+        server,
+        "--size",
+        "4096",
+        "--seed",
+        "3",
+        "--packets",
+        "400",
+        "--out",
+        dir.to_str().unwrap(),
+        "--minimise-budget",
+        "60",
+    ]);
+    assert_eq!(r.code, Some(1), "{}", r.out);
+    let f = finding(&r.out, "canary").unwrap_or_else(|| panic!("{}", r.out));
+    let (n, k) = minimised(&r.out).unwrap_or_else(|| panic!("not minimised:\n{}", r.out));
+    assert!(k <= 3 && k < n, "{n} -> {k} packets:\n{}", r.out);
+    let min = dir.join("canary-seed3.min.pcap");
+    let meta = std::fs::read_to_string(format!("{}.meta", min.display())).unwrap();
+    let a = arms(&meta);
+    assert_eq!(a.first(), Some(&"canary"), "{meta}");
+    assert!(r.out.contains("RC_RDMA_WRITE_ONLY"), "{}", r.out);
+    // In sequence: the WRITE right after the 4 PSNs of the READ of 4096
+    // bytes (path MTU 1024), which in the campaign it was not.
+    let e = expects(&meta);
+    let write = a.iter().position(|x| *x == "region").unwrap();
+    assert_eq!(e[write], (e[0] + 4) & 0xff_ffff, "{meta}");
+    let orig = std::fs::read_to_string(format!("{}.meta", f.display())).unwrap();
+    assert!(expects(&orig).len() > e.len(), "{orig}");
+    drop(broken);
+    let _broken = ServerLoop::perftest("127.0.15.13", 19745, Some(fault));
+    assert!(replay_fires(&min, server, local, "canary"));
+    assert!(!replay_fires(&min, "127.0.15.15:19746", local, "canary"));
     let _ = std::fs::remove_dir_all(&dir);
 }

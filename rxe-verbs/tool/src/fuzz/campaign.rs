@@ -247,6 +247,7 @@ impl Driver {
                 icrc: g.icrc,
                 psn: g.psn,
                 region: g.region,
+                expect: Some(s.sq_psn),
                 bytes: b,
                 time: record::now(),
             });

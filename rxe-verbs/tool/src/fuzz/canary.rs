@@ -473,6 +473,7 @@ mod tests {
                 va: Some(100),
                 key: Some(0),
             }),
+            expect: None,
             bytes: b,
             time: Duration::ZERO,
         };

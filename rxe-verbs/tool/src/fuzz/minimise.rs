@@ -12,6 +12,18 @@
 //! over single packets. The first attempt replays the whole finding: one
 //! that does not reproduce is left alone.
 //!
+//! Kept packets are renumbered: a step whose predecessors are taken away is
+//! sent at the PSN the peer now expects, not the one it was recorded at
+//! (where the peer would answer a sequence NAK and execute nothing). The
+//! sidecar gives every packet the PSN the peer expected when its step
+//! began (`expect=`); a kept step is moved to the PSN its kept
+//! predecessors on the connection lead to (each advancing it by what it
+//! advanced it in the recording, less the PSNs of its own packets that
+//! were taken away), its packets keeping their distance from it. The first
+//! attempt replays the finding as recorded; when renumbering changes it
+//! (a finding that starts in the middle of a connection), a second replays
+//! it renumbered, and the search renumbers only if that reproduces too.
+//!
 //! Each attempt waits for the peer to take a connection first (a peer that
 //! has just been broken must come back: a server with a timeout, run in a
 //! loop), and the whole search is bounded by a time budget and a number of
@@ -20,9 +32,10 @@
 //! to `NAME.pcap`.
 
 use super::campaign::Finding;
-use super::record::{self, Loaded, Sent};
+use super::record::{self, Loaded, PsnBase, Sent};
 use super::replay;
 use super::{Config, Res};
+use rxe_core::psn::Psn;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -103,6 +116,7 @@ pub(crate) fn run(
     let mut m = Minimiser {
         cfg,
         rec: &rec,
+        renumber: false,
         oracle: oracle.clone(),
         deadline: Instant::now() + budget,
         attempts: 0,
@@ -125,6 +139,26 @@ pub(crate) fn run(
             ))
         }
     }
+    // Renumbered, unless that changes the whole finding (one that starts
+    // in the middle of a connection) and it no longer reproduces.
+    m.renumber = true;
+    if renumber(&rec, &all)
+        .iter()
+        .zip(&rec.packets)
+        .any(|(a, b)| a.bytes != b.bytes)
+    {
+        match m.test(&all) {
+            Some(true) => {}
+            Some(false) => {
+                m.renumber = false;
+                println!(
+                    "minimise: renumbered, the finding does not reproduce: PSNs kept as recorded"
+                );
+            }
+            None => m.renumber = false,
+        }
+        m.tried.clear();
+    }
     oracle = m.oracle.clone();
     let start = Instant::now();
     let mut keep = all.clone();
@@ -140,7 +174,11 @@ pub(crate) fn run(
         keep = ddmin(units, &mut |c| m.test(c));
     }
     let out = min_path(file);
-    let pkts: Vec<Sent> = keep.iter().map(|&i| rec.packets[i].clone()).collect();
+    let pkts: Vec<Sent> = if m.renumber {
+        renumber(&rec, &keep)
+    } else {
+        keep.iter().map(|&i| rec.packets[i].clone()).collect()
+    };
     record::write_packets(
         &out,
         &pkts,
@@ -164,8 +202,7 @@ pub(crate) fn run(
             None => String::new(),
         }
     );
-    for &i in &keep {
-        let p = &rec.packets[i];
+    for p in &pkts {
         println!(
             "  connection {} step {} {}: {}",
             p.session,
@@ -207,6 +244,87 @@ fn connections(rec: &Loaded, keep: &[usize]) -> usize {
     let mut v: Vec<u32> = keep.iter().map(|&i| rec.packets[i].session).collect();
     v.dedup();
     v.len()
+}
+
+/// The packets `keep` (indices into `rec.packets`, in order) renumbered
+/// so that each kept step arrives at the PSN the peer expects once the
+/// steps before it on its connection that were taken away are gone.
+///
+/// Per connection, from its initial PSN: a kept step is moved from the PSN
+/// the peer expected when it began in the recording (`expect`) to the one
+/// reached so far; its packets sent in sequence (at distances `0..A` from
+/// it, where `A` is how far the recording's next step on the connection
+/// began from it) close up over the distances no kept packet covers any
+/// more, the others (duplicates behind, PSNs far ahead) keep theirs; and
+/// the PSN reached moves on by `A` less those gaps. Only PSNs in our own
+/// space (`psn=ours`) are rewritten; a packet without `expect` (a pcap
+/// without its sidecar) stays as it is. The ICRC is recomputed by the
+/// replay, as for any packet.
+pub(crate) fn renumber(rec: &Loaded, keep: &[usize]) -> Vec<Sent> {
+    let psn_of = |b: &[u8]| Psn::new(u32::from_be_bytes([0, b[9], b[10], b[11]]));
+    let ours = |p: &Sent| p.psn == PsnBase::Ours && p.bytes.len() >= 12;
+    // The recording's steps, in order: (session, step) -> packet indices.
+    let mut steps: Vec<((u32, u64), Vec<usize>)> = Vec::new();
+    for (i, p) in rec.packets.iter().enumerate() {
+        match steps.last_mut() {
+            Some((k, v)) if *k == (p.session, p.step) => v.push(i),
+            _ => steps.push(((p.session, p.step), vec![i])),
+        }
+    }
+    let expect = |v: &[usize]| v.iter().find_map(|&i| rec.packets[i].expect);
+    let kept: std::collections::HashSet<usize> = keep.iter().copied().collect();
+    let mut out: Vec<Sent> = keep.iter().map(|&i| rec.packets[i].clone()).collect();
+    let at: HashMap<usize, usize> = keep.iter().enumerate().map(|(j, &i)| (i, j)).collect();
+    // The PSN reached on each connection.
+    let mut reached: HashMap<u32, Psn> = HashMap::new();
+    for (n, ((session, _), v)) in steps.iter().enumerate() {
+        if !v.iter().any(|i| kept.contains(i)) {
+            continue;
+        }
+        let Some(e) = expect(v) else { continue };
+        let next = steps[n + 1..]
+            .iter()
+            .find(|((s, _), _)| s == session)
+            .and_then(|(_, w)| expect(w));
+        let adv = next.map_or(0, |x| x.diff(e).max(0) as u32);
+        let base = rec
+            .sessions
+            .iter()
+            .find(|s| s.index == *session)
+            .map_or(e, |s| s.base_psn);
+        let to = *reached.entry(*session).or_insert(base);
+        // Distances in 0..adv no kept packet covers any more.
+        let dist = |i: usize| psn_of(&rec.packets[i].bytes).diff(e);
+        let in_seq = |d: i32| d >= 0 && (d as u32) < adv;
+        let covered: std::collections::BTreeSet<i32> = v
+            .iter()
+            .filter(|&&i| ours(&rec.packets[i]) && in_seq(dist(i)))
+            .map(|&i| dist(i))
+            .collect();
+        let still: std::collections::BTreeSet<i32> = v
+            .iter()
+            .filter(|&&i| kept.contains(&i) && ours(&rec.packets[i]) && in_seq(dist(i)))
+            .map(|&i| dist(i))
+            .collect();
+        let gaps: Vec<i32> = covered.difference(&still).copied().collect();
+        for &i in v.iter().filter(|i| kept.contains(i)) {
+            let p = &mut out[at[&i]];
+            p.expect = Some(to);
+            if !ours(p) {
+                continue;
+            }
+            let d = dist(i);
+            let d = if in_seq(d) {
+                d - gaps.iter().filter(|&&g| g < d).count() as i32
+            } else {
+                d
+            };
+            let psn = to.add(d as u32);
+            p.bytes[9..12].copy_from_slice(&psn.value().to_be_bytes()[1..]);
+        }
+        reached.insert(*session, to.add(adv - gaps.len() as u32));
+    }
+    out
 }
 
 /// What ddmin takes away or keeps as one.
@@ -302,6 +420,8 @@ fn ddmin(mut units: Vec<Vec<usize>>, test: &mut dyn FnMut(&[usize]) -> Option<bo
 struct Minimiser<'a> {
     cfg: &'a Config,
     rec: &'a Loaded,
+    /// Candidates are renumbered ([`renumber`]).
+    renumber: bool,
     /// The oracle that must fire; `None` until the first attempt names it.
     oracle: Option<String>,
     deadline: Instant,
@@ -331,7 +451,12 @@ impl Minimiser<'_> {
             return None;
         }
         self.attempts += 1;
-        let pkts: Vec<&Sent> = keep.iter().map(|&i| &self.rec.packets[i]).collect();
+        let owned = if self.renumber {
+            renumber(self.rec, keep)
+        } else {
+            keep.iter().map(|&i| self.rec.packets[i].clone()).collect()
+        };
+        let pkts: Vec<&Sent> = owned.iter().collect();
         let t = Instant::now();
         // Quiet: a candidate's steps are not news.
         let mut cfg = self.cfg.clone();
@@ -418,6 +543,74 @@ mod tests {
         assert_eq!(kept, (8..16).collect::<Vec<_>>());
     }
 
+    /// Renumbering: kept steps move to the PSN their kept predecessors
+    /// lead to; packets out of sequence keep their distance.
+    #[test]
+    fn kept_packets_are_renumbered_into_sequence() {
+        let pkt = |step: u64, psn: u32, expect: u32| {
+            let mut bytes = vec![0u8; 16];
+            bytes[9..12].copy_from_slice(&psn.to_be_bytes()[1..]);
+            Sent {
+                session: 0,
+                step,
+                arm: "x".into(),
+                qpn: record::QpnChoice::Peer,
+                icrc: record::IcrcChoice::Right,
+                psn: record::PsnBase::Ours,
+                region: None,
+                expect: Some(Psn::new(expect)),
+                bytes,
+                time: Duration::ZERO,
+            }
+        };
+        let base = 0xff_fffe;
+        let p = |i: u32| (base + i) & 0xff_ffff;
+        let rec = Loaded {
+            sessions: vec![record::SessionInfo {
+                index: 0,
+                base_psn: Psn::new(base),
+                peer_qpn: 1,
+                our_qpn: 2,
+                local: "127.0.0.1".parse().unwrap(),
+                peer: "127.0.0.1".parse().unwrap(),
+            }],
+            packets: vec![
+                pkt(0, p(0), p(0)),             // 0: READ, executed
+                pkt(1, p(1), p(1)),             // 1: FIRST \
+                pkt(1, p(2), p(1)),             // 2: MIDDLE | executed
+                pkt(1, p(3), p(1)),             // 3: LAST  /
+                pkt(2, p(4) + (1 << 22), p(4)), // 4: far ahead, ignored
+                pkt(3, p(4), p(4)),             // 5: WRITE, executed
+                pkt(4, p(5), p(5)),             // 6: READ
+            ],
+            oracle: None,
+            peer: None,
+        };
+        let psns = |v: &[Sent]| {
+            v.iter()
+                .map(|s| u32::from_be_bytes([0, s.bytes[9], s.bytes[10], s.bytes[11]]))
+                .collect::<Vec<_>>()
+        };
+        let all: Vec<usize> = (0..7).collect();
+        // Everything kept: as recorded.
+        let r = renumber(&rec, &all);
+        assert_eq!(psns(&r), psns(&rec.packets));
+        // The READ, the WRITE, the READ: in sequence from the base.
+        let r = renumber(&rec, &[0, 5, 6]);
+        assert_eq!(psns(&r), vec![p(0), p(1), p(2)]);
+        assert_eq!(r[1].expect, Some(Psn::new(p(1))));
+        // The MIDDLE taken away: the LAST closes up; the far packet keeps
+        // its distance from its step.
+        let r = renumber(&rec, &[0, 1, 3, 4, 5]);
+        assert_eq!(
+            psns(&r),
+            vec![p(0), p(1), p(2), (p(3) + (1 << 22)) & 0xff_ffff, p(3)]
+        );
+        // Without the first step the next one starts at the base.
+        let r = renumber(&rec, &[5]);
+        assert_eq!(psns(&r), vec![p(0)]);
+    }
+
     #[test]
     fn units_follow_connections_and_steps() {
         let p = |session, step| Sent {
@@ -428,6 +621,7 @@ mod tests {
             icrc: record::IcrcChoice::Right,
             psn: record::PsnBase::Ours,
             region: None,
+            expect: None,
             bytes: vec![],
             time: Duration::ZERO,
         };

@@ -99,6 +99,10 @@ pub(crate) struct Sent {
     pub psn: PsnBase,
     /// How its RETH or AtomicETH relates to the peer's region, if it does.
     pub region: Option<RegionRef>,
+    /// The PSN the peer expected from us when the packet's step began (as
+    /// far as its answers told), in the same PSN space as the packet's own:
+    /// the minimiser renumbers kept steps from it.
+    pub expect: Option<Psn>,
     /// The UDP payload as sent.
     pub bytes: Vec<u8>,
     pub time: Duration,
@@ -285,7 +289,9 @@ pub(crate) fn write_packets(
     let mut meta = String::from(
         "rxe-fuzz-meta 1\n# sessions: our initial PSN, the peer's QPN and ours then;\n\
          # packets, one per pcap frame: session, step, arm, how its QPN, ICRC and PSN\n\
-         # relate to the connection (rxe fuzz --replay rewrites them for a new one)\n",
+         # relate to the connection (rxe fuzz --replay rewrites them for a new one),\n\
+         # where it points in the peer's region, and the PSN the peer expected from us\n\
+         # when its step began (expect=, hex: a packet sent at it was in sequence)\n",
     );
     if let Some(o) = oracle {
         let _ = writeln!(meta, "oracle {o}");
@@ -306,9 +312,12 @@ pub(crate) fn write_packets(
         );
     }
     for p in pkts {
+        let expect = p
+            .expect
+            .map_or(String::new(), |e| format!(" expect={:06x}", e.value()));
         let _ = writeln!(
             meta,
-            "packet {} {} {} {}",
+            "packet {} {} {} {}{expect}",
             p.session,
             p.step,
             p.arm,
@@ -505,7 +514,7 @@ pub(crate) fn load(pcap: &Path) -> Res<Loaded> {
                     peer: IpAddr::from([0, 0, 0, 0]),
                 });
             }
-            Some("packet") if w.len() == 7 || w.len() == 8 => {
+            Some("packet") if (7..=9).contains(&w.len()) => {
                 let (time, src, dst, bytes) = it.next().ok_or_else(|| {
                     format!("{}: fewer frames than the sidecar lists", pcap.display())
                 })?;
@@ -535,10 +544,16 @@ pub(crate) fn load(pcap: &Path) -> Res<Loaded> {
                     }
                     _ => return Err(bad(l)),
                 };
-                let region = match w.get(7) {
-                    Some(r) => Some(RegionRef::from_meta(r).ok_or_else(|| bad(l))?),
-                    None => None,
-                };
+                // Then, each optional: region=VA/KEY, expect=PSN.
+                let mut region = None;
+                let mut expect = None;
+                for t in &w[7..] {
+                    if let Some(e) = t.strip_prefix("expect=") {
+                        expect = Some(Psn::new(hex(e, l)?));
+                    } else {
+                        region = Some(RegionRef::from_meta(t).ok_or_else(|| bad(l))?);
+                    }
+                }
                 packets.push(Sent {
                     session,
                     step: w[2].parse().map_err(|_| bad(l))?,
@@ -547,6 +562,7 @@ pub(crate) fn load(pcap: &Path) -> Res<Loaded> {
                     icrc,
                     psn,
                     region,
+                    expect,
                     bytes,
                     time,
                 });
@@ -613,6 +629,7 @@ fn guess(frames: Vec<(Duration, IpAddr, IpAddr, Vec<u8>)>) -> Loaded {
                 },
                 psn: PsnBase::Ours,
                 region: None,
+                expect: None,
                 bytes,
                 time,
             }

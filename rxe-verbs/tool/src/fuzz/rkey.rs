@@ -370,6 +370,7 @@ mod tests {
             icrc: IcrcChoice::Right,
             psn,
             region: None,
+            expect: None,
             bytes,
             time: Duration::ZERO,
         }
