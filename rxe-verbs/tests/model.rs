@@ -1,19 +1,23 @@
 //! Model tests of the verbs layer's threading, under loom: every
 //! interleaving of the threads (up to a bound on preemptions, 3 unless
 //! `LOOM_MAX_PREEMPTIONS` says otherwise; `tests/loom.sh` runs them with
-//! no bound these small models reach, about a minute), with every lock, wait, notify and atomic access a scheduling point.
+//! no bound these small models reach, about 2.5 minutes of CPU), with
+//! every lock, wait, notify and atomic access a scheduling point.
 //!
 //! The modules whose correctness is a matter of threads only are compiled
 //! here as they are, against a `sync` module that maps their primitives to
-//! loom's (`model/sync.rs`): the completion channel's and the async
-//! events' queues (`src/events.rs`), the receiver token
-//! (`src/progress/receiver.rs`) and the C library's event counts
-//! (`ibverbs/src/event_count.rs`). Where a protocol is spread over code
-//! that also talks to the socket or the engine (`Shared::collect`,
-//! `CompletionQueue::wait` and `poll_progress`, `ibv_get_cq_event` and
-//! `ibv_destroy_cq`), the test repeats its steps in the same order around
-//! the real modules, the engine reduced to a CQ under a lock; each such
-//! test names the code it follows, which must be kept in step with it.
+//! loom's (`model/sync.rs`): the completion channel's queue (also the
+//! rdma_cm event channel's) and the async events' queue (`src/events.rs`),
+//! the receiver token (`src/progress/receiver.rs`), and the C library's
+//! event counts (`ibverbs/src/event_count.rs`) and event descriptors
+//! (`ibverbs/src/event_queue.rs`, on a modelled pipe, [`ModelFd`]). Where
+//! a protocol is spread over code that also talks to the socket, the
+//! engine or other objects (`Shared::collect`, `CompletionQueue::wait` and
+//! `poll_progress`, `ibv_get_cq_event` and `ibv_destroy_cq`, the rdma_cm
+//! bridge against `rdma_destroy_id`), the test repeats its steps in the
+//! same order around the real modules, the engine reduced to a CQ under a
+//! lock; each such test names the code it follows, which must be kept in
+//! step with it.
 //!
 //! docs/reliability.md ("Concurrency") lists what each test checks and the
 //! bug put in on purpose that showed it can fail.
