@@ -615,6 +615,13 @@ static void destroy_during_traffic(void)
 	check(victim.send_errors > 0 && victim.bad == 0, "sender_sees_the_receiver_gone",
 	      "sent %d received %d, send errors %d, bad %d (%s)", (int)victim.sent,
 	      (int)victim.received, (int)victim.send_errors, (int)victim.bad, victim.what);
+	/* Its QP raised IBV_EVENT_QP_FATAL on rxe0, for the async thread
+	 * (taken before the QP goes: destroying it drops the events about it
+	 * not yet taken, as the kernel does). */
+	end = now_ms() + 5000;
+	while (async_events == 0 && now_ms() < end)
+		usleep(1000);
+	check(async_events > 0, "async_event_of_the_failed_sender", "none in 5 s");
 	/* The rest of its completions, then its QP goes with flushes pending. */
 	got = ibv_poll_cq(victim.scq, 16, wc);
 	r = ibv_destroy_qp(victim.sqp);
@@ -627,7 +634,6 @@ int main(int argc, char **argv)
 	struct ibv_device **list;
 	pthread_t ev_t, async_t;
 	int n = 0, d, i, messages = argc > 1 ? atoi(argv[1]) : 600;
-	long long end;
 	struct pollfd pfd;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -654,11 +660,6 @@ int main(int argc, char **argv)
 	destroy_during_traffic();
 
 	current_section = "teardown";
-	/* The failed sender's QP raised IBV_EVENT_QP_FATAL on rxe0. */
-	end = now_ms() + 5000;
-	while (async_events == 0 && now_ms() < end)
-		usleep(1000);
-	check(async_events > 0, "async_event_of_the_failed_sender", "none in 5 s");
 	stop_events = 1;
 	pthread_join(ev_t, NULL);
 	stop_async = 1;
