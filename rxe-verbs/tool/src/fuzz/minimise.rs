@@ -254,9 +254,10 @@ fn connections(rec: &Loaded, keep: &[usize]) -> usize {
 /// the peer expected when it began in the recording (`expect`) to the one
 /// reached so far; its packets sent in sequence (at distances `0..A` from
 /// it, where `A` is how far the recording's next step on the connection
-/// began from it) close up over the distances no kept packet covers any
-/// more, the others (duplicates behind, PSNs far ahead) keep theirs; and
-/// the PSN reached moves on by `A` less those gaps. Only PSNs in our own
+/// began from it) close up over the PSNs of the packets taken away (each
+/// spans the PSNs up to the next distance sent: a READ request as many as
+/// its responses), the others (duplicates behind, PSNs far ahead) keep
+/// theirs; and the PSN reached moves on by `A` less those gaps. Only PSNs in our own
 /// space (`psn=ours`) are rewritten; a packet without `expect` (a pcap
 /// without its sidecar) stays as it is. The ICRC is recomputed by the
 /// replay, as for any packet.
@@ -306,7 +307,16 @@ pub(crate) fn renumber(rec: &Loaded, keep: &[usize]) -> Vec<Sent> {
             .filter(|&&i| kept.contains(&i) && ours(&rec.packets[i]) && in_seq(dist(i)))
             .map(|&i| dist(i))
             .collect();
-        let gaps: Vec<i32> = covered.difference(&still).copied().collect();
+        // Each distance sent in sequence spans the PSNs up to the next one
+        // (a READ request spans as many as it has responses); those of the
+        // distances no kept packet covers any more are taken out.
+        let bounds: Vec<i32> = covered.iter().copied().chain([adv as i32]).collect();
+        let gaps: Vec<(i32, i32)> = bounds
+            .windows(2)
+            .filter(|w| !still.contains(&w[0]))
+            .map(|w| (w[0], w[1] - w[0]))
+            .collect();
+        let gone = |d: i32| -> i32 { gaps.iter().filter(|g| g.0 < d).map(|g| g.1).sum() };
         for &i in v.iter().filter(|i| kept.contains(i)) {
             let p = &mut out[at[&i]];
             p.expect = Some(to);
@@ -314,15 +324,11 @@ pub(crate) fn renumber(rec: &Loaded, keep: &[usize]) -> Vec<Sent> {
                 continue;
             }
             let d = dist(i);
-            let d = if in_seq(d) {
-                d - gaps.iter().filter(|&&g| g < d).count() as i32
-            } else {
-                d
-            };
+            let d = if in_seq(d) { d - gone(d) } else { d };
             let psn = to.add(d as u32);
             p.bytes[9..12].copy_from_slice(&psn.value().to_be_bytes()[1..]);
         }
-        reached.insert(*session, to.add(adv - gaps.len() as u32));
+        reached.insert(*session, to.add(adv - gone(adv as i32) as u32));
     }
     out
 }
@@ -581,7 +587,8 @@ mod tests {
                 pkt(1, p(3), p(1)),             // 3: LAST  /
                 pkt(2, p(4) + (1 << 22), p(4)), // 4: far ahead, ignored
                 pkt(3, p(4), p(4)),             // 5: WRITE, executed
-                pkt(4, p(5), p(5)),             // 6: READ
+                pkt(4, p(5), p(5)),             // 6: READ of 4 PSNs
+                pkt(5, p(9), p(9)),             // 7: WRITE
             ],
             oracle: None,
             peer: None,
@@ -591,7 +598,7 @@ mod tests {
                 .map(|s| u32::from_be_bytes([0, s.bytes[9], s.bytes[10], s.bytes[11]]))
                 .collect::<Vec<_>>()
         };
-        let all: Vec<usize> = (0..7).collect();
+        let all: Vec<usize> = (0..8).collect();
         // Everything kept: as recorded.
         let r = renumber(&rec, &all);
         assert_eq!(psns(&r), psns(&rec.packets));
@@ -609,6 +616,11 @@ mod tests {
         // Without the first step the next one starts at the base.
         let r = renumber(&rec, &[5]);
         assert_eq!(psns(&r), vec![p(0)]);
+        // A READ taken away takes its four PSNs with it.
+        let r = renumber(&rec, &[0, 5, 7]);
+        assert_eq!(psns(&r), vec![p(0), p(1), p(2)]);
+        let r = renumber(&rec, &[6, 7]);
+        assert_eq!(psns(&r), vec![p(0), p(4)]);
     }
 
     #[test]
