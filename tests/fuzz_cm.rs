@@ -29,8 +29,16 @@
 //! oracle ok (skipped only with `RXE_SKIP_IBVERBS_TESTS=1` when rping is
 //! not installed; `bash tests/setup.sh` installs rdmacm-utils).
 //!
-//! Address plan: 127.0.5.200-.209, ports 19790-19794 (no other test uses
-//! them). The `rxe` binary is found as in `perf_cli.rs` (`RXE_BIN`
+//! And Debian's `ib_read_bw -R` over the drop-in (perftest's exchange as
+//! SENDs on an rdma_cm communication connection, the test QP on a second):
+//! a campaign with the canary, data and every other oracle ok; with
+//! `RXE_TEST_FAULT=ignore-write-access` the canary oracle fires, and the
+//! finding replays over rdma_cm against the broken server and not against
+//! the healthy one.
+//!
+//! Address plan: 127.0.5.200-.209, ports 19790-19794; perftest servers at
+//! 127.0.5.230 (healthy, 19785) and .232 (broken, 19786), their fuzzers at
+//! .231 and .233 (no other test uses them). The `rxe` binary is found as in `perf_cli.rs` (`RXE_BIN`
 //! overrides).
 
 #[path = "common/server_loop.rs"]
@@ -366,17 +374,26 @@ fn a_garbling_rping_server_is_caught_and_the_finding_replays_over_rdma_cm() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Whether `/usr/bin/PROG` is there (else the test is skipped, if
+/// `RXE_SKIP_IBVERBS_TESTS=1` allows it, or fails).
+fn have(prog: &str, package: &str) -> bool {
+    if std::path::Path::new("/usr/bin").join(prog).exists() {
+        return true;
+    }
+    if std::env::var("RXE_SKIP_IBVERBS_TESTS").is_ok_and(|v| v == "1") {
+        eprintln!("skipped: {prog} is not installed (RXE_SKIP_IBVERBS_TESTS=1)");
+        return false;
+    }
+    panic!(
+        "{prog} is not installed: install {package} (`bash tests/setup.sh`), \
+         or set RXE_SKIP_IBVERBS_TESTS=1 to skip"
+    );
+}
+
 #[test]
 fn campaign_against_debians_rping_over_the_drop_in() {
-    if !std::path::Path::new("/usr/bin/rping").exists() {
-        if std::env::var("RXE_SKIP_IBVERBS_TESTS").is_ok_and(|v| v == "1") {
-            eprintln!("skipped: rping is not installed (RXE_SKIP_IBVERBS_TESTS=1)");
-            return;
-        }
-        panic!(
-            "rping is not installed: install rdmacm-utils (`bash tests/setup.sh`), \
-             or set RXE_SKIP_IBVERBS_TESTS=1 to skip"
-        );
+    if !have("rping", "rdmacm-utils") {
+        return;
     }
     let lib = rxe_tests::dropin_library().to_str().unwrap().to_string();
     let server = ServerLoop::start(
@@ -442,5 +459,144 @@ fn campaign_against_debians_rping_over_the_drop_in() {
         !srv.contains("Segmentation") && !srv.contains("panicked"),
         "{srv}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Debian's `ib_read_bw -R -s 4096` over the drop-in on `addr:port`,
+/// looped, broken with `fault` or healthy.
+fn read_bw_r(addr: &str, port: u16, fault: Option<&str>) -> ServerLoop {
+    let lib = rxe_tests::dropin_library().to_str().unwrap().to_string();
+    let port = port.to_string();
+    ServerLoop::start(
+        rxe_bin().to_path_buf(),
+        &[
+            "exec",
+            "-d",
+            addr,
+            "--lib",
+            &lib,
+            "--",
+            "ib_read_bw",
+            "-R",
+            "-d",
+            "rxe0",
+            "-x",
+            "0",
+            "-s",
+            "4096",
+            "-p",
+            &port,
+        ],
+        fault,
+    )
+}
+
+#[test]
+fn ib_read_bw_r_keeps_its_canary_and_a_broken_one_is_caught_over_rdma_cm() {
+    if !have("ib_read_bw", "perftest") {
+        return;
+    }
+    let healthy = read_bw_r("127.0.5.230", 19785, None);
+    let dir = out_dir("read_bw_r");
+    let out = dir.to_str().unwrap();
+    let campaign = |to: &str, from: &str| {
+        fuzz(
+            &[
+                "-d",
+                from,
+                "--perftest",
+                to,
+                "--cm",
+                "--size",
+                "4096",
+                "--seed",
+                "3",
+                "--packets",
+                "400",
+                "--window-ms",
+                "40",
+                "--grace-ms",
+                "5",
+                "--minimise-budget",
+                "0",
+                "--out",
+                out,
+            ],
+            Duration::from_secs(300),
+        )
+    };
+    let r = campaign("127.0.5.230:19785", "127.0.5.231");
+    assert_eq!(
+        r.code,
+        Some(0),
+        "{}\n--- server:\n{}",
+        r.out,
+        healthy.stderr()
+    );
+    for o in ["liveness", "canary", "data", "sanity", "peer-wire"] {
+        assert!(
+            r.out.contains(&format!("oracle {o}: ok")),
+            "oracle {o}:\n{}",
+            r.out
+        );
+    }
+    // The buffer came through perftest's exchange over rdma_cm, and the
+    // campaign READ it and aimed at it over many connections.
+    assert!(r.out.contains("bytes at 0x"), "{}", r.out);
+    assert!(r.out.contains("\n  READ data"), "{}", r.out);
+    assert!(connections(&r.out) >= 5, "{}", r.out);
+    assert!(
+        healthy.runs() >= connections(&r.out),
+        "{} server runs",
+        healthy.runs()
+    );
+    // A server that executes WRITEs without the permission.
+    let fault = Some("ignore-write-access");
+    let f = {
+        let broken = read_bw_r("127.0.5.232", 19786, fault);
+        let r = campaign("127.0.5.232:19786", "127.0.5.233");
+        assert_eq!(
+            r.code,
+            Some(1),
+            "{}\n--- server:\n{}",
+            r.out,
+            broken.stderr()
+        );
+        finding(&r.out, "canary").unwrap_or_else(|| panic!("no canary finding:\n{}", r.out))
+    };
+    let meta = std::fs::read_to_string(f.with_extension("pcap.meta")).unwrap();
+    assert!(meta.contains("peer perftest-read-cm size=4096"), "{meta}");
+    let replay = |to: &str, from: &str| {
+        fuzz(
+            &[
+                "-d",
+                from,
+                "--replay",
+                f.to_str().unwrap(),
+                "--to",
+                to,
+                "--window-ms",
+                "40",
+                "--out",
+                out,
+            ],
+            Duration::from_secs(120),
+        )
+    };
+    let again = {
+        let _broken = read_bw_r("127.0.5.232", 19786, fault);
+        replay("127.0.5.232:19786", "127.0.5.233")
+    };
+    assert!(
+        again
+            .out
+            .contains("the recording is a finding of oracle canary: it fired again"),
+        "{}",
+        again.out
+    );
+    let not = replay("127.0.5.230:19785", "127.0.5.231");
+    assert_eq!(not.code, Some(0), "{}", not.out);
+    assert!(not.out.contains("it did not fire this time"), "{}", not.out);
+    drop(healthy);
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -116,7 +116,7 @@ impl Driver {
             },
             rec: {
                 let mut r = Recorder::new();
-                r.peer = cfg.peer.meta();
+                r.peer = cfg.peer_meta();
                 r
             },
             hist: BTreeMap::new(),

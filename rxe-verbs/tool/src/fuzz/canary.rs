@@ -193,12 +193,19 @@ impl Driver {
             },
         };
         let psn = match recorded {
+            // (Shifted as `send` shifts it over rdma_cm, where the peer
+            // chose our first PSN.)
             Some(p) if p.bytes.len() >= 12 => Psn::new(u32::from_be_bytes([
                 0,
                 p.bytes[9],
                 p.bytes[10],
                 p.bytes[11],
-            ])),
+            ]))
+            .add(if p.psn == PsnBase::Ours {
+                s.psn_shift
+            } else {
+                0
+            }),
             _ => s.sq_psn,
         };
         let npkts = (len as usize).div_ceil(s.mtu.max(1)).max(1) as u32;

@@ -32,9 +32,10 @@ pub(crate) struct CmLink {
     agent: CmAgent,
     /// The next PSN of our GSI QP's sends.
     gsi_psn: u32,
-    /// The connection the session is on, until it is ended.
-    pub conn: Option<ConnId>,
-    /// The peer ended the current connection (its DREQ came).
+    /// The connections in use (the session's; for perftest also its
+    /// communication QP's), until they are ended.
+    pub conns: Vec<ConnId>,
+    /// The peer ended one of them (its DREQ came).
     pub peer_left: bool,
     /// Events for [`Link::cm_connect`] and [`Link::close_cm`].
     events: VecDeque<CmEvent>,
@@ -81,7 +82,7 @@ impl CmLink {
         CmLink {
             agent: CmAgent::new(cfg),
             gsi_psn: 0,
-            conn: None,
+            conns: Vec::new(),
             peer_left: false,
             events: VecDeque::new(),
             mads_sent: 0,
@@ -139,7 +140,7 @@ impl Link {
         }
         while let Some(e) = c.agent.poll_event() {
             if let CmEvent::Disconnected { conn, .. } = &e {
-                if c.conn == Some(*conn) {
+                if c.conns.contains(conn) {
                     c.peer_left = true;
                 }
                 // A DREQ came: the DREP. (After our own DREQ: nothing.)
@@ -235,8 +236,6 @@ impl Link {
             let conn = {
                 let c = self.cm.as_mut().expect("made above");
                 c.events.clear();
-                c.conn = None;
-                c.peer_left = false;
                 c.agent.connect(now, &p).map_err(|e| e.to_string())?
             };
             self.cm_pump();
@@ -269,8 +268,10 @@ impl Link {
                             c.agent
                                 .ready_to_use(Instant::now(), conn, &[])
                                 .map_err(|e| e.to_string())?;
-                            c.conn = Some(conn);
-                            c.peer_left = false;
+                            if c.conns.is_empty() {
+                                c.peer_left = false;
+                            }
+                            c.conns.push(conn);
                             self.cm_pump();
                             return Ok(CmConnected {
                                 peer: qp.remote_addr,
@@ -319,32 +320,34 @@ impl Link {
         self.cm_pump();
     }
 
-    /// Ends the current rdma_cm connection as `rdma_disconnect` does: a
-    /// DREQ, and up to `wait` for the DREP (a peer that is gone or slow is
-    /// no error: the agent resends the DREQ while we pump it and gives up
-    /// after its retries). Nothing when the peer ended it first.
+    /// Ends the current rdma_cm connections as `rdma_disconnect` does: a
+    /// DREQ each, and up to `wait` for the DREPs (a peer that is gone or
+    /// slow is no error: the agent resends a DREQ while we pump it and
+    /// gives up after its retries). A connection the peer ended first was
+    /// answered already (the DREQ in DREQ_RCVD or timewait is a no-op).
     pub(crate) fn close_cm(&mut self, wait: Duration) {
         let Some(c) = self.cm.as_mut() else { return };
-        let Some(conn) = c.conn.take() else { return };
-        let now = Instant::now();
-        if c.peer_left {
+        let conns = std::mem::take(&mut c.conns);
+        if conns.is_empty() {
             return;
         }
-        let _ = c.agent.disconnect(now, conn, &[]);
+        let now = Instant::now();
+        for &conn in &conns {
+            let _ = c.agent.disconnect(now, conn, &[]);
+        }
         self.cm_pump();
         let Some(peer) = self.peer else { return };
         let end = now + wait;
+        let mut left = conns;
         loop {
-            let gone = self.cm.as_mut().is_some_and(|c| {
-                let mut gone = false;
-                c.events.retain(|e| {
-                    if matches!(e, CmEvent::Disconnected { conn: k, .. } if *k == conn) {
-                        gone = true;
+            if let Some(c) = self.cm.as_mut() {
+                for e in &c.events {
+                    if let CmEvent::Disconnected { conn, .. } = e {
+                        left.retain(|k| k != conn);
                     }
-                    true
-                });
-                gone
-            });
+                }
+            }
+            let gone = left.is_empty();
             let now = Instant::now();
             if gone || now >= end {
                 return;

@@ -3,8 +3,9 @@
 //! It connects to the peer the way the peer's own tools expect (rdma-core's
 //! `ibv_rc_pingpong` server, through the TCP exchange of `rxe pingpong`;
 //! perftest's `ib_read_bw` server, through perftest's exchange as `rxe perf`
-//! speaks it; or librdmacm's `rping` server, through rdma_cm, the CM's
-//! MADs sent from the fuzzer's own socket, [`cm`], [`rping`]), so the peer
+//! speaks it, or over rdma_cm as `ib_read_bw -R` does, [`perftest_cm`];
+//! or librdmacm's `rping` server, through rdma_cm, the CM's MADs sent
+//! from the fuzzer's own socket, [`cm`], [`rping`]), so the peer
 //! has a live RC QP (with posted receives, or with a buffer it lets us
 //! READ, or READing and WRITing buffers of ours); then
 //! it plays the other end of that connection by hand, from a UDP socket
@@ -46,6 +47,7 @@ mod canary;
 mod cm;
 mod minimise;
 mod mutate;
+mod perftest_cm;
 mod record;
 mod replay;
 mod rkey;
@@ -77,6 +79,11 @@ pub struct Args {
     /// --to is enough when the recording says it was made against one.
     #[arg(long, value_name = "SERVER[:PORT]", conflicts_with = "pingpong")]
     perftest: Option<String>,
+    /// With --perftest: the server runs with -R (`ib_read_bw -R`): connect
+    /// through rdma_cm, perftest's exchange as SENDs on a communication
+    /// connection, the test QP on a second one.
+    #[arg(long = "cm", requires = "perftest")]
+    perftest_cm: bool,
     /// The peer: an rping server (librdmacm's `rping -s`, or `rxe rping
     /// -s`) listening with rdma_cm on SERVER[:PORT] (default port 7174).
     /// The fuzzer connects with the CM's MADs (REQ, REP, RTU; DREQ to end)
@@ -159,6 +166,8 @@ pub struct Args {
 pub(crate) struct Target {
     host: String,
     port: u16,
+    /// A perftest server run with -R: connect through rdma_cm.
+    pub cm: bool,
 }
 
 impl Target {
@@ -179,16 +188,19 @@ impl Target {
             return Ok(Target {
                 host: h.into(),
                 port,
+                cm: false,
             });
         }
         match s.rsplit_once(':') {
             Some((h, p)) if !h.contains(':') => Ok(Target {
                 host: h.into(),
                 port: p.parse().map_err(|_| format!("bad port in {s:?}"))?,
+                cm: false,
             }),
             _ => Ok(Target {
                 host: s.into(),
                 port: default,
+                cm: false,
             }),
         }
     }
@@ -223,8 +235,27 @@ impl Peer {
         }
     }
 
+    /// From a sidecar's `peer` line, and whether it was reached through
+    /// rdma_cm (a perftest server run with -R).
+    fn from_meta_cm(s: &str) -> Option<(Peer, bool)> {
+        match s.strip_prefix("perftest-read-cm size=") {
+            Some(size) => Some((
+                Peer::PerftestRead {
+                    size: size.parse().ok()?,
+                },
+                true,
+            )),
+            None => Peer::from_meta(s).map(|p| (p, false)),
+        }
+    }
+
     /// From a sidecar's `peer` line.
     fn from_meta(s: &str) -> Option<Peer> {
+        if let Some(size) = s.strip_prefix("perftest-read-cm size=") {
+            return Some(Peer::PerftestRead {
+                size: size.parse().ok()?,
+            });
+        }
         if let Some(size) = s.strip_prefix("rping size=") {
             return Some(Peer::Rping {
                 size: size.parse().ok()?,
@@ -269,6 +300,18 @@ pub(crate) struct Config {
     pub minimise_budget: Duration,
     /// Candidates the minimiser may replay.
     pub minimise_attempts: u32,
+}
+
+impl Config {
+    /// The sidecar's `peer` line.
+    pub(crate) fn peer_meta(&self) -> Option<String> {
+        match self.peer {
+            Peer::PerftestRead { size } if self.target.cm => {
+                Some(format!("perftest-read-cm size={size}"))
+            }
+            p => p.meta(),
+        }
+    }
 }
 
 /// An error that ends the run: `Usage` exits 2, `Setup` exits 2.
@@ -344,8 +387,15 @@ pub fn run(a: &Args) -> ExitCode {
         eprintln!("rxe fuzz: --size is the perftest server's -s: it goes with --perftest");
         return ExitCode::from(2);
     }
+    let recorded_cm = recorded
+        .as_deref()
+        .and_then(Peer::from_meta_cm)
+        .is_some_and(|(p, cm)| cm && matches!(p, Peer::PerftestRead { .. }));
     let target = match Target::parse_or(t, peer.default_port()) {
-        Ok(t) => t,
+        Ok(mut t) => {
+            t.cm = matches!(peer, Peer::PerftestRead { .. }) && (a.perftest_cm || recorded_cm);
+            t
+        }
         Err(e) => {
             eprintln!("rxe fuzz: {e}");
             return ExitCode::from(2);

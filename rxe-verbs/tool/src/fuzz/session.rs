@@ -209,6 +209,39 @@ pub(crate) struct Session {
     pub local: Option<LocalMem>,
     /// rping rounds completed on this connection.
     pub rounds: u64,
+    /// The payload of the peer's last SEND ONLY (perftest's exchange over
+    /// rdma_cm).
+    pub last_recv: Option<Vec<u8>>,
+}
+
+impl Session {
+    /// A connection to `peer_qpn`, whose responder expects `sq_psn` and
+    /// whose requester starts at `peer_epsn`.
+    pub(crate) fn new(
+        index: u32,
+        our_qpn: u32,
+        peer_qpn: u32,
+        sq_psn: Psn,
+        peer_epsn: Psn,
+        mtu: usize,
+    ) -> Session {
+        Session {
+            index,
+            our_qpn,
+            peer_qpn,
+            sq_psn,
+            peer_epsn,
+            peer_msn: 0,
+            nak_sent: false,
+            peer_messages: 0,
+            region: None,
+            mtu,
+            psn_shift: 0,
+            local: None,
+            rounds: 0,
+            last_recv: None,
+        }
+    }
 }
 
 impl Session {
@@ -230,6 +263,7 @@ impl Session {
             psn_shift: 0,
             local: None,
             rounds: 0,
+            last_recv: None,
         }
     }
 }
@@ -258,6 +292,9 @@ pub(crate) struct Link {
     pub capture: Option<Capture>,
     /// Our rdma_cm end, once a connection was made with it.
     pub(super) cm: Option<CmLink>,
+    /// A perftest -R server's communication connection, kept while its
+    /// test QP is fuzzed.
+    pub(super) comm: Option<Session>,
 }
 
 /// The answers gathered after one step.
@@ -286,6 +323,7 @@ impl Link {
             oob: None,
             capture: None,
             cm: None,
+            comm: None,
         })
     }
 
@@ -317,6 +355,7 @@ impl Link {
     /// its run; a server that is gone is no error.
     /// An rdma_cm connection is ended with a DREQ.
     pub(crate) fn close_oob(&mut self) {
+        self.finish_perftest_cm(Duration::from_secs(1));
         self.close_cm(Duration::from_millis(300));
         if let Some((mut o, mine)) = self.oob.take() {
             let _ = o.set_timeout(Some(Duration::from_secs(2)));
@@ -384,21 +423,19 @@ impl Link {
         if let Peer::Rping { size } = peer_kind {
             let c = self.cm_connect(target, our_qpn, base_psn, mtu, deadline)?;
             self.set_peer(c.peer);
-            return Ok(Session {
+            let mut s = Session::new(
                 index,
                 our_qpn,
-                peer_qpn: c.peer_qpn,
-                sq_psn: c.sq_psn,
-                peer_epsn: base_psn,
-                peer_msn: 0,
-                nak_sent: false,
-                peer_messages: 0,
-                region: None,
-                mtu: c.mtu.min(mtu),
-                psn_shift: 0,
-                local: Some(LocalMem::new(size as usize)),
-                rounds: 0,
-            });
+                c.peer_qpn,
+                c.sq_psn,
+                base_psn,
+                c.mtu.min(mtu),
+            );
+            s.local = Some(LocalMem::new(size as usize));
+            return Ok(s);
+        }
+        if let (Peer::PerftestRead { size }, true) = (peer_kind, target.cm) {
+            return self.perftest_cm_connect(target, size, mtu, index, base_psn, our_qpn, deadline);
         }
         let mut region = None;
         let mut mtu = mtu;
@@ -471,13 +508,14 @@ impl Link {
             psn_shift: 0,
             local: None,
             rounds: 0,
+            last_recv: None,
         })
     }
 
     /// The peer's address for the packets to come (the route's MTU taken
     /// when it changes), and whatever an earlier session's QP still had in
     /// flight dropped.
-    fn set_peer(&mut self, peer: IpAddr) {
+    pub(super) fn set_peer(&mut self, peer: IpAddr) {
         if self.peer != Some(peer) {
             self.max_datagram = rxe_net::route::link_mtu(self.local, peer)
                 .map(|m| m as usize - if peer.is_ipv4() { 28 } else { 48 })
@@ -559,6 +597,13 @@ impl Link {
         }
         self.cm_pump();
         out
+    }
+
+    /// [`Self::collect`] for upkeep of our own (perftest's exchange): what
+    /// we send is not recorded.
+    pub(crate) fn collect_quiet(&mut self, s: &mut Session, window: Duration) -> Answers {
+        let mut rec = Recorder::new();
+        self.collect(s, window, Duration::from_millis(2), &mut rec)
     }
 
     /// Sorts one datagram from the peer and does what it calls for.
@@ -673,6 +718,9 @@ impl Link {
                 s.peer_msn = (s.peer_msn + 1) & 0xff_ffff;
                 if info.operation == Operation::Send {
                     s.peer_messages += 1;
+                    if info.position == rxe_core::wire::Position::Only {
+                        s.last_recv = Some(pkt.payload().to_vec());
+                    }
                 }
             }
             (bth.ack_req() || info.position.ends())
