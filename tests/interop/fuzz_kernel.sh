@@ -2,15 +2,20 @@
 # tests/interop/fuzz_kernel.sh - `rxe fuzz` against the kernel's rdma_rxe in
 # the interop guest (issue 22).
 #
-# Two campaigns, one after the other, each at a server the guest restarts
+# Four campaigns, one after the other, each at a server the guest restarts
 # in a loop (every NAK that ends its QP ends the program; the loop starts it
 # again, so that the fuzzer's liveness oracle can ask for a fresh
 # connection), each a bounded, seeded `rxe fuzz` run from the host:
 #   * pingpong: rdma-core's `ibv_rc_pingpong -g $GIDX -n 100000000` (posted
 #     receives, a QP without remote access);
+#   * rping: librdmacm's `rping -s -S 64`, connected through rdma_cm (the
+#     kernel's CM answers the fuzzer's REQ; rping's server READs our buffer
+#     and WRITEs it back: the data oracle);
 #   * perftest: perftest's `ib_read_bw -x $GIDX -s 4096` (a buffer registered
 #     for remote READ only, whose address and key perftest's exchange hands
-#     over: the fuzzer's canary and data oracles watch it).
+#     over: the fuzzer's canary, data and rkey oracles watch it);
+#   * perftest-cm: the same with `-R` (the exchange and the test QP through
+#     rdma_cm).
 # Then the verdicts:
 #   * each campaign's oracles (liveness: a fresh connection still answers a
 #     valid probe; sanity; peer-wire; for perftest also canary: the READ-only
@@ -31,17 +36,18 @@
 #     or 1, printing one line per verdict; in run.sh, after the last
 #     scenario and before the summary (the guest must still be up):
 #         source "$HERE/fuzz_kernel.sh"; fuzz_kernel || FAILED=$((FAILED+1))
-#     (about 3 minutes with the default 60-second campaigns);
+#     (about 6 minutes with the default 60-second campaigns);
 #   * standalone, as root: `bash tests/interop/fuzz_kernel.sh` builds
 #     target/release/rxe, boots the guest as run.sh does (same work dir and
 #     lock, the guest built by build-guest.sh), runs `fuzz_kernel`, and
 #     exits 0/1 (2: cannot run here).
-# Env: RXE_FUZZ_SECONDS (60; the pingpong campaign), RXE_FUZZ_PT_SECONDS
-#      (the perftest campaign; default RXE_FUZZ_SECONDS), RXE_FUZZ_PEERS
-#      ("pingpong perftest": which campaigns), RXE_FUZZ_SEED (1),
-#      RXE_FUZZ_PORT (18700 for pingpong; the check exchange uses the next
-#      port, perftest the one after), RXE_FUZZ_WINDOW_MS (40), RXE_FUZZ_ARGS
-#      (more arguments for rxe fuzz, e.g. -v).
+# Env: RXE_FUZZ_SECONDS (60; the pingpong campaign), RXE_FUZZ_PT_SECONDS and
+#      RXE_FUZZ_RPING_SECONDS (the perftest and rping campaigns; default
+#      RXE_FUZZ_SECONDS), RXE_FUZZ_PEERS ("pingpong rping perftest": which
+#      campaigns), RXE_FUZZ_SEED (1), RXE_FUZZ_PORT (18700 for pingpong; the
+#      check exchange uses the next port, perftest the one after, rping the
+#      one after that), RXE_FUZZ_WINDOW_MS (40), RXE_FUZZ_ARGS (more
+#      arguments for rxe fuzz, e.g. -v).
 
 # One seeded campaign at one of the guest's servers, restarted in a loop.
 #   fuzz_campaign NAME SECONDS PORT 'GUEST SERVER COMMAND' RXE-FUZZ-TARGET-ARGS...
@@ -79,7 +85,9 @@ echo SERVER_RUNS \$n"
 
 fuzz_kernel() {
     local secs=${RXE_FUZZ_SECONDS:-60} port=${RXE_FUZZ_PORT:-18700}
-    local pt_secs=${RXE_FUZZ_PT_SECONDS:-$secs} peers=${RXE_FUZZ_PEERS:-pingpong perftest}
+    local pt_secs=${RXE_FUZZ_PT_SECONDS:-$secs} rp_secs=${RXE_FUZZ_RPING_SECONDS:-$secs}
+    local ptcm_secs=${RXE_FUZZ_PTCM_SECONDS:-$secs}
+    local peers=${RXE_FUZZ_PEERS:-pingpong rping perftest perftest-cm}
     local dir="$OUT/fuzz" rc=0 n0 bad
     mkdir -p "$dir"
     # where the kernel log stands before the campaigns
@@ -90,6 +98,20 @@ fuzz_kernel() {
         fuzz_campaign pingpong "$secs" "$port" \
             "ibv_rc_pingpong -d rxe0 -g $GIDX -p $port -n 100000000" \
             --pingpong "$GUEST_IP:$port" || rc=1
+    fi
+    if [[ " $peers " == *" rping "* ]]; then
+        # rping's server through rdma_cm: the kernel's CM answers the
+        # fuzzer's REQ; rping's requester READs and WRITEs our buffers
+        fuzz_campaign rping "$rp_secs" "$((port + 3))" \
+            "rping -s -a $GUEST_IP -p $((port + 3)) -S 64" \
+            --rdma-cm "$GUEST_IP:$((port + 3))" --size 64 || rc=1
+    fi
+    if [[ " $peers " == *" perftest-cm "* ]]; then
+        # ib_read_bw -R: the same canary, with perftest's exchange and the
+        # test QP both connected through rdma_cm
+        fuzz_campaign perftest-cm "$ptcm_secs" "$((port + 4))" \
+            "ib_read_bw -R -d rxe0 -x $GIDX -F -s 4096 -p $((port + 4))" \
+            --perftest "$GUEST_IP:$((port + 4))" --cm --size 4096 || rc=1
     fi
     if [[ " $peers " == *" perftest "* ]]; then
         # ib_read_bw: a 4 KiB buffer registered for remote READ only (the

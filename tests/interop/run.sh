@@ -1021,18 +1021,18 @@ PT_LOSS="6, 45|4, 30" pt_pair write_bw 65536 4096 10
 PT_LOSS="6, 45|4, 30" pt_pair read_bw 65536 4096 10
 
 # ---- 5b. rxe fuzz against the kernel (issue 22; tests/interop/fuzz_kernel.sh) ---------
-# Two bounded, seeded campaigns (RXE_FUZZ_SECONDS, 30 here, each) of mutated
-# RoCE packets, at the guest's ibv_rc_pingpong and at its ib_read_bw; then
-# the fuzzer's oracles, the guest's kernel log and a normal exchange must
-# all be fine.
+# Four bounded, seeded campaigns (RXE_FUZZ_SECONDS, 30 here, each) of mutated
+# RoCE packets, at the guest's ibv_rc_pingpong, rping (through rdma_cm),
+# ib_read_bw and ib_read_bw -R; then the fuzzer's oracles, the guest's
+# kernel log and a normal exchange must all be fine.
 if [ -z "$ONLY" ] || [[ fuzz-kernel =~ $ONLY ]]; then
     say "== rxe fuzz against the kernel's rdma_rxe ($(elapsed)s)"
     # shellcheck source=tests/interop/fuzz_kernel.sh
     source "$HERE/fuzz_kernel.sh"
     t0=$(date +%s)
     if RXE_FUZZ_SECONDS=${RXE_FUZZ_SECONDS:-30} fuzz_kernel >"$LOGS/fuzz-kernel.log" 2>&1; then v=PASS; else v=FAIL; FAILED=$((FAILED+1)); fi
-    sed 's/^/  /' "$LOGS/fuzz-kernel.log" | grep -E 'verdict|sent |guest:' | head -20
-    R_ID+=(fuzz-kernel) R_LABEL+=("rxe fuzz: mutated RoCE packets at the kernel's ibv_rc_pingpong and ib_read_bw, oracles and kernel log") R_VERDICT+=("$v")
+    sed 's/^/  /' "$LOGS/fuzz-kernel.log" | grep -E 'verdict|sent |guest:' | head -24
+    R_ID+=(fuzz-kernel) R_LABEL+=("rxe fuzz: mutated RoCE packets at the kernel's ibv_rc_pingpong, rping, ib_read_bw (-R), oracles, kernel log") R_VERDICT+=("$v")
     R_SECS+=($(( $(date +%s) - t0 ))) R_NOTE+=("$(grep -c '^verdict .*: ok' "$LOGS/fuzz-kernel.log") verdicts ok; log $LOGS/fuzz-kernel.log")
     say "$v rxe fuzz against the kernel (see $LOGS/fuzz-kernel.log)"
 fi

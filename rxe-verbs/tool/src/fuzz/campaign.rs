@@ -638,7 +638,7 @@ pub(crate) fn run(
     println!(
         "rxe fuzz: seed {seed}, peer {} ({} exchange), from {}",
         cfg.target,
-        cfg.peer.name(),
+        cfg.exchange(),
         cfg.local
     );
     let mut s = d.connect(None).map_err(|e| format!("setup: {e}"))?;

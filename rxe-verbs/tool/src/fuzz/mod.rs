@@ -303,6 +303,14 @@ pub(crate) struct Config {
 }
 
 impl Config {
+    /// How the peer is reached, for the first line of a run.
+    pub(crate) fn exchange(&self) -> &'static str {
+        match self.peer {
+            Peer::PerftestRead { .. } if self.target.cm => "perftest read_bw over rdma_cm",
+            p => p.name(),
+        }
+    }
+
     /// The sidecar's `peer` line.
     pub(crate) fn peer_meta(&self) -> Option<String> {
         match self.peer {

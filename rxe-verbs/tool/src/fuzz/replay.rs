@@ -174,7 +174,7 @@ pub(crate) fn run(cfg: &Config, file: &Path) -> Res<bool> {
         sessions.len(),
         file.display(),
         cfg.target,
-        cfg.peer.name(),
+        cfg.exchange(),
         cfg.local
     );
     let pkts: Vec<&Sent> = rec.packets.iter().collect();
