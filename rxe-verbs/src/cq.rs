@@ -347,7 +347,12 @@ impl CompletionQueue {
                         }
                         s.flush();
                     }
-                    let readable = got > 0 || s.waiter.wait(left).unwrap_or(false);
+                    // Bounded: a wake-up the progress thread took is not
+                    // this thread's (see `progress::RECEIVER_RECHECK`).
+                    let nap = left.map_or(crate::progress::RECEIVER_RECHECK, |l| {
+                        l.min(crate::progress::RECEIVER_RECHECK)
+                    });
+                    let readable = got > 0 || s.waiter.wait(Some(nap)).unwrap_or(false);
                     // What this round produces waits for the application's
                     // answer if the wait ends here ("Deferred sending").
                     got = s.round(readable, true, false);

@@ -4,7 +4,7 @@
 //! flows. Runs in `cargo test`; `tests/tsan.sh` runs it under
 //! ThreadSanitizer too (see "Concurrency" in docs/reliability.md).
 //!
-//! Address plan: 127.0.21.1-6, used by no other test.
+//! Address plan: 127.0.21.1-10, used by no other test.
 
 use rxe_verbs::*;
 use std::net::{IpAddr, Ipv4Addr};
@@ -102,6 +102,86 @@ fn wait_returns_a_completion_another_thread_delivers() {
         to_state(&a.qp, QpState::Reset);
         a.qp.connect(&b.qp.endpoint(), &ConnectOptions::default())
             .unwrap();
+    }
+}
+
+/// A receive posted to a QP in the error state completes at once (flushed),
+/// and `post_recv`, which collects only when its call completed something
+/// (`Shared::with_engine_quiet`), hands that completion to every kind of
+/// waiter before it returns: the completion channel of the armed CQ, a
+/// busy poller whose `poll_progress` found the CQ empty (it looks again
+/// only once the device's count of delivered completions moved), and a
+/// thread blocked in `CompletionQueue::wait`.
+#[test]
+fn a_receive_posted_to_a_qp_in_error_reaches_every_waiter() {
+    let (a, _b) = pair(7);
+    let a = Arc::new(a);
+    to_state(&a.qp, QpState::Err);
+    let mut out = Vec::new();
+    for round in 0..20u64 {
+        assert_eq!(a.cq.poll_progress(&mut out, 1), 0, "round {round}");
+        a.cq.req_notify(false).unwrap();
+        let waiter = {
+            let a = a.clone();
+            std::thread::spawn(move || a.cq.wait(1, T))
+        };
+        if round % 2 == 1 {
+            std::thread::yield_now();
+        }
+        let ids = [2 * round, 2 * round + 1];
+        a.qp.post_recv(&ids.map(|id| recv(id, a.mr.sge(0..64))))
+            .unwrap();
+        // Delivered before post_recv returned: no waiting needed.
+        assert_eq!(a.ch.get_event(Duration::ZERO), Some(a.cq.id()));
+        out.clear();
+        assert_eq!(a.cq.poll_progress(&mut out, 1), 1, "round {round}");
+        let waited = waiter
+            .join()
+            .unwrap()
+            .expect("the other flushed receive, not a timeout");
+        let mut got: Vec<_> = out
+            .iter()
+            .chain(&waited)
+            .map(|wc| (wc.wr_id, wc.status))
+            .collect();
+        got.sort_by_key(|(id, _)| *id);
+        assert_eq!(got, ids.map(|id| (id, WcStatus::WrFlushErr)));
+    }
+}
+
+/// A thread blocked in `CompletionQueue::wait` without a timeout is woken
+/// by the completion another thread's call delivers after the waiter's
+/// last look at the CQ. The wake-up is one `eventfd` shared with the
+/// progress thread, which may be waiting on it too (it looked before the
+/// application thread took the socket) and use it up: the blocked thread
+/// then slept until the next datagram, on an idle device for ever (with
+/// a timeout, until the timeout: `wait_returns_a_completion_another_thread_delivers`
+/// took 20 s for one of its rounds in about half of its runs). The
+/// receiving waiter now looks at the CQ again at least every
+/// `progress::RECEIVER_RECHECK`.
+#[test]
+fn a_wait_without_timeout_sees_a_completion_whose_wake_up_another_thread_took() {
+    let (a, _b) = pair(9);
+    let a = Arc::new(a);
+    to_state(&a.qp, QpState::Err);
+    for id in 0..40u64 {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = {
+            let a = a.clone();
+            std::thread::spawn(move || {
+                let _ = tx.send(a.cq.wait(1, Duration::MAX));
+            })
+        };
+        // Let the waiter fall asleep on the socket, and the progress
+        // thread go back to its own wait, some of the time.
+        std::thread::sleep(Duration::from_millis(id % 3));
+        a.qp.post_recv(&[recv(id, a.mr.sge(0..64))]).unwrap();
+        let wc = rx
+            .recv_timeout(T)
+            .expect("the wait ended (a lost wake-up leaves it asleep)")
+            .unwrap();
+        assert_eq!((wc[0].wr_id, wc[0].status), (id, WcStatus::WrFlushErr));
+        waiter.join().unwrap();
     }
 }
 
