@@ -1465,9 +1465,13 @@ fn gso_run(pkts: &[Transmit], no_gso: &[IpAddr]) -> usize {
 /// ID 0 XOR a value that depends only on `k` and the packet's length. Kept
 /// per length for IDs below 256 (8 bits), enough for a GSO send's segment
 /// numbers.
+///
+/// A std `HashMap` (randomly seeded SipHash), not the engine's unseeded
+/// fast hash: in plain mode the lengths of *received* datagrams go in, and
+/// a peer could pick lengths that collide under a hash it can compute.
 #[derive(Debug, Default)]
 struct IdDeltas {
-    bits: rxe_core::fasthash::FastMap<usize, [u32; 8]>,
+    bits: std::collections::HashMap<usize, [u32; 8]>,
 }
 
 impl IdDeltas {

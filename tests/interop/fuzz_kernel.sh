@@ -47,7 +47,9 @@
 #      campaigns), RXE_FUZZ_SEED (1), RXE_FUZZ_PORT (18700 for pingpong; the
 #      check exchange uses the next port, perftest the one after, rping the
 #      one after that), RXE_FUZZ_WINDOW_MS (40), RXE_FUZZ_ARGS (more
-#      arguments for rxe fuzz, e.g. -v).
+#      arguments for rxe fuzz, e.g. -v), RXE_FUZZ_PLANT_KMSG=1 (plants a
+#      WARNING line in the guest's kernel log before it is read, to show
+#      that the guest-kernel-log verdict fires: exit 1).
 
 # One seeded campaign at one of the guest's servers, restarted in a loop.
 #   fuzz_campaign NAME SECONDS PORT 'GUEST SERVER COMMAND' RXE-FUZZ-TARGET-ARGS...
@@ -121,6 +123,12 @@ fuzz_kernel() {
             --perftest "$GUEST_IP:$((port + 2))" --size 4096 || rc=1
     fi
 
+    # RXE_FUZZ_PLANT_KMSG=1 (a check of this verdict, never in CI): a
+    # WARNING line written into the guest's kernel log, as a kernel bug
+    # would print it, must make the verdict below a FINDING
+    if [ "${RXE_FUZZ_PLANT_KMSG:-0}" = 1 ]; then
+        grun fuzz-plant 30 'echo "WARNING: CPU: 0 PID: 1 at planted by fuzz_kernel.sh (RXE_FUZZ_PLANT_KMSG)" >/dev/kmsg' >/dev/null 2>&1
+    fi
     # the kernel's log since the campaigns began
     grun fuzz-dmesg 30 "dmesg | tail -n +$((n0 + 1))" >"$dir/guest-dmesg.txt" 2>&1
     bad=$(grep -E 'Oops|BUG:|WARNING:|KASAN|UBSAN|hung_task|blocked for more than|soft lockup|rcu.*stall|general protection|Call Trace|kernel panic' "$dir/guest-dmesg.txt" | head -20)
