@@ -1,11 +1,10 @@
 //! A fast hash for the engine's per-packet lookups (QP numbers, memory
-//! keys, packet lengths).
+//! keys).
 //!
 //! The standard library's `HashMap` hashes with SipHash-1-3 under a random
 //! key, which guards a table against keys chosen to collide. Here every key
 //! stored is one this side chose (QP numbers and memory keys are drawn at
-//! random; lengths come from our own packets), and a peer only looks keys
-//! up, so that guard buys nothing, while SipHash cost about 110 instructions
+//! random), and a peer only looks keys up, so that guard buys nothing, while SipHash cost about 110 instructions
 //! a lookup and a 64-byte SEND made eight of them on each side: 15 % of
 //! rxe-rs's user-space instructions per message (see docs/performance.md,
 //! "This round"). [`FastHasher`] is one folded 64×64→128-bit multiply per
@@ -16,7 +15,9 @@
 use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hasher};
 
-/// A `HashMap` keyed by small integers chosen by this side.
+/// A `HashMap` keyed by small integers chosen by this side. Never for keys
+/// a peer can choose (rxe-net's GSO ID-delta cache, keyed by received
+/// lengths, keeps std's seeded hasher).
 pub type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FastHasher>>;
 
 /// A `HashSet` of small integers chosen by this side.
