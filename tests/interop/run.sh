@@ -110,8 +110,10 @@ done
 exec 9>"$WORK/.lock"
 flock -w 1200 9 || cannot "another interop run holds $WORK/.lock"
 mkdir -p "$PCAPS" "$LOGS" "$SHARE"
-# keep the last few runs only
-ls -1d "$WORK"/runs/*/ 2>/dev/null | head -n -"${RXE_INTEROP_KEEP_RUNS:-5}" | xargs -r rm -rf
+# keep the last few runs only: newest first by time (fuzz_kernel.sh's
+# standalone runs are named fuzz-<time> and sort after every <time> by
+# name, which once made this delete the run just created), never this one
+ls -1dt "$WORK"/runs/*/ 2>/dev/null | grep -vxF "$OUT/" | tail -n +"${RXE_INTEROP_KEEP_RUNS:-5}" | xargs -r rm -rf
 
 # ---- 1. build: rxe, the Rust peer, the guest ----------------------------------------
 say "== build ($(elapsed)s)"
