@@ -799,8 +799,13 @@ check_rping() {  # host log, guest log: three pings seen by each side
     h=$(grep -c 'ping data: rdma-ping-' "$1"); g=$(grep -c 'ping data: rdma-ping-' "$2")
     [ "$h" -ge 3 ] && [ "$g" -ge 3 ] || { say "     rping: $h pings in the host log, $g in the guest log (3 each expected)"; return 1; }
 }
+# An rdma_cm server listens on no TCP port, so the host's client starts
+# CM_WAIT after the guest's rping; an emulated guest on a busy host can take
+# longer to listen, and its kernel then rejects the REQ at once (REJ 8, no
+# listener). rping's clients do not retry: one more try is allowed.
+RPING_LISTEN_RACE='(RDMA_CM_EVENT_REJECTED|Rejected), error 8'
 for s in 64 2000; do
-    CM_WAIT=1 HOSTCHK=check_rping EXPECT="$HOST_IP|UD_SEND_ONLY
+    CM_WAIT=1 HOSTCHK=check_rping RETRY_IF=$RPING_LISTEN_RACE EXPECT="$HOST_IP|UD_SEND_ONLY
 $GUEST_IP|UD_SEND_ONLY
 $GUEST_IP|RC_RDMA_READ_REQUEST
 $GUEST_IP|RC_RDMA_WRITE"
@@ -833,11 +838,6 @@ check_perftest_cm() {  # host log, guest log: rdma_cm exchange and a result line
     check_dropin_log "$1"
 }
 check_rping_dropin() { check_rping "$1" "$2" && check_dropin_log "$1"; }
-# An rdma_cm server listens on no TCP port, so the host's client starts
-# CM_WAIT after the guest's rping; an emulated guest on a busy host can take
-# longer to listen, and its kernel then rejects the REQ at once (REJ 8, no
-# listener). Debian's rping client does not retry: one more try is allowed.
-RPING_LISTEN_RACE='RDMA_CM_EVENT_REJECTED, error 8'
 for s in 64 4000; do
     CM_WAIT=1 HOSTCHK=check_rping_dropin GTIMEOUT=60 HTIMEOUT=60 RETRY_IF=$RPING_LISTEN_RACE
     scenario "di-cm-rping-s$s-ks" "drop-in: rping kernel-server→drop-in-client size=$s" guest \
