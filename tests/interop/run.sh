@@ -412,6 +412,9 @@ scenario() {
         say "RETRY $label  (${secs}s; $(grep -hoE "$RETRY_IF" "$hlog" "$glog" | head -1))"
         gkill "kill-$id"
         cp "$hlog" "$hlog.try1"; cp "$glog" "$glog.try1"; cp "$pcap" "$pcap.try1" 2>/dev/null
+        # an rdma_cm server gets 5 s to listen this time (an emulated guest
+        # on a busy host can take longer than CM_WAIT's usual second)
+        [ -n "${CM_WAIT:-}" ] && CM_WAIT=5
         RETRY_IF="" EXTRA_NOTE="${EXTRA_NOTE:+$EXTRA_NOTE; }second try: the first lost the race named by RETRY_IF"
         scenario "$id" "$label" "$server" "$gcmd" "$@"
         return $?
