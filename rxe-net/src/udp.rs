@@ -82,7 +82,17 @@
 //! Raw mode is IPv4 only: an `AF_INET6` raw socket never hands out the IPv6
 //! header, and IPv6 does not need it.
 //!
-//! # GSO and GRO (sending: [`UdpTransport::set_gso`], `RXE_GSO=1`, off by default; receiving: always on)
+//! # GSO and GRO (sending: to loopback addresses by default, [`GsoSend`]; receiving: always on)
+//!
+//! Which destinations get GSO sends is [`GsoSend`]: by default
+//! ([`gso_from_env`], `RXE_GSO` unset) loopback addresses only, where the
+//! receiver runs on the sender's own kernel, which either hands it the
+//! super-packet whole (a `UDP_GRO` or raw socket: split and verified
+//! below) or cuts it in software with the IDs described here; no NIC is
+//! involved, so no hardware numbering of segments is trusted. `RXE_GSO=1`
+//! sends with GSO to every destination, `RXE_GSO=0` to none (what a raw
+//! receiver of a build older than `928629e`, which cannot take a
+//! super-packet, needs from a sender on the same host).
 //!
 //! UDP segmentation offload (`UDP_SEGMENT`) sends one buffer that the
 //! kernel cuts into datagrams of one size (the last may be shorter), in
@@ -196,14 +206,76 @@ const GSO_MAX_BYTES: usize = 65535 - 28;
 const UDP_SEGMENT: libc::c_int = 103;
 const UDP_GRO: libc::c_int = 104;
 
-/// `RXE_GSO=1` (or `on`, `true`, `yes`): transports bound with
-/// [`UdpTransport::bind`] or [`UdpTransport::bind_with`] start with
-/// [`UdpTransport::set_gso`] on. Unset, empty, `0` or anything else: off.
-pub fn gso_from_env() -> bool {
-    matches!(
-        std::env::var("RXE_GSO").as_deref(),
-        Ok("1" | "on" | "true" | "yes")
-    )
+/// Which destinations a transport sends to with UDP GSO
+/// ([`UdpTransport::set_gso_send`]; see "GSO and GRO" in the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GsoSend {
+    /// None: one datagram per packet, as before GSO.
+    Off,
+    /// Loopback addresses only (127.0.0.0/8, `::1`), where the sender's
+    /// own kernel hands the super-packet to a receiver on the same host
+    /// (whole to a `UDP_GRO` or raw socket, cut in software for any
+    /// other) and no NIC numbers segments. The default on a kernel with
+    /// `UDP_GRO` (Linux 5.0 and later).
+    Loopback,
+    /// Every destination (`RXE_GSO=1`): also through real NICs, whose UDP
+    /// segmentation offload must number segments as Linux's software path
+    /// does (ID + k).
+    On,
+}
+
+impl GsoSend {
+    /// Whether a run of packets to `dst` may go as one GSO send.
+    pub fn allows(self, dst: IpAddr) -> bool {
+        match self {
+            GsoSend::Off => false,
+            GsoSend::Loopback => dst.is_loopback(),
+            GsoSend::On => true,
+        }
+    }
+}
+
+/// What transports bound with [`UdpTransport::bind`] or
+/// [`UdpTransport::bind_with`] start with, from `RXE_GSO`: `1` (or `on`,
+/// `true`, `yes`) [`GsoSend::On`]; `0` (or `off`, `false`, `no`)
+/// [`GsoSend::Off`]; unset, empty or `loopback`: [`GsoSend::Loopback`] if
+/// this kernel has `UDP_GRO` (so that every local receiver takes a
+/// super-packet whole and verifies each segment), else `Off`. Anything
+/// else is an error naming the variable.
+pub fn gso_from_env() -> io::Result<GsoSend> {
+    gso_setting(std::env::var("RXE_GSO"))
+}
+
+/// [`gso_from_env`] for a given value of `RXE_GSO`.
+fn gso_setting(v: Result<String, std::env::VarError>) -> io::Result<GsoSend> {
+    match v.as_deref() {
+        Ok("1" | "on" | "true" | "yes") => Ok(GsoSend::On),
+        Ok("0" | "off" | "false" | "no") => Ok(GsoSend::Off),
+        Ok("" | "loopback") | Err(std::env::VarError::NotPresent) => Ok(if kernel_has_udp_gro() {
+            GsoSend::Loopback
+        } else {
+            GsoSend::Off
+        }),
+        Ok(other) => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("RXE_GSO={other:?}: expected 1, 0 or loopback (the default)"),
+        )),
+        Err(std::env::VarError::NotUnicode(v)) => Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("RXE_GSO={v:?}: expected 1, 0 or loopback (the default)"),
+        )),
+    }
+}
+
+/// Whether this kernel takes `UDP_GRO` (Linux 5.0; `UDP_SEGMENT` came in
+/// 4.18): asked once, of a throwaway socket.
+fn kernel_has_udp_gro() -> bool {
+    static HAS: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *HAS.get_or_init(|| {
+        std::net::UdpSocket::bind((Ipv4Addr::LOCALHOST, 0))
+            .map(|s| setsockopt_int(s.as_raw_fd(), libc::IPPROTO_UDP, UDP_GRO, 1).is_ok())
+            .unwrap_or(false)
+    })
 }
 
 /// The socket buffer size asked for (best effort: `SO_RCVBUFFORCE` if
@@ -353,9 +425,9 @@ pub struct UdpTransport {
     slots: Box<Slots>,
     /// Checks IPv4 ICRCs that the ID-0 header does not explain.
     id_solver: Ipv4IdSolver,
-    /// UDP GSO on send (receiving splits GRO datagrams and super-packets
-    /// whatever this says).
-    gso: bool,
+    /// Where UDP GSO is used on send (receiving splits GRO datagrams and
+    /// super-packets whatever this says).
+    gso: GsoSend,
     /// What the IPv4 identification of segment k does to an ICRC.
     id_deltas: IdDeltas,
     /// Destinations a GSO send failed to (sent packet by packet since).
@@ -485,22 +557,20 @@ impl UdpTransport {
             fwd_buf: vec![0; MAX_DATAGRAM + 64],
             slots: Slots::new(),
             id_solver: Ipv4IdSolver::new(),
-            gso: false,
+            gso: GsoSend::Off,
             id_deltas: IdDeltas::default(),
             no_gso: Vec::new(),
             segs: Vec::new(),
         })
         .and_then(|mut t: UdpTransport| {
-            if gso_from_env() {
-                t.set_gso(true)
-                    .map_err(|e| context(e, format!("turn on UDP GSO/GRO for {sa}")))?;
-            }
+            t.gso = gso_from_env().map_err(|e| context(e, format!("bind {sa}")))?;
             Ok(t)
         })
     }
 
-    /// Turns UDP segmentation offload for sending on or off (default: off,
-    /// or on with `RXE_GSO=1`; see [`gso_from_env`]). With it on,
+    /// Turns UDP segmentation offload for sending on for every destination
+    /// ([`GsoSend::On`]) or off ([`GsoSend::Off`]); the default is
+    /// [`GsoSend::Loopback`] (see [`gso_from_env`]). With it on,
     /// [`Self::send_batch`] sends each run of packets to one destination
     /// whose lengths are equal (the last may be shorter) as one `sendmsg`
     /// with a `UDP_SEGMENT` control message, with the ICRC of the run's
@@ -513,13 +583,25 @@ impl UdpTransport {
     /// super-packets in raw mode), with receive buffers of
     /// [`GSO_DATAGRAM`] bytes each.
     pub fn set_gso(&mut self, on: bool) -> io::Result<()> {
-        self.gso = on;
+        self.set_gso_send(if on { GsoSend::On } else { GsoSend::Off });
         Ok(())
     }
 
-    /// Whether GSO sending is on ([`Self::set_gso`]).
-    pub fn gso(&self) -> bool {
+    /// Chooses the destinations GSO sends go to ([`GsoSend`]; the default
+    /// comes from [`gso_from_env`]).
+    pub fn set_gso_send(&mut self, gso: GsoSend) {
+        self.gso = gso;
+    }
+
+    /// Where GSO sending is used ([`Self::set_gso_send`]).
+    pub fn gso_send(&self) -> GsoSend {
         self.gso
+    }
+
+    /// Whether GSO sending is used for any destination
+    /// ([`Self::set_gso_send`]).
+    pub fn gso(&self) -> bool {
+        self.gso != GsoSend::Off
     }
 
     /// The bound address (also [`RecvMeta::dst`] of every datagram).
@@ -639,7 +721,7 @@ impl UdpTransport {
             if valid == 0 {
                 return Ok(sent);
             }
-            let r = if self.gso {
+            let r = if self.gso() {
                 self.send_gso(&chunk[..valid])
             } else {
                 self.sendmmsg(&chunk[..valid])
@@ -648,7 +730,7 @@ impl UdpTransport {
                 Ok(n) => {
                     if let Some(report) = sent_as.as_mut() {
                         for (j, t) in chunk[..n].iter().enumerate() {
-                            let ip_id = if self.gso { self.slots.ids[j] } else { 0 };
+                            let ip_id = if self.gso() { self.slots.ids[j] } else { 0 };
                             let icrc = match ip_id {
                                 0 => (t.payload.len().checked_sub(ICRC_LEN))
                                     .and_then(|at| t.payload[at..].try_into().ok())
@@ -1018,7 +1100,10 @@ impl UdpTransport {
     /// same destination, TOS and TTL, equal lengths (the last may be
     /// shorter), at most [`GSO_MAX_SEGMENTS`] and [`GSO_MAX_BYTES`].
     fn gso_run(&self, pkts: &[Transmit]) -> usize {
-        gso_run(pkts, &self.no_gso)
+        match pkts.first() {
+            Some(t) if self.gso.allows(t.dst) => gso_run(pkts, &self.no_gso),
+            _ => 1,
+        }
     }
 
     /// One `sendmmsg(2)` of at most [`BATCH`] checked packets, each run of
@@ -3120,6 +3205,51 @@ mod tests {
         assert_eq!(gso_run(&[t(4, 0, 8), t(4, 0, 8)], &[]), 1, "not RoCE");
     }
 
+    /// `RXE_GSO`: 1 every destination, 0 none, unset or `loopback` the
+    /// loopback addresses (on a kernel with UDP_GRO), anything else an
+    /// error that names the variable.
+    #[test]
+    fn gso_setting_from_rxe_gso() {
+        use std::env::VarError;
+        let set = |v: &str| gso_setting(Ok(v.to_string()));
+        assert_eq!(set("1").unwrap(), GsoSend::On);
+        assert_eq!(set("0").unwrap(), GsoSend::Off);
+        let default = if kernel_has_udp_gro() {
+            GsoSend::Loopback
+        } else {
+            GsoSend::Off
+        };
+        assert_eq!(gso_setting(Err(VarError::NotPresent)).unwrap(), default);
+        assert_eq!(set("loopback").unwrap(), default);
+        let e = set("sometimes").unwrap_err();
+        assert!(e.to_string().contains("RXE_GSO"), "{e}");
+        assert!(GsoSend::Loopback.allows(Ipv4Addr::new(127, 0, 2, 3).into()));
+        assert!(GsoSend::Loopback.allows(Ipv6Addr::LOCALHOST.into()));
+        assert!(!GsoSend::Loopback.allows(Ipv4Addr::new(10, 1, 2, 3).into()));
+        assert!(!GsoSend::Off.allows(Ipv4Addr::new(127, 0, 0, 1).into()));
+        assert!(GsoSend::On.allows(Ipv4Addr::new(10, 1, 2, 3).into()));
+    }
+
+    /// The default policy to a loopback receiver: a run goes as one GSO
+    /// send, and the receiver gets every packet, verified.
+    #[test]
+    fn loopback_policy_sends_a_run_to_loopback_as_one_gso_send() {
+        let mut a = UdpTransport::bind(lo(41).into()).unwrap();
+        let mut b = UdpTransport::bind(lo(42).into()).unwrap();
+        a.set_gso_send(GsoSend::Loopback);
+        let pkts = gso_run_pkts(&a, b.addr(), 10, 200);
+        assert_eq!(a.send_batch(&pkts).unwrap(), pkts.len());
+        assert_eq!(a.stats().tx_gso_sends, 1);
+        assert_eq!(a.stats().tx_gso_segments, pkts.len() as u64);
+        let (got, _) = recv_n(&mut b, pkts.len());
+        assert_eq!(got.len(), pkts.len());
+        for (r, t) in got.iter().zip(&pkts) {
+            let end = t.payload.len() - ICRC_LEN;
+            assert_eq!(r.data[..end], t.payload[..end]);
+            assert_eq!(r.meta.icrc, IcrcStatus::Ok);
+        }
+    }
+
     /// One GSO send that mixes QPs and ends shorter, with a corrupted
     /// packet in the middle, to receivers that did not turn GSO on: a
     /// plain one (UDP_GRO, always set: one datagram, cut at the segment
@@ -3438,6 +3568,21 @@ mod tests {
             let (txa, rxa) = (tx.addr(), rx.addr());
             assert_eq!(tx.send_batch(&[transmit(&tx, rxa, 1, b"arp")]).unwrap(), 1);
             assert_eq!(recv_full(&mut rx, 1).len(), 1);
+            // The default policy sends no GSO to an address that is not
+            // loopback: one datagram a packet, every ID 0.
+            tx.set_gso_send(GsoSend::Loopback);
+            let pkts = gso_run_pkts(&tx, rxa, 9, 300);
+            assert_eq!(tx.send_batch(&pkts).unwrap(), pkts.len());
+            assert_eq!(tx.stats().tx_gso_sends, 0);
+            let got = recv_full(&mut rx, pkts.len());
+            assert_eq!(got.len(), pkts.len());
+            for ((v, p, ip), t) in got.iter().zip(&pkts) {
+                let ip = ip.as_ref().unwrap();
+                assert_eq!(u16::from_be_bytes([ip[4], ip[5]]), 0, "IP ID");
+                assert_eq!(*v, IcrcStatus::Ok);
+                assert_eq!(*p, t.payload);
+            }
+            tx.set_gso(true).unwrap();
             for offload in [false, true] {
                 if offload {
                     assert!(na.run("ethtool -K va tx-udp-segmentation on"));

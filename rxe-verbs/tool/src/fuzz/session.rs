@@ -31,7 +31,7 @@ use rxe_core::wire::{
     icrc, AethRepr, AethSyndrome, BthRepr, NakCode, Opcode, Operation, Packet, PacketRepr,
     ROCE_V2_PORT,
 };
-use rxe_net::udp::UdpTransport;
+use rxe_net::udp::{GsoSend, UdpTransport};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv6Addr};
 use std::time::{Duration, Instant};
@@ -309,7 +309,10 @@ pub(crate) struct Answers {
 
 impl Link {
     pub(crate) fn bind(local: IpAddr) -> Res<Link> {
-        let tr = UdpTransport::bind(local).map_err(|e| format!("bind {local}:4791: {e}"))?;
+        let mut tr = UdpTransport::bind(local).map_err(|e| format!("bind {local}:4791: {e}"))?;
+        // Every packet leaves as crafted, one datagram with IPv4 ID 0,
+        // whatever RXE_GSO says: a finding replays byte for byte.
+        tr.set_gso_send(GsoSend::Off);
         Ok(Link {
             local: tr.addr(),
             tr,
