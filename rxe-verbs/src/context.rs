@@ -109,7 +109,12 @@ impl Shared {
     /// engine locked, then [`Shared::flush`] after unlocking. True if it
     /// queued packets to send.
     pub fn collect(&self, engine: &mut Engine, by_receiver: bool) -> bool {
-        let now = Instant::now();
+        self.collect_at(engine, by_receiver, Instant::now())
+    }
+
+    /// [`Shared::collect`] with the time the caller read for its round
+    /// (one clock read a round, not two).
+    fn collect_at(&self, engine: &mut Engine, by_receiver: bool, now: Instant) -> bool {
         crate::cm::CmPort::pump(self, engine, now);
         for t in self.spent.lock().drain(..) {
             engine.recycle(t);
@@ -157,10 +162,14 @@ impl Shared {
 
     fn flush_locked(&self, link: &mut UdpTransport) {
         loop {
-            let mut batch = std::mem::take(&mut *self.outq.lock());
-            if batch.is_empty() {
-                return;
-            }
+            let mut batch = {
+                let mut q = self.outq.lock();
+                if q.is_empty() {
+                    // (Left in place, with its capacity.)
+                    return;
+                }
+                std::mem::take(&mut *q)
+            };
             if let Some(f) = &self.faults {
                 // Before the capture, so that it shows what went out.
                 f.lock().apply(&mut batch);
@@ -191,6 +200,13 @@ impl Shared {
                 }
             }
             self.spent.lock().append(&mut batch);
+            // The emptied vector, with its capacity, becomes the queue
+            // again if nothing was queued meanwhile: no allocation and
+            // free per flush.
+            let mut q = self.outq.lock();
+            if q.is_empty() && q.capacity() < batch.capacity() {
+                std::mem::swap(&mut *q, &mut batch);
+            }
         }
     }
 
@@ -256,7 +272,7 @@ impl Shared {
             return 0;
         }
         run_due_timers(&mut e, now);
-        self.collect(&mut e, by_receiver);
+        self.collect_at(&mut e, by_receiver, now);
         drop(e);
         if send_now {
             self.flush_locked(&mut link);
@@ -275,7 +291,7 @@ impl Shared {
         let now = Instant::now();
         let mut e = self.engine.lock();
         run_due_timers(&mut e, now);
-        self.collect(&mut e, false);
+        self.collect_at(&mut e, false, now);
         drop(e);
         if !self.outq.lock().is_empty() {
             if let Some(mut link) = self.link.try_lock() {
@@ -297,7 +313,7 @@ impl Shared {
         let now = Instant::now();
         let mut e = self.engine.lock();
         let got = self.receive(&mut link, &mut e, now);
-        self.collect(&mut e, false);
+        self.collect_at(&mut e, false, now);
         drop(e);
         self.flush_locked(&mut link);
         got
@@ -347,7 +363,7 @@ impl Shared {
         let mut e = self.engine.lock();
         let got = self.receive(&mut link, &mut e, now);
         run_due_timers(&mut e, now);
-        self.collect(&mut e, true);
+        self.collect_at(&mut e, true, now);
         drop(e);
         self.flush_locked(&mut link);
         got
