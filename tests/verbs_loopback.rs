@@ -1336,3 +1336,33 @@ fn an_impossible_region_is_an_error() {
     // The device still works.
     assert!(n.pd.alloc_mr(4096, ALL).is_ok());
 }
+
+// 127.0.1.80-81
+/// `wait_into` appends to what the caller's vector holds and counts only
+/// what it added; with nothing to come it says so (a timeout), leaving the
+/// vector as it was. Three SENDs are awaited two, then one at a time.
+#[test]
+fn wait_into_appends_and_counts_what_it_added() {
+    let (a, b) = pair(80, QpType::Rc, 4096);
+    for i in 0..3u64 {
+        b.qp.post_recv(&[recv(10 + i, b.mr.sge(0..64))]).unwrap();
+    }
+    let wrs: Vec<_> = (0..3u64)
+        .map(|i| SendWr::send(i, &[a.mr.sge(0..64)]))
+        .collect();
+    a.qp.post_send(&wrs).unwrap();
+    let mut out = vec![ok(&a.cq)];
+    assert_eq!(a.cq.wait_into(&mut out, 2, T).unwrap(), 2);
+    let ids: Vec<u64> = out.iter().map(|c| c.wr_id).collect();
+    assert_eq!(ids, [0, 1, 2]);
+    let mut out = Vec::new();
+    assert_eq!(b.cq.wait_into(&mut out, 2, T).unwrap(), 2);
+    assert_eq!(b.cq.wait_into(&mut out, 1, T).unwrap(), 1);
+    let ids: Vec<u64> = out.iter().map(|c| c.wr_id).collect();
+    assert_eq!(ids, [10, 11, 12]);
+    assert!(matches!(
+        b.cq.wait_into(&mut out, 1, Duration::from_millis(50)),
+        Err(Error::Timeout(_))
+    ));
+    assert_eq!(out.len(), 3);
+}

@@ -280,25 +280,40 @@ impl CompletionQueue {
     /// when no other thread does (see the crate's "Threads" notes), so the
     /// packet that completes the work wakes this thread directly.
     pub fn wait(&self, n: usize, timeout: Duration) -> Result<Vec<Completion>, Error> {
+        let mut out = Vec::with_capacity(n.min(4096));
+        self.wait_into(&mut out, n, timeout)?;
+        Ok(out)
+    }
+
+    /// [`CompletionQueue::wait`] into a vector the caller keeps (no
+    /// allocation per call once it has room): appends the completions
+    /// and returns how many; [`Error::Timeout`] if none came.
+    pub fn wait_into(
+        &self,
+        out: &mut Vec<Completion>,
+        n: usize,
+        timeout: Duration,
+    ) -> Result<usize, Error> {
         let c = match &self.imp {
             CqImp::Soft(c) => c,
-            CqImp::Native(q) => return wait_native(q, n, timeout),
+            CqImp::Native(q) => return wait_native(q, out, n, timeout),
         };
         let s = &c.ctx.shared;
         let start = Instant::now();
         let deadline = start.checked_add(timeout);
-        let mut out = Vec::with_capacity(n.min(4096));
-        let timed_out = |out: Vec<Completion>| {
-            if out.is_empty() {
+        let base = out.len();
+        let got = |out: &Vec<Completion>| out.len() - base;
+        let timed_out = |out: &Vec<Completion>| {
+            if got(out) == 0 {
                 Err(Error::Timeout(timeout))
             } else {
-                Ok(out)
+                Ok(got(out))
             }
         };
         loop {
-            s.lock().poll_cq(c.id, n - out.len(), &mut out)?;
-            if out.len() >= n {
-                return Ok(out);
+            s.lock().poll_cq(c.id, n - got(out), out)?;
+            if got(out) >= n {
+                return Ok(got(out));
             }
             if let Some(token) = s.receiver.try_take() {
                 s.receiver.set_poller(false);
@@ -306,7 +321,7 @@ impl CompletionQueue {
                 // completions are there.
                 // Datagrams the last round took in (see "Waiting" in
                 // `crate::progress`).
-                let mut got = 0;
+                let mut taken = 0;
                 let r = (|| loop {
                     // Look before sleeping: a completion another thread
                     // delivered after the look above but before this thread
@@ -314,14 +329,14 @@ impl CompletionQueue {
                     // the receiver only while the token is taken), and
                     // nothing else would end the wait below (see
                     // "Concurrency" in docs/reliability.md).
-                    s.lock().poll_cq(c.id, n - out.len(), &mut out)?;
-                    if out.len() >= n {
-                        return Ok(std::mem::take(&mut out));
+                    s.lock().poll_cq(c.id, n - got(out), out)?;
+                    if got(out) >= n {
+                        return Ok(got(out));
                     }
                     let left = match deadline {
                         Some(d) => match d.checked_duration_since(Instant::now()) {
                             Some(left) if !left.is_zero() => Some(left),
-                            _ => return timed_out(std::mem::take(&mut out)),
+                            _ => return timed_out(out),
                         },
                         None => None,
                     };
@@ -335,10 +350,10 @@ impl CompletionQueue {
                     if !spin.is_zero() {
                         let until = Instant::now() + left.map_or(spin, |l| l.min(spin));
                         loop {
-                            got = s.round(true, true, false);
-                            s.lock().poll_cq(c.id, n - out.len(), &mut out)?;
-                            if out.len() >= n {
-                                return Ok(std::mem::take(&mut out));
+                            taken = s.round(true, true, false);
+                            s.lock().poll_cq(c.id, n - got(out), out)?;
+                            if got(out) >= n {
+                                return Ok(got(out));
                             }
                             if Instant::now() >= until {
                                 break;
@@ -352,10 +367,10 @@ impl CompletionQueue {
                     let nap = left.map_or(crate::progress::RECEIVER_RECHECK, |l| {
                         l.min(crate::progress::RECEIVER_RECHECK)
                     });
-                    let readable = got > 0 || s.waiter.wait(Some(nap)).unwrap_or(false);
+                    let readable = taken > 0 || s.waiter.wait(Some(nap)).unwrap_or(false);
                     // What this round produces waits for the application's
                     // answer if the wait ends here ("Deferred sending").
-                    got = s.round(readable, true, false);
+                    taken = s.round(readable, true, false);
                 })();
                 drop(token);
                 // Another waiting thread may take the socket now.
@@ -367,9 +382,9 @@ impl CompletionQueue {
             // free to take).
             s.flush();
             let mut e = s.lock();
-            e.poll_cq(c.id, n - out.len(), &mut out)?;
-            if out.len() >= n {
-                return Ok(out);
+            e.poll_cq(c.id, n - got(out), out)?;
+            if got(out) >= n {
+                return Ok(got(out));
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
@@ -396,22 +411,28 @@ impl CompletionQueue {
 
 /// [`CompletionQueue::wait`] on a native CQ: polls, spinning briefly and
 /// then sleeping a little longer each round (at most 1 ms).
-fn wait_native(q: &NCq, n: usize, timeout: Duration) -> Result<Vec<Completion>, Error> {
+fn wait_native(
+    q: &NCq,
+    out: &mut Vec<Completion>,
+    n: usize,
+    timeout: Duration,
+) -> Result<usize, Error> {
     let deadline = Instant::now() + timeout;
-    let mut out = Vec::with_capacity(n);
+    let base = out.len();
     let mut nap = Duration::ZERO;
     loop {
-        let want = n - out.len();
-        q.poll_into(&mut out, want);
-        if out.len() >= n {
-            return Ok(out);
+        let want = n - (out.len() - base);
+        q.poll_into(out, want);
+        let got = out.len() - base;
+        if got >= n {
+            return Ok(got);
         }
         let now = Instant::now();
         if now >= deadline {
-            return if out.is_empty() {
+            return if got == 0 {
                 Err(Error::Timeout(timeout))
             } else {
-                Ok(out)
+                Ok(got)
             };
         }
         if nap.is_zero() {

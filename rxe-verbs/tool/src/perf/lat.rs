@@ -110,12 +110,19 @@ fn wait_byte(res: &Resources, off: usize, want: u8, give_up: Instant) -> Res<boo
     }
 }
 
-fn one_completion(res: &Resources, cq: &CompletionQueue, cfg: &Config, what: &str) -> Res<()> {
-    let mut wcs = Vec::with_capacity(1);
+/// Waits for one completion on `cq` (into `wcs`, a vector the caller keeps
+/// from one call to the next) and checks it.
+fn one_completion(
+    res: &Resources,
+    cq: &CompletionQueue,
+    wcs: &mut Vec<Completion>,
+    cfg: &Config,
+    what: &str,
+) -> Res<()> {
+    wcs.clear();
     let deadline = Instant::now() + cfg.timeout;
     while wcs.is_empty() {
-        if res.wait(cq, &mut wcs, 1, Duration::from_millis(200))? == 0 && Instant::now() >= deadline
-        {
+        if res.wait(cq, wcs, 1, Duration::from_millis(200))? == 0 && Instant::now() >= deadline {
             return Err(format!("no {what} completion for {:?}", cfg.timeout));
         }
     }
@@ -164,6 +171,7 @@ fn write_lat_one(cfg: &Config, res: &Resources, theirs: &[Dest], size: u64) -> R
     let (mut scnt, mut rcnt, mut ccnt) = (0u64, 0u64, 0u64);
     let t0 = Instant::now();
     let end = cfg.duration.map(|d| t0 + d);
+    let mut swcs = Vec::with_capacity(1);
     while scnt < iters || ccnt < iters || rcnt < iters {
         if end.is_some_and(|e| Instant::now() >= e) {
             break;
@@ -194,7 +202,7 @@ fn write_lat_one(cfg: &Config, res: &Resources, theirs: &[Dest], size: u64) -> R
                 .map_err(|e| format!("Couldn't post send: scnt={scnt}: {e}"))?;
         }
         if ccnt < iters {
-            one_completion(res, &res.send_cq, cfg, "send")?;
+            one_completion(res, &res.send_cq, &mut swcs, cfg, "send")?;
             ccnt += 1;
         }
     }
@@ -260,6 +268,7 @@ pub fn read_lat(
         let t0 = Instant::now();
         let end = cfg.duration.map(|d| t0 + d);
         let mut n = 0u64;
+        let mut swcs = Vec::with_capacity(1);
         while end.map_or(n < cfg.iters, |e| Instant::now() < e) {
             if end.is_none() {
                 tposted.push(t0.elapsed().as_nanos() as u64);
@@ -267,7 +276,7 @@ pub fn read_lat(
             res.qps[0]
                 .post_send(std::slice::from_ref(&wr))
                 .map_err(|e| format!("Couldn't post send: scnt={n}: {e}"))?;
-            one_completion(res, &res.send_cq, cfg, wr_name)?;
+            one_completion(res, &res.send_cq, &mut swcs, cfg, wr_name)?;
             n += 1;
         }
         let r = match cfg.duration {
@@ -351,8 +360,11 @@ fn send_lat_one(
     let mut tposted = Vec::with_capacity(cfg.iters.min(1 << 24) as usize);
     let (mut scnt, mut rcnt) = (0u64, 0u64);
     let mut wcs = Vec::with_capacity(4);
+    // Built once and posted by reference, as perftest reuses its own.
+    let rwr = recv_wr(cfg, res, size);
     let t0 = Instant::now();
     let end = cfg.duration.map(|d| t0 + d);
+    let mut swcs = Vec::with_capacity(1);
     while scnt < iters || rcnt < iters {
         if end.is_some_and(|e| Instant::now() >= e) {
             break;
@@ -380,7 +392,7 @@ fn send_lat_one(
             rcnt += 1;
             if end.is_some() || rcnt + posted <= iters {
                 res.qps[0]
-                    .post_recv(&[recv_wr(cfg, res, size)])
+                    .post_recv(std::slice::from_ref(&rwr))
                     .map_err(|e| format!("Couldn't post recv: rcnt={rcnt}: {e}"))?;
             }
         }
@@ -399,7 +411,7 @@ fn send_lat_one(
                 .post_send(std::slice::from_ref(&wr))
                 .map_err(|e| format!("Couldn't post send: scnt={scnt}: {e}"))?;
             if signaled {
-                one_completion(res, &res.send_cq, cfg, "send")?;
+                one_completion(res, &res.send_cq, &mut swcs, cfg, "send")?;
             }
         }
     }

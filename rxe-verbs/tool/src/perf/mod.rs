@@ -261,12 +261,8 @@ impl Resources {
             }
             return Ok(cq.poll_into(out, max));
         }
-        match cq.wait(1, limit) {
-            Ok(first) => {
-                let n = first.len();
-                out.extend(first);
-                Ok(n + cq.poll_into(out, max.saturating_sub(n)))
-            }
+        match cq.wait_into(out, 1, limit) {
+            Ok(n) => Ok(n + cq.poll_into(out, max.saturating_sub(n))),
             Err(Error::Timeout(_)) => Ok(0),
             Err(e) => Err(format!("poll CQ failed: {e}")),
         }
