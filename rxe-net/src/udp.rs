@@ -928,15 +928,19 @@ impl UdpTransport {
     /// the receiving socket, so one thread can wait while another holds the
     /// transport (behind a lock) to send.
     pub fn waiter(&self) -> io::Result<Waiter> {
-        // SAFETY: plain system call; the descriptor is checked before use.
-        let wake = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-        let wake = cvt(wake).map_err(|e| context(e, "eventfd"))?;
+        let eventfd = || {
+            // SAFETY: plain system call; the descriptor is checked before use.
+            let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+            let fd = cvt(fd).map_err(|e| context(e, "eventfd"))?;
+            // SAFETY: `fd` is a new descriptor that nothing else owns.
+            Ok::<_, io::Error>(unsafe { OwnedFd::from_raw_fd(fd) })
+        };
         Ok(Waiter {
             fd: self.recv_fd().try_clone_to_owned()?,
             fwd: self.share.fd().try_clone()?,
             fwd_ready: self.fwd.ready.clone(),
-            // SAFETY: `wake` is a new descriptor that nothing else owns.
-            wake: unsafe { OwnedFd::from_raw_fd(wake) },
+            wake: eventfd()?,
+            wake_receiver: eventfd()?,
         })
     }
 
@@ -2219,6 +2223,13 @@ fn from_sockaddr(ss: &libc::sockaddr_storage, len: libc::socklen_t) -> Option<So
 /// the transport, and on an `eventfd(2)` that [`Waiter::wake`] sets, so
 /// another thread can end a wait early (for example when something other
 /// than a packet produced what the waiting thread waits for).
+///
+/// Two kinds of thread may wait at once, each with a wake-up of its own: a
+/// *receiver* ([`Waiter::wait_receiver`], woken by
+/// [`Waiter::wake_receiver`]) and any other ([`Waiter::wait`], woken by
+/// [`Waiter::wake`]). A wake-up is used up by the wait that reads it, so
+/// with one `eventfd` for both, a wake-up meant for the receiver could be
+/// read by the other thread's wait, and the receiver slept on.
 #[derive(Debug)]
 pub struct Waiter {
     fd: OwnedFd,
@@ -2227,6 +2238,7 @@ pub struct Waiter {
     /// Set when a wait saw `fwd` readable ([`FwdLook`]).
     fwd_ready: std::sync::Arc<std::sync::atomic::AtomicBool>,
     wake: OwnedFd,
+    wake_receiver: OwnedFd,
 }
 
 impl Waiter {
@@ -2234,6 +2246,16 @@ impl Waiter {
     /// [`Waiter::wake`]; true if a datagram is ready. A wake-up is used up
     /// by the wait it ends (or by the next wait, if none was waiting).
     pub fn wait(&self, timeout: Option<Duration>) -> io::Result<bool> {
+        self.wait_on(&self.wake, timeout)
+    }
+
+    /// [`Waiter::wait`] for the receiver, ended by
+    /// [`Waiter::wake_receiver`] (and not by [`Waiter::wake`]).
+    pub fn wait_receiver(&self, timeout: Option<Duration>) -> io::Result<bool> {
+        self.wait_on(&self.wake_receiver, timeout)
+    }
+
+    fn wait_on(&self, wake: &OwnedFd, timeout: Option<Duration>) -> io::Result<bool> {
         let mut pfds = [
             libc::pollfd {
                 fd: self.fd.as_raw_fd(),
@@ -2241,7 +2263,7 @@ impl Waiter {
                 revents: 0,
             },
             libc::pollfd {
-                fd: self.wake.as_raw_fd(),
+                fd: wake.as_raw_fd(),
                 events: libc::POLLIN,
                 revents: 0,
             },
@@ -2260,7 +2282,7 @@ impl Waiter {
             // a wake-up another waiter took first is EAGAIN, not a hang.
             let _ = unsafe {
                 libc::read(
-                    self.wake.as_raw_fd(),
+                    wake.as_raw_fd(),
                     (&mut v as *mut u64).cast(),
                     size_of::<u64>(),
                 )
@@ -2275,18 +2297,22 @@ impl Waiter {
 
     /// Ends the current (or next) [`Waiter::wait`] of any thread.
     pub fn wake(&self) {
-        let v = 1u64;
-        // SAFETY: writes 8 bytes from `v` to the eventfd. It can only fail
-        // when the counter is about to overflow, which means a wake-up is
-        // already pending.
-        let _ = unsafe {
-            libc::write(
-                self.wake.as_raw_fd(),
-                (&v as *const u64).cast(),
-                size_of::<u64>(),
-            )
-        };
+        signal(&self.wake);
     }
+
+    /// Ends the current (or next) [`Waiter::wait_receiver`].
+    pub fn wake_receiver(&self) {
+        signal(&self.wake_receiver);
+    }
+}
+
+/// Adds one to an eventfd's counter.
+fn signal(fd: &OwnedFd) {
+    let v = 1u64;
+    // SAFETY: writes 8 bytes from `v` to the eventfd. It can only fail
+    // when the counter is about to overflow, which means a wake-up is
+    // already pending.
+    let _ = unsafe { libc::write(fd.as_raw_fd(), (&v as *const u64).cast(), size_of::<u64>()) };
 }
 
 /// `ppoll(2)`: true if a descriptor is ready, false on timeout or

@@ -124,7 +124,7 @@ impl Shared {
             && !by_receiver
             && self.receiver.is_taken()
         {
-            self.waiter.wake();
+            self.waiter.wake_receiver();
         }
         let queued = {
             let mut q = self.outq.lock();

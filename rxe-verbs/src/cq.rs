@@ -362,12 +362,11 @@ impl CompletionQueue {
                         }
                         s.flush();
                     }
-                    // Bounded: a wake-up the progress thread took is not
-                    // this thread's (see `progress::RECEIVER_RECHECK`).
-                    let nap = left.map_or(crate::progress::RECEIVER_RECHECK, |l| {
-                        l.min(crate::progress::RECEIVER_RECHECK)
-                    });
-                    let readable = taken > 0 || s.waiter.wait(Some(nap)).unwrap_or(false);
+                    // The receiver's own wake-up (`Shared::collect` sets
+                    // it for a completion another thread delivers): the
+                    // progress thread, which may be waiting too, cannot
+                    // take it.
+                    let readable = taken > 0 || s.waiter.wait_receiver(left).unwrap_or(false);
                     // What this round produces waits for the application's
                     // answer if the wait ends here ("Deferred sending").
                     taken = s.round(readable, true, false);

@@ -85,18 +85,6 @@ pub(crate) const TIMER_TICK: Duration = Duration::from_millis(1);
 /// at the timers and the stop flag again.
 const IDLE_WAIT: Duration = Duration::from_millis(20);
 
-/// The longest an application thread blocked in `CompletionQueue::wait`
-/// as the receiver sleeps on the socket before it looks at its CQ again.
-/// A completion another thread delivers wakes it through the socket's
-/// `Waiter`, but that wake-up is one `eventfd` the progress thread may be
-/// waiting on too (it looked before the application thread took the
-/// socket), and a wake-up ends only the wait that reads it first: without
-/// the bound, the blocked thread then slept until the next datagram (on an
-/// idle device, until its timeout or for ever). With it, such a lost
-/// wake-up costs at most this long (tests/threads.rs,
-/// `a_wait_without_timeout_sees_a_completion_whose_wake_up_another_thread_took`).
-pub(crate) const RECEIVER_RECHECK: Duration = IDLE_WAIT;
-
 /// How long a datagram may wait on the socket, while the application is
 /// the receiver by polling (not blocking in a wait), before the progress
 /// thread takes it in itself: a program that polls its CQ takes packets in

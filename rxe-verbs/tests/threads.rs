@@ -157,8 +157,8 @@ fn a_receive_posted_to_a_qp_in_error_reaches_every_waiter() {
 /// then slept until the next datagram, on an idle device for ever (with
 /// a timeout, until the timeout: `wait_returns_a_completion_another_thread_delivers`
 /// took 20 s for one of its rounds in about half of its runs). The
-/// receiving waiter now looks at the CQ again at least every
-/// `progress::RECEIVER_RECHECK`.
+/// receiving waiter now has a wake-up of its own (`Waiter::wait_receiver`),
+/// which the progress thread never reads.
 #[test]
 fn a_wait_without_timeout_sees_a_completion_whose_wake_up_another_thread_took() {
     let (a, _b) = pair(9);
