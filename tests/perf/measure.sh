@@ -34,6 +34,9 @@
 # "bgso0|bgso1"; not in the default groups).
 # Env: RXE_RECV_MODE=plain|raw as for any device. GSO_BW_N (20000 64 KiB
 # writes) and GSO_MSG_N (1000000 64-byte sends) size the gso group.
+# PERF_LOAD=N runs N busy loops at normal priority beside every measurement
+# (the "loaded" figures of docs/performance.md: a reproducible stand-in for
+# a shared machine; 0, the default, runs none).
 # Sends only to 127.0.2.2 and 127.0.2.3.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -42,11 +45,23 @@ BASE=${RXE_BASE:-}
 ROUNDS=${ROUNDS:-3}
 PERF_GROUPS=${PERF_GROUPS:-lat bw scale fair}
 [ -x "$NEW" ] || { echo "build first: cargo build --release -p rxe-tool" >&2; exit 2; }
+BLAST=""
+LOADERS=()
+cleanup() {
+    [ ${#LOADERS[@]} -gt 0 ] && kill "${LOADERS[@]}" 2>/dev/null
+    [ -n "$BLAST" ] && rm -f "$BLAST"
+    return 0
+}
+trap cleanup EXIT
 if [[ " $PERF_GROUPS " == *" gso "* ]]; then
     BLAST=$(mktemp /tmp/gso_blast.XXXXXX)
     cc -O2 -o "$BLAST" "$HERE/gso_blast.c" || { echo "cannot build gso_blast.c" >&2; exit 2; }
-    trap 'rm -f "$BLAST"' EXIT
 fi
+for _ in $(seq 1 "${PERF_LOAD:-0}"); do
+    bash -c 'while :; do :; done' &
+    LOADERS+=($!)
+done
+[ ${#LOADERS[@]} -gt 0 ] && echo "load: ${#LOADERS[@]} busy loops beside every run"
 GSO_BW_N=${GSO_BW_N:-20000}
 GSO_MSG_N=${GSO_MSG_N:-1000000}
 
