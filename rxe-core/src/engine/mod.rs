@@ -1017,8 +1017,18 @@ impl Engine {
         self.woken = self.woken.saturating_sub(1);
     }
 
+    #[inline]
     fn set_in_flight(&mut self, n: u32) {
         self.in_flight = n;
+        // Nobody to wake: the common case, settled after every packet.
+        if self.stranded.is_empty() && self.budget_waiters.is_empty() {
+            return;
+        }
+        self.wake_waiters();
+    }
+
+    /// Wakes QPs waiting for room in the budget (see `set_in_flight`).
+    fn wake_waiters(&mut self) {
         // Waiting QPs are woken in turn, one for every BUDGET_BURST packets
         // of room, so that each sends a burst of consecutive packets (which
         // the responder acknowledges with one ACK) rather than a thousand
