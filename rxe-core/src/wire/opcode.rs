@@ -54,18 +54,12 @@ impl ExtHeaders {
         (ExtHeaders::CNP_PAD, 16),
     ];
 
-    /// Total length in bytes of these extension headers.
+    /// Total length in bytes of these extension headers: two lookups,
+    /// one for each half of the ten bits (the length of a packet's headers
+    /// is asked for several times per packet sent and received).
     pub const fn byte_len(self) -> usize {
-        let mut total = 0;
-        let mut i = 0;
-        while i < Self::WIRE_ORDER.len() {
-            let (h, n) = Self::WIRE_ORDER[i];
-            if self.contains(h) {
-                total += n;
-            }
-            i += 1;
-        }
-        total
+        let b = self.bits() as usize;
+        (LEN_LOW[b & 0x1f] + LEN_HIGH[(b >> 5) & 0x1f]) as usize
     }
 
     /// Byte offset of `header` counted from the end of the BTH, if present.
@@ -84,6 +78,27 @@ impl ExtHeaders {
         }
         None
     }
+}
+
+/// [`ExtHeaders::byte_len`] of every set of the first five headers (bits
+/// 0 to 4), and of the last five (bits 5 to 9, shifted down).
+const LEN_LOW: [u8; 32] = lengths(0);
+const LEN_HIGH: [u8; 32] = lengths(5);
+
+const fn lengths(first: usize) -> [u8; 32] {
+    let mut t = [0u8; 32];
+    let mut set = 0;
+    while set < 32 {
+        let mut i = 0;
+        while i < 5 {
+            if set >> i & 1 != 0 {
+                t[set] += ExtHeaders::WIRE_ORDER[first + i].1 as u8;
+            }
+            i += 1;
+        }
+        set += 1;
+    }
+    t
 }
 
 bitflags! {
@@ -415,6 +430,25 @@ mod tests {
         assert_eq!(Opcode::RC_FLUSH.info().unwrap().name, "RC_FLUSH");
         // 26 RC (incl. FLUSH, ATOMIC WRITE) ... as the kernel's rxe has them, plus CNP.
         assert_eq!(ALL.len(), 25 + 12 + 21 + 2 + 1);
+    }
+
+    #[test]
+    fn byte_len_sums_the_headers_present() {
+        // The tables take header i of WIRE_ORDER to be bit i.
+        for (i, (h, _)) in ExtHeaders::WIRE_ORDER.iter().enumerate() {
+            assert_eq!(h.bits(), 1 << i);
+        }
+        for bits in 0..1u16 << 10 {
+            let h = ExtHeaders::from_bits_retain(bits);
+            let sum: usize = ExtHeaders::WIRE_ORDER
+                .iter()
+                .filter(|(x, _)| h.contains(*x))
+                .map(|(_, n)| n)
+                .sum();
+            assert_eq!(h.byte_len(), sum, "{h:?}");
+        }
+        // Bits no header has count nothing.
+        assert_eq!(ExtHeaders::from_bits_retain(0xfc00).byte_len(), 0);
     }
 
     #[test]
