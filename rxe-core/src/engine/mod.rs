@@ -44,7 +44,7 @@ pub use mem::{
 };
 pub use test_fault::TestFault;
 
-use crate::fasthash::{FastMap, FastSet};
+use crate::fasthash::FastMap;
 use crate::psn::Psn;
 use crate::types::*;
 use crate::wire::Packet;
@@ -287,6 +287,50 @@ pub(crate) struct Ctx<'a> {
     pub last_of_turn: bool,
 }
 
+/// A [`Ctx`] over the engine's fields other than its QPs (borrowed field
+/// by field, so that a QP of `qps` can be borrowed next to it).
+macro_rules! ctx {
+    ($engine:ident, $now:expr) => {
+        Ctx {
+            now: $now,
+            config: &$engine.config,
+            mem: &mut $engine.mem,
+            cqs: &mut $engine.cqs,
+            srqs: &mut $engine.srqs,
+            events: &mut $engine.events,
+            counters: &mut $engine.counters,
+            pool: &mut $engine.pool,
+            in_flight: $engine.in_flight,
+            delivered: &mut $engine.delivered,
+            over_budget: false,
+            last_of_turn: false,
+        }
+    };
+}
+
+/// What [`Engine::settle`] found on a QP, for the device-wide rest.
+struct Settle {
+    /// The QP's packets in flight as last counted, and now.
+    before: u32,
+    now: u32,
+    /// Its deadline changed (the timer heap needs tidying).
+    refiled: bool,
+}
+
+impl Settle {
+    /// Counts QP `qpn`'s packets in flight anew and files its deadline.
+    fn note(deadlines: &mut deadlines::Deadlines, qpn: u32, q: &mut Qp) -> Settle {
+        let now = q.in_flight();
+        let before = std::mem::replace(&mut q.counted_in_flight, now);
+        let refiled = deadlines.file(qpn, q);
+        Settle {
+            before,
+            now,
+            refiled,
+        }
+    }
+}
+
 impl Ctx<'_> {
     /// Delivers a completion to a CQ; an overrun raises `CqError`.
     pub fn complete(&mut self, cq: CqId, c: Completion, solicited: bool) {
@@ -328,9 +372,9 @@ pub struct Engine {
     srqs: BTreeMap<SrqId, Srq>,
     next_srq: u32,
     qps: FastMap<u32, Qp>,
-    /// QPs that may have something to send, in round-robin order.
+    /// QPs that may have something to send, in round-robin order (each
+    /// once: those with `Qp::active` set).
     active: VecDeque<u32>,
-    active_set: FastSet<u32>,
     /// Every QP's next deadline, earliest first.
     deadlines: deadlines::Deadlines,
     events: VecDeque<AsyncEvent>,
@@ -371,7 +415,6 @@ impl Engine {
             next_srq: 1,
             qps: FastMap::default(),
             active: VecDeque::new(),
-            active_set: FastSet::default(),
             deadlines: deadlines::Deadlines::default(),
             events: VecDeque::new(),
             counters: Counters::default(),
@@ -761,7 +804,6 @@ impl Engine {
         self.set_in_flight(self.in_flight - q.counted_in_flight);
         self.budget_waiters.retain(|&w| w != qpn);
         self.stranded.retain(|&w| w != qpn);
-        self.active_set.remove(&qpn);
         self.active.retain(|&q| q != qpn);
         self.deadlines.tidy(&self.qps);
         Ok(())
@@ -837,8 +879,7 @@ impl Engine {
             last_of_turn: false,
         };
         q.apply_modify(&mut ctx, attr, mask, next);
-        self.settle(qpn);
-        self.mark_active(qpn);
+        self.settle_active(qpn);
         Ok(())
     }
 
@@ -846,27 +887,34 @@ impl Engine {
     /// the QP's code can reach the memory tables, CQs and counters.
     fn qp_ctx(&mut self, qpn: u32, now: Instant) -> Option<(&mut Qp, Ctx<'_>)> {
         let q = self.qps.get_mut(&qpn)?;
-        let ctx = Ctx {
-            now,
-            config: &self.config,
-            mem: &mut self.mem,
-            cqs: &mut self.cqs,
-            srqs: &mut self.srqs,
-            events: &mut self.events,
-            counters: &mut self.counters,
-            pool: &mut self.pool,
-            in_flight: self.in_flight,
-            delivered: &mut self.delivered,
-            over_budget: false,
-            last_of_turn: false,
-        };
-        Some((q, ctx))
+        Some((q, ctx!(self, now)))
     }
 
     fn mark_active(&mut self, qpn: u32) {
-        if self.active_set.insert(qpn) {
+        if let Some(q) = self.qps.get_mut(&qpn) {
+            if !std::mem::replace(&mut q.active, true) {
+                self.active.push_back(qpn);
+            }
+        }
+    }
+
+    /// [`Engine::settle`] and then [`Engine::mark_active`], with one lookup
+    /// of the QP when nobody waits for the budget (settling then wakes
+    /// nobody, so marking the QP first puts it in the same place).
+    fn settle_active(&mut self, qpn: u32) {
+        if !self.stranded.is_empty() || !self.budget_waiters.is_empty() {
+            self.settle(qpn);
+            self.mark_active(qpn);
+            return;
+        }
+        let Some(q) = self.qps.get_mut(&qpn) else {
+            return;
+        };
+        if !std::mem::replace(&mut q.active, true) {
             self.active.push_back(qpn);
         }
+        let s = Settle::note(&mut self.deadlines, qpn, q);
+        self.settled(s);
     }
 
     /// Posts a send work request. A request the engine cannot even queue
@@ -878,8 +926,7 @@ impl Engine {
         q.check_post_send(&wr, &self.config)?;
         let (q, mut ctx) = self.qp_ctx(qpn, now).ok_or(EngineError::UnknownQp(qpn))?;
         q.post_send(&mut ctx, wr);
-        self.settle(qpn);
-        self.mark_active(qpn);
+        self.settle_active(qpn);
         Ok(())
     }
 
@@ -992,8 +1039,7 @@ impl Engine {
         let (q, mut ctx) = self.qp_ctx(qpn, now).expect("present");
         q.counters.rcvd_pkts += 1;
         q.handle_packet(&mut ctx, &meta, &pkt);
-        self.settle(qpn);
-        self.mark_active(qpn);
+        self.settle_active(qpn);
     }
 
     /// Brings the device's view of QP `qpn` up to date after the QP's code
@@ -1003,12 +1049,16 @@ impl Engine {
         let Some(q) = self.qps.get_mut(&qpn) else {
             return;
         };
-        let now = q.in_flight();
-        let before = std::mem::replace(&mut q.counted_in_flight, now);
-        if self.deadlines.file(qpn, q) {
+        let s = Settle::note(&mut self.deadlines, qpn, q);
+        self.settled(s);
+    }
+
+    /// The rest of [`Engine::settle`] once the QP's part is noted.
+    fn settled(&mut self, s: Settle) {
+        if s.refiled {
             self.deadlines.tidy(&self.qps);
         }
-        self.set_in_flight(self.in_flight - before + now);
+        self.set_in_flight(self.in_flight - s.before + s.now);
     }
 
     /// A QP woken from the budget waiters ended its turn (or went away).
@@ -1084,19 +1134,22 @@ impl Engine {
                 || !self.stranded.is_empty();
             let last_of_turn =
                 (turn_ends && others) || self.in_flight + 1 >= self.config.max_in_flight;
-            let Some((q, mut ctx)) = self.qp_ctx(qpn, now) else {
-                self.active_set.remove(&qpn);
+            // The QP is looked up once for the poll and the settling after.
+            let Some(q) = self.qps.get_mut(&qpn) else {
                 continue;
             };
+            let mut ctx = ctx!(self, now);
             ctx.last_of_turn = last_of_turn;
             match q.poll_transmit(&mut ctx) {
                 Some(t) => {
                     q.counters.sent_pkts += 1;
                     ctx.counters.sent_pkts += 1;
-                    if turn_ends && std::mem::take(&mut q.budget_woken) {
+                    let turn_ended = turn_ends && std::mem::take(&mut q.budget_woken);
+                    let s = Settle::note(&mut self.deadlines, qpn, q);
+                    if turn_ended {
                         self.woken_turn_ended();
                     }
-                    self.settle(qpn);
+                    self.settled(s);
                     // A QP keeps the turn for a burst of packets (which the
                     // responder can acknowledge with one ACK), then goes to
                     // the back.
@@ -1115,12 +1168,14 @@ impl Engine {
                     // stranded until it sends again: it goes first. (Rare
                     // since the last packet of a turn asks for an ACK.)
                     let stranded = q.req.since_ackreq > 0 && q.in_flight() > 0;
-                    if std::mem::take(&mut q.budget_woken) {
+                    let turn_ended = std::mem::take(&mut q.budget_woken);
+                    q.active = false;
+                    let s = Settle::note(&mut self.deadlines, qpn, q);
+                    if turn_ended {
                         self.woken_turn_ended();
                     }
                     self.burst_sent = 0;
-                    self.active_set.remove(&qpn);
-                    self.settle(qpn);
+                    self.settled(s);
                     match (waits, stranded) {
                         (true, true) => self.stranded.push_back(qpn),
                         (true, false) => self.budget_waiters.push_back(qpn),
@@ -1157,8 +1212,7 @@ impl Engine {
             if let Some((q, mut ctx)) = self.qp_ctx(qpn, now) {
                 q.handle_timeout(&mut ctx);
             }
-            self.settle(qpn);
-            self.mark_active(qpn);
+            self.settle_active(qpn);
         }
     }
 

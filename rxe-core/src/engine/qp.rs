@@ -44,6 +44,8 @@ pub(crate) struct Qp {
     pub budget_waiting: bool,
     /// Woken from that list, and its turn has not ended yet.
     pub budget_woken: bool,
+    /// On the engine's list of QPs that may have something to send.
+    pub active: bool,
     /// The deadline filed for this QP in the engine's timer heap (see
     /// `deadlines.rs`): its `next_timeout()` as of the QP's last change.
     pub filed: Option<Instant>,
@@ -84,6 +86,7 @@ impl Qp {
             counted_in_flight: 0,
             budget_waiting: false,
             budget_woken: false,
+            active: false,
             filed: None,
             fault_tripped: false,
         }
