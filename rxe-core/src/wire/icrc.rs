@@ -124,33 +124,59 @@ pub fn compute_parts(ip_header: &[u8], udp_header: &[u8], transport: &[u8]) -> R
 /// don't-fragment set; or a plain IPv6 header. Every field the ICRC masks is
 /// left out, so TOS, TTL and the checksums may be anything.
 pub fn compute_udp(src: IpAddr, dst: IpAddr, src_port: u16, transport: &[u8]) -> Result<u32> {
+    // What compute_parts hashes, written in place with the masked fields
+    // already all ones (every packet sent goes through here: building the
+    // headers apart and copying them over cost about as much as the CRC
+    // of a short packet).
     let udp_len = (UDP_LEN + transport.len() + ICRC_LEN) as u16;
-    let mut udp = [0u8; UDP_LEN];
+    let mut head = [0u8; 8 + 40 + UDP_LEN + BTH_LEN];
+    head[..8].fill(0xff);
+    let n = match (src, dst) {
+        (IpAddr::V4(s), IpAddr::V4(d)) => {
+            let ip = &mut head[8..28];
+            ip[0] = 0x45;
+            ip[1] = 0xff; // type of service (masked)
+            ip[2..4].copy_from_slice(&(20 + udp_len).to_be_bytes());
+            ip[6] = 0x40; // don't fragment, identification 0
+            ip[8] = 0xff; // time to live (masked)
+            ip[9] = 17; // UDP
+            ip[10..12].fill(0xff); // header checksum (masked)
+            ip[12..16].copy_from_slice(&s.octets());
+            ip[16..20].copy_from_slice(&d.octets());
+            28
+        }
+        (IpAddr::V6(s), IpAddr::V6(d)) => {
+            let ip = &mut head[8..48];
+            // Version 6; traffic class and flow label masked.
+            ip[..4].copy_from_slice(&[0x6f, 0xff, 0xff, 0xff]);
+            ip[4..6].copy_from_slice(&udp_len.to_be_bytes());
+            ip[6] = 17;
+            ip[7] = 0xff; // hop limit (masked)
+            ip[8..24].copy_from_slice(&s.octets());
+            ip[24..40].copy_from_slice(&d.octets());
+            48
+        }
+        _ => return Err(Error::BadIpVersion(if src.is_ipv4() { 6 } else { 4 })),
+    };
+    let udp = &mut head[n..n + UDP_LEN];
     udp[0..2].copy_from_slice(&src_port.to_be_bytes());
     udp[2..4].copy_from_slice(&super::ROCE_V2_PORT.to_be_bytes());
     udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
-    match (src, dst) {
-        (IpAddr::V4(s), IpAddr::V4(d)) => {
-            let mut ip = [0u8; 20];
-            ip[0] = 0x45;
-            ip[2..4].copy_from_slice(&(20 + udp_len).to_be_bytes());
-            ip[6] = 0x40; // don't fragment, identification 0
-            ip[9] = 17; // UDP
-            ip[12..16].copy_from_slice(&s.octets());
-            ip[16..20].copy_from_slice(&d.octets());
-            compute_parts(&ip, &udp, transport)
-        }
-        (IpAddr::V6(s), IpAddr::V6(d)) => {
-            let mut ip = [0u8; 40];
-            ip[0] = 0x60;
-            ip[4..6].copy_from_slice(&udp_len.to_be_bytes());
-            ip[6] = 17;
-            ip[8..24].copy_from_slice(&s.octets());
-            ip[24..40].copy_from_slice(&d.octets());
-            compute_parts(&ip, &udp, transport)
-        }
-        _ => Err(Error::BadIpVersion(if src.is_ipv4() { 6 } else { 4 })),
-    }
+    udp[6..8].fill(0xff); // checksum (masked)
+    let Some(bth) = transport.get(..BTH_LEN) else {
+        return Err(Error::Truncated {
+            header: Header::Bth,
+            need: BTH_LEN,
+            have: transport.len(),
+        });
+    };
+    let at = n + UDP_LEN;
+    head[at..at + BTH_LEN].copy_from_slice(bth);
+    head[at + 4] = 0xff; // FECN, BECN, reserved (masked)
+    let mut h = hasher();
+    h.update(&head[..at + BTH_LEN]);
+    h.update(&transport[BTH_LEN..]);
+    Ok(h.finalize())
 }
 
 /// Splits an IP packet (IPv4 or IPv6 header, UDP header, transport packet
@@ -355,6 +381,64 @@ impl Ipv4IdSolver {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `compute_udp` as it was before it wrote the masked headers in place:
+    /// the headers a Linux UDP socket writes, through `compute_parts`.
+    fn compute_udp_via_parts(src: IpAddr, dst: IpAddr, port: u16, t: &[u8]) -> Result<u32> {
+        let udp_len = (UDP_LEN + t.len() + ICRC_LEN) as u16;
+        let mut udp = [0u8; UDP_LEN];
+        udp[0..2].copy_from_slice(&port.to_be_bytes());
+        udp[2..4].copy_from_slice(&super::super::ROCE_V2_PORT.to_be_bytes());
+        udp[4..6].copy_from_slice(&udp_len.to_be_bytes());
+        match (src, dst) {
+            (IpAddr::V4(s), IpAddr::V4(d)) => {
+                let mut ip = [0u8; 20];
+                ip[0] = 0x45;
+                ip[2..4].copy_from_slice(&(20 + udp_len).to_be_bytes());
+                ip[6] = 0x40;
+                ip[9] = 17;
+                ip[12..16].copy_from_slice(&s.octets());
+                ip[16..20].copy_from_slice(&d.octets());
+                compute_parts(&ip, &udp, t)
+            }
+            (IpAddr::V6(s), IpAddr::V6(d)) => {
+                let mut ip = [0u8; 40];
+                ip[0] = 0x60;
+                ip[4..6].copy_from_slice(&udp_len.to_be_bytes());
+                ip[6] = 17;
+                ip[8..24].copy_from_slice(&s.octets());
+                ip[24..40].copy_from_slice(&d.octets());
+                compute_parts(&ip, &udp, t)
+            }
+            _ => Err(Error::BadIpVersion(if src.is_ipv4() { 6 } else { 4 })),
+        }
+    }
+
+    #[test]
+    fn compute_udp_agrees_with_the_headers_through_compute_parts() {
+        let v4 = |a, b, c, d| IpAddr::V4(std::net::Ipv4Addr::new(a, b, c, d));
+        let v6 = |x: u16| IpAddr::V6(std::net::Ipv6Addr::new(0xfe80, 0, 0, 0, x, 1, 2, 3));
+        let pairs = [
+            (v4(10, 99, 0, 12), v4(10, 99, 0, 11)),
+            (v4(192, 168, 255, 1), v4(1, 2, 3, 4)),
+            (v6(7), v6(0xffff)),
+            (v4(1, 1, 1, 1), v6(1)),
+            (v6(1), v4(1, 1, 1, 1)),
+        ];
+        let bytes: Vec<u8> = (0..300u32).map(|i| (i * 151 + 7) as u8).collect();
+        for (src, dst) in pairs {
+            for len in [0, 5, 11, 12, 13, 16, 64, 100, 299] {
+                for port in [0xc000, 0xfedc, 4791] {
+                    let t = &bytes[..len];
+                    assert_eq!(
+                        compute_udp(src, dst, port, t),
+                        compute_udp_via_parts(src, dst, port, t),
+                        "{src} -> {dst}, {len} bytes, port {port}"
+                    );
+                }
+            }
+        }
+    }
 
     /// An RC ACKNOWLEDGE from 10.99.0.12 to 10.99.0.11, built by hand. Real
     /// captures and scapy's implementation are checked in the `tests` crate.
