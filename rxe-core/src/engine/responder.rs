@@ -736,6 +736,11 @@ impl Qp {
 
     /// The next response packet, if any.
     pub fn responder_poll(&mut self, ctx: &mut Ctx<'_>) -> Option<Transmit> {
+        // Nothing to answer, the common case on a QP that sends requests:
+        // no need to work out the path.
+        if self.resp.out.is_empty() {
+            return None;
+        }
         loop {
             let mut ended = false;
             let t = self.next_response(ctx, &mut ended);
