@@ -4,8 +4,9 @@
 //! Every SEND a responder receives and every request a requester starts
 //! resolves its SGEs to [`MemSlice`]s. As a `Vec` that was an allocation
 //! and a free per message on each side, about 150 instructions of a
-//! 64-byte SEND's 4,000 (see docs/performance.md, "This round"); nearly
-//! every work request has a single SGE, which is kept inline here.
+//! 64-byte SEND's 4,000 (see docs/performance.md, "The round before
+//! (2026-11-28)"); nearly every work request has a single SGE, which is
+//! kept inline here.
 
 use super::mem::MemSlice;
 use std::ops::Deref;
