@@ -256,15 +256,16 @@ fn gso_setting(v: Result<String, std::env::VarError>) -> io::Result<GsoSend> {
         } else {
             GsoSend::Off
         }),
-        Ok(other) => Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("RXE_GSO={other:?}: expected 1, 0 or loopback (the default)"),
-        )),
-        Err(std::env::VarError::NotUnicode(v)) => Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("RXE_GSO={v:?}: expected 1, 0 or loopback (the default)"),
-        )),
+        Ok(other) => Err(bad_gso_setting(&other)),
+        Err(std::env::VarError::NotUnicode(v)) => Err(bad_gso_setting(&v)),
     }
+}
+
+fn bad_gso_setting(v: &dyn fmt::Debug) -> io::Error {
+    io::Error::new(
+        io::ErrorKind::InvalidInput,
+        format!("RXE_GSO={v:?}: expected 1, 0 or loopback (the default)"),
+    )
 }
 
 /// Whether this kernel takes `UDP_GRO` (Linux 5.0; `UDP_SEGMENT` came in
@@ -514,59 +515,59 @@ struct RxSlots {
     iovs: [libc::iovec; BATCH],
     hdrs: [libc::mmsghdr; BATCH],
     cbufs: [Cbuf; BATCH],
-    /// How many headers at the front the last call may have written
-    /// (all of them before the first call, which sets everything up).
+    /// How many headers at the front the last call may have written.
     dirty: usize,
-    set_up: bool,
+    /// What `msg_namelen` and `msg_controllen` start each call with.
+    namelen: libc::socklen_t,
+    controllen: usize,
 }
 
 impl RxSlots {
-    fn new() -> Box<RxSlots> {
+    /// Headers for `recvmmsg` into `bufs` ([`BATCH`] slots of
+    /// [`GSO_DATAGRAM`] bytes, a heap block that never moves): with the
+    /// sender's address unless `raw_mode` (a raw socket's packets carry
+    /// their addresses in the IP header), and without it with room for a
+    /// control message (a plain socket with `UDP_GRO` says in one how long
+    /// the packets of a coalesced datagram are).
+    fn new(bufs: &mut [u8], raw_mode: bool) -> Box<RxSlots> {
+        assert!(bufs.len() >= BATCH * GSO_DATAGRAM);
         // SAFETY: all-zero is a valid value for these plain C structs
         // (null pointers, zero lengths).
         let mut r: Box<RxSlots> = Box::new(unsafe { std::mem::zeroed() });
+        let base = bufs.as_mut_ptr();
+        for i in 0..BATCH {
+            r.iovs[i] = libc::iovec {
+                // SAFETY: (i + 1) * GSO_DATAGRAM <= bufs.len(), asserted above.
+                iov_base: unsafe { base.add(i * GSO_DATAGRAM) }.cast(),
+                iov_len: GSO_DATAGRAM,
+            };
+            let name = (&mut r.names[i] as *mut libc::sockaddr_storage).cast();
+            let control = r.cbufs[i].as_mut_ptr().cast();
+            let iov: *mut libc::iovec = &mut r.iovs[i];
+            let h = &mut r.hdrs[i].msg_hdr;
+            h.msg_name = if raw_mode { std::ptr::null_mut() } else { name };
+            h.msg_iov = iov;
+            h.msg_iovlen = 1;
+            h.msg_control = if raw_mode {
+                std::ptr::null_mut()
+            } else {
+                control
+            };
+        }
+        if !raw_mode {
+            r.namelen = size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            r.controllen = size_of::<Cbuf>();
+        }
         r.dirty = BATCH;
         r
     }
 
-    /// Makes the headers ready for a `recvmmsg` into `bufs` (`BATCH`
-    /// slots of `slot` bytes), names only without `raw_mode`, control
-    /// messages only with `want_cmsg`.
-    fn ready(&mut self, bufs: *mut u8, slot: usize, raw_mode: bool, want_cmsg: bool) {
-        let namelen = if raw_mode {
-            0
-        } else {
-            size_of::<libc::sockaddr_storage>() as libc::socklen_t
-        };
-        let controllen = if want_cmsg { size_of::<Cbuf>() } else { 0 };
-        if !self.set_up {
-            for i in 0..BATCH {
-                self.iovs[i] = libc::iovec {
-                    // SAFETY: i * slot + slot <= the buffer's length.
-                    iov_base: unsafe { bufs.add(i * slot) }.cast(),
-                    iov_len: slot,
-                };
-                let h = &mut self.hdrs[i].msg_hdr;
-                // A raw socket's packets carry their addresses in the IP header.
-                h.msg_name = if raw_mode {
-                    std::ptr::null_mut()
-                } else {
-                    (&mut self.names[i] as *mut libc::sockaddr_storage).cast()
-                };
-                h.msg_iov = &mut self.iovs[i];
-                h.msg_iovlen = 1;
-                h.msg_control = if want_cmsg {
-                    self.cbufs[i].as_mut_ptr().cast()
-                } else {
-                    std::ptr::null_mut()
-                };
-            }
-            self.set_up = true;
-        }
+    /// Resets what the last call wrote, for the next `recvmmsg`.
+    fn ready(&mut self) {
         for h in &mut self.hdrs[..self.dirty] {
             h.msg_len = 0;
-            h.msg_hdr.msg_namelen = namelen;
-            h.msg_hdr.msg_controllen = controllen as _;
+            h.msg_hdr.msg_namelen = self.namelen;
+            h.msg_hdr.msg_controllen = self.controllen as _;
             h.msg_hdr.msg_flags = 0;
         }
         self.dirty = 0;
@@ -659,30 +660,29 @@ impl UdpTransport {
             .map_err(|e| context(e, format!("claim a share of {sa}")))?;
         let defaults = SocketDefaults::query(&udp, addr.is_ipv6())
             .map_err(|e| context(e, format!("read the TOS and TTL of the socket for {sa}")))?;
+        let gso = gso_from_env().map_err(|e| context(e, format!("bind {sa}")))?;
+        // Zeroed and large (calloc maps it lazily): only the pages
+        // datagrams are written to become resident, so without GSO
+        // traffic each slot costs what MAX_DATAGRAM did.
+        let mut bufs = vec![0; BATCH * GSO_DATAGRAM];
+        let rx = RxSlots::new(&mut bufs, raw.is_some());
         Ok(UdpTransport {
             addr,
             udp,
             raw,
             defaults,
             stats: UdpStats::default(),
-            // Zeroed and large (calloc maps it lazily): only the pages
-            // datagrams are written to become resident, so without GSO
-            // traffic each slot costs what MAX_DATAGRAM did.
-            bufs: vec![0; BATCH * GSO_DATAGRAM],
+            bufs,
             share,
             fwd_buf: vec![0; MAX_DATAGRAM + 64],
             slots: Slots::new(),
-            rx: RxSlots::new(),
+            rx,
             fwd: FwdLook::default(),
             id_solver: Ipv4IdSolver::new(),
-            gso: GsoSend::Off,
+            gso,
             id_deltas: IdDeltas::default(),
             no_gso: Vec::new(),
             segs: Vec::new(),
-        })
-        .and_then(|mut t: UdpTransport| {
-            t.gso = gso_from_env().map_err(|e| context(e, format!("bind {sa}")))?;
-            Ok(t)
         })
     }
 
@@ -1007,8 +1007,7 @@ impl UdpTransport {
         // the packets of a coalesced datagram are (and writes none for a
         // datagram on its own).
         let want_cmsg = !raw_mode;
-        self.rx
-            .ready(self.bufs.as_mut_ptr(), slot, raw_mode, want_cmsg);
+        self.rx.ready();
         let RxSlots {
             names, hdrs, dirty, ..
         } = &mut *self.rx;
