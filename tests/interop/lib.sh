@@ -4,7 +4,8 @@
 #   net_up MTU / net_down      the private netns: bridge $BR (10.99.0.1/24) + tap $TAP
 #   net_mtu MTU                change the MTU of the bridge and the tap
 #   nsx CMD...                 run CMD inside the netns
-#   guest_boot / guest_ready T boot the guest (qemu, TCG) / wait for /share/ready
+#   guest_boot [MTU] / guest_ready T   boot the guest (qemu, TCG; eth0 at MTU,
+#                              1500 unless given) / wait for /share/ready
 #   gjob NAME 'script'         submit a job to the guest's agent (runs in background)
 #   gwait NAME [T]             wait for it; prints its log; returns its exit code
 #   grun NAME T 'script'       gjob + gwait
@@ -36,14 +37,14 @@ net_mtu() {
 }
 net_down() { ip netns del "$NS" 2>/dev/null || true; }
 
-guest_boot() {   # SHARE must be set; starts qemu in the background, sets QEMU_PID
-    local g="$WORK/guest"
+guest_boot() {   # [MTU]  SHARE must be set; starts qemu in the background, sets QEMU_PID
+    local g="$WORK/guest" mtu=${1:-1500}
     rm -rf "$SHARE"; mkdir -p "$SHARE"
     # `ip netns exec` execs qemu, so $! is qemu itself
     ip netns exec "$NS" qemu-system-x86_64 -accel tcg,thread=multi -cpu max -m 1024 -smp 1 \
         -nographic -no-reboot -nodefaults -serial "file:$SHARE/console.log" \
         -kernel "$g/vmlinuz" -initrd "$g/initramfs.cpio.gz" \
-        -append "console=ttyS0 panic=-1 quiet rxe.ip=$GUEST_IP/24 rxe.mtu=1500" \
+        -append "console=ttyS0 panic=-1 quiet rxe.ip=$GUEST_IP/24 rxe.mtu=$mtu" \
         -netdev "tap,id=n0,ifname=$TAP,script=no,downscript=no" \
         -device "virtio-net-pci,netdev=n0,mac=$GUEST_MAC,romfile=" \
         -fsdev "local,id=fs0,path=$SHARE,security_model=none" \
