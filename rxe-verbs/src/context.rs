@@ -12,7 +12,7 @@ use crate::capture::Capture;
 use crate::cq::ChannelInner;
 use crate::device::{gid_of, Device, DeviceAttr, PortAttr};
 use crate::error::Error;
-use crate::events::AsyncEvents;
+use crate::events::Events;
 use crate::native::NContext;
 use crate::progress::Receiver;
 use crate::provider::DeviceKind;
@@ -76,7 +76,7 @@ pub(crate) struct Shared {
     pub delivered: AtomicU64,
     /// Async events, for [`Context::get_async_event`] or the hook
     /// [`Context::set_async_notify`] sets.
-    pub events: AsyncEvents<AsyncEventKind>,
+    pub events: Events<AsyncEventKind>,
     pub channels: Mutex<HashMap<CqId, Arc<ChannelInner>>>,
     pub stop: AtomicBool,
     pub device: Device,
@@ -138,7 +138,7 @@ impl Shared {
         while let Some(e) = engine.poll_event() {
             new_events.push(AsyncEventKind::from(e));
         }
-        self.events.raise(new_events);
+        self.events.push_all(new_events);
         let channels = self.channels.lock();
         for (cq, ch) in channels.iter() {
             if engine.take_cq_notification(*cq) {
@@ -504,7 +504,7 @@ impl Context {
             waiter,
             receiver: Receiver::new(),
             delivered: AtomicU64::new(0),
-            events: AsyncEvents::new([AsyncEventKind::PortActive]),
+            events: Events::with([AsyncEventKind::PortActive]),
             channels: Mutex::new(HashMap::new()),
             stop: AtomicBool::new(false),
             capture,
@@ -662,7 +662,7 @@ impl Context {
             CtxImp::Soft(i) => &i.shared,
             CtxImp::Native(n) => return n.get_async_event(timeout),
         };
-        s.events.get(Instant::now() + timeout)
+        s.events.pop(Instant::now() + timeout)
     }
 
     /// Hands every asynchronous event from now on to `f` instead of the
@@ -680,7 +680,7 @@ impl Context {
                 ))
             }
         };
-        if s.events.set_hook(f) {
+        if s.events.set_sink(f) {
             Ok(())
         } else {
             Err(crate::error::unsupported("a second async notify hook"))

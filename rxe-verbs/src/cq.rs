@@ -2,7 +2,7 @@
 
 use crate::context::{Context, CtxImp, Inner};
 use crate::error::Error;
-use crate::events::ChannelEvents;
+use crate::events::Events;
 use crate::native::{NChannel, NCq};
 use rxe_core::engine::CqId;
 use rxe_core::types::Completion;
@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A soft completion channel's queue.
-pub(crate) type ChannelInner = ChannelEvents<CqId>;
+pub(crate) type ChannelInner = Events<CqId>;
 
 /// Takes a channel's events, the numbers of the CQs that fired, instead of
 /// [`CompletionChannel::get_event`] (see [`CompletionChannel::set_notify`]).

@@ -1,32 +1,41 @@
-//! The two event queues of a soft device: a completion channel's
-//! ([`ChannelEvents`]) and the device's asynchronous events
-//! ([`AsyncEvents`]). Both are filled by whichever thread collects what the
-//! engine produced (`Shared::collect`, with the engine locked) and emptied
-//! by application threads; they use only [`crate::sync`], so the model
-//! tests (`tests/model.rs`) check them under loom as they are.
+//! The event queues of a soft device: a completion channel's CQ events,
+//! an rdma_cm channel's connection events and the device's asynchronous
+//! events are each an [`Events`]. They are filled by whichever thread
+//! collects what the engine produced (`Shared::collect`, with the engine
+//! locked) and emptied by application threads; they use only
+//! [`crate::sync`], so the model tests (`tests/model.rs`) check them under
+//! loom as they are.
 
 use crate::sync::{Condvar, Mutex, OnceLock};
 use std::collections::VecDeque;
 use std::time::Instant;
 
-/// A hook that takes a channel's events instead of its queue, called with
+/// A hook that takes a queue's events instead of the queue, called with
 /// the engine locked: it must be quick and must not call back into the
 /// device (queueing the event where a C program's descriptor shows it is
 /// what it is for).
 pub(crate) type Sink<T> = Box<dyn Fn(T) + Send + Sync>;
 
-/// A completion channel's queue of CQ events.
-pub(crate) struct ChannelEvents<T> {
+/// A queue of events that [`Events::pop`] reads, until a sink is set
+/// ([`Events::set_sink`]), which from then on takes every event.
+pub(crate) struct Events<T> {
     queue: Mutex<VecDeque<T>>,
     cond: Condvar,
-    /// Takes every event once set (`CompletionChannel::set_notify`).
+    /// Takes every event once set.
     sink: OnceLock<Sink<T>>,
 }
 
-impl<T> ChannelEvents<T> {
+impl<T> Events<T> {
+    /// An empty queue.
     pub fn new() -> Self {
-        ChannelEvents {
-            queue: Mutex::new(VecDeque::new()),
+        Self::with(None)
+    }
+
+    /// A queue that holds `queued` already (the device's first
+    /// asynchronous event, port active).
+    pub fn with(queued: impl IntoIterator<Item = T>) -> Self {
+        Events {
+            queue: Mutex::new(queued.into_iter().collect()),
             cond: Condvar::new(),
             sink: OnceLock::new(),
         }
@@ -35,16 +44,25 @@ impl<T> ChannelEvents<T> {
     /// Hands the event to the sink, or queues it and wakes the threads
     /// waiting for one.
     pub fn push(&self, event: T) {
+        self.push_all([event]);
+    }
+
+    /// [`Events::push`] for several events, in order.
+    pub fn push_all(&self, events: impl IntoIterator<Item = T>) {
+        let mut events = events.into_iter().peekable();
+        if events.peek().is_none() {
+            return; // (every collect raises its async events, mostly none)
+        }
         // Under the queue's lock, so that a sink being set (which drains
         // the queue under the same lock) misses nothing.
         let mut q = self.queue.lock();
         match self.sink.get() {
             Some(f) => {
                 drop(q);
-                f(event);
+                events.for_each(f);
             }
             None => {
-                q.push_back(event);
+                q.extend(events);
                 drop(q);
                 self.cond.notify_all();
             }
@@ -87,72 +105,5 @@ impl<T> ChannelEvents<T> {
     /// How many events are queued.
     pub fn len(&self) -> usize {
         self.queue.lock().len()
-    }
-}
-
-/// A hook that takes asynchronous events instead of the queue.
-pub(crate) type AsyncHook<E> = Box<dyn Fn(E) + Send + Sync>;
-
-/// The device's asynchronous events: a queue that
-/// [`AsyncEvents::get`] reads, until a hook is set
-/// ([`AsyncEvents::set_hook`]), which from then on takes every event.
-pub(crate) struct AsyncEvents<E> {
-    queue: Mutex<VecDeque<E>>,
-    cond: Condvar,
-    hook: OnceLock<AsyncHook<E>>,
-}
-
-impl<E> AsyncEvents<E> {
-    pub fn new(queued: impl IntoIterator<Item = E>) -> Self {
-        AsyncEvents {
-            queue: Mutex::new(queued.into_iter().collect()),
-            cond: Condvar::new(),
-            hook: OnceLock::new(),
-        }
-    }
-
-    /// Hands new events to the hook, or queues them if none is set.
-    pub fn raise(&self, events: Vec<E>) {
-        if events.is_empty() {
-            return;
-        }
-        // Under the queue's lock, so that a hook being set (which drains
-        // the queue under the same lock) misses nothing.
-        let mut q = self.queue.lock();
-        match self.hook.get() {
-            Some(f) => {
-                drop(q);
-                events.into_iter().for_each(f);
-            }
-            None => {
-                q.extend(events);
-                self.cond.notify_all();
-            }
-        }
-    }
-
-    /// The oldest queued event, waiting for one until `deadline`.
-    pub fn get(&self, deadline: Instant) -> Option<E> {
-        let mut q = self.queue.lock();
-        loop {
-            if let Some(e) = q.pop_front() {
-                return Some(e);
-            }
-            if self.cond.wait_until(&mut q, deadline).timed_out() {
-                return q.pop_front();
-            }
-        }
-    }
-
-    /// Sets the hook and hands it the events already queued; false if a
-    /// hook was set already.
-    pub fn set_hook(&self, f: AsyncHook<E>) -> bool {
-        let mut q = self.queue.lock();
-        if self.hook.set(f).is_err() {
-            return false;
-        }
-        let f = self.hook.get().expect("just set");
-        q.drain(..).for_each(f);
-        true
     }
 }

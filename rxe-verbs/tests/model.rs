@@ -46,7 +46,7 @@ mod event_queue;
 
 use event_count::EventCount;
 use event_queue::{EventFd, EventQueue};
-use events::{AsyncEvents, ChannelEvents};
+use events::Events;
 use loom::cell::UnsafeCell;
 use loom::sync::atomic::AtomicUsize;
 use loom::sync::Arc;
@@ -77,7 +77,7 @@ fn never() -> Instant {
 #[test]
 fn channel_event_wakes_the_waiter() {
     check(|| {
-        let ch = Arc::new(ChannelEvents::<u32>::new());
+        let ch = Arc::new(Events::<u32>::new());
         let producers: Vec<_> = [1, 2]
             .into_iter()
             .map(|e| {
@@ -99,7 +99,7 @@ fn channel_event_wakes_the_waiter() {
 #[test]
 fn channel_sink_misses_no_event() {
     check(|| {
-        let ch = Arc::new(ChannelEvents::<u32>::new());
+        let ch = Arc::new(Events::<u32>::new());
         ch.push(0);
         let seen = Arc::new(Mutex::new(Vec::new()));
         let raiser = {
@@ -123,7 +123,7 @@ fn channel_sink_misses_no_event() {
 #[test]
 fn channel_forget_and_pop_take_each_event_once() {
     check(|| {
-        let ch = Arc::new(ChannelEvents::<u32>::new());
+        let ch = Arc::new(Events::<u32>::new());
         let producer = {
             let ch = ch.clone();
             thread::spawn(move || {
@@ -157,20 +157,20 @@ fn channel_forget_and_pop_take_each_event_once() {
 #[test]
 fn async_hook_misses_no_event() {
     check(|| {
-        let ev = Arc::new(AsyncEvents::<u32>::new([0]));
+        let ev = Arc::new(Events::<u32>::with([0]));
         let seen = Arc::new(Mutex::new(Vec::new()));
         let raiser = {
             let ev = ev.clone();
             thread::spawn(move || {
-                ev.raise(vec![1]);
-                ev.raise(vec![2]);
+                ev.push_all([1]);
+                ev.push_all([2]);
             })
         };
         let s = seen.clone();
-        assert!(ev.set_hook(Box::new(move |e| s.lock().push(e))));
+        assert!(ev.set_sink(Box::new(move |e| s.lock().push(e))));
         raiser.join().unwrap();
         assert_eq!(*seen.lock(), [0, 1, 2]);
-        assert_eq!(ev.get(Instant::now()), None);
+        assert_eq!(ev.pop(Instant::now()), None);
     });
 }
 
@@ -237,7 +237,7 @@ struct Device {
     receiver: Receiver,
     wake: Mutex<bool>,
     wake_cond: Condvar,
-    channel: ChannelEvents<u32>,
+    channel: Events<u32>,
     /// The CQ's `empty_at` (`CompletionQueue::poll_progress`).
     empty_at: AtomicU64,
 }
@@ -255,7 +255,7 @@ impl Device {
             receiver: Receiver::new(),
             wake: Mutex::new(false),
             wake_cond: Condvar::new(),
-            channel: ChannelEvents::new(),
+            channel: Events::new(),
             empty_at: AtomicU64::new(u64::MAX),
         }
     }

@@ -61,7 +61,7 @@ pub(crate) use port::{CmPort, Gone};
 
 use crate::context::{CtxImp, Inner};
 use crate::error::{invalid, Error};
-use crate::events::ChannelEvents;
+use crate::events::Events;
 use crate::{Context, QueuePair};
 use parking_lot::Mutex;
 use rxe_core::cm::{CmQpType, ConnId, ConnectParams, SidrId, SidrParams};
@@ -199,9 +199,9 @@ pub struct EventChannel {
 
 /// A channel's queue: filled by the device's CM (`CmPort::pump`, on
 /// whichever thread runs the engine), emptied by the application. The
-/// completion channel's queue ([`ChannelEvents`]), which the model tests
+/// completion channel's queue ([`Events`]), which the model tests
 /// check under loom.
-pub(crate) type ChannelInner = ChannelEvents<Event>;
+pub(crate) type ChannelInner = Events<Event>;
 
 impl std::fmt::Debug for EventChannel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -221,7 +221,7 @@ impl EventChannel {
     /// A new channel (`rdma_create_event_channel`).
     pub fn new() -> Self {
         EventChannel {
-            inner: Arc::new(ChannelEvents::new()),
+            inner: Arc::new(Events::new()),
         }
     }
 
