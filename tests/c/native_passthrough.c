@@ -36,26 +36,8 @@
 #include <time.h>
 #include <unistd.h>
 
-static int passed, failed;
+#include "check.h"
 
-__attribute__((format(printf, 3, 4))) static int check(int cond, const char *name,
-						       const char *fmt, ...)
-{
-	va_list ap;
-
-	if (cond) {
-		printf("ok %s\n", name);
-		passed++;
-		return 1;
-	}
-	printf("FAIL %s: ", name);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-	failed++;
-	return 0;
-}
 
 static long long now_ns(void)
 {

@@ -43,32 +43,12 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check.h"
+
 #define SA(x) ((struct sockaddr *)&(x))
 
-static atomic_int passed, failed;
 static const char *server_ip, *client_ip;
 static int base_port, rounds = 40;
-
-__attribute__((format(printf, 3, 4))) static int check(int cond, const char *name,
-						       const char *fmt, ...)
-{
-	va_list ap;
-
-	if (cond) {
-		printf("ok %s\n", name);
-		passed++;
-		return 1;
-	}
-	flockfile(stdout);
-	printf("FAIL %s: ", name);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-	funlockfile(stdout);
-	failed++;
-	return 0;
-}
 
 static void watchdog(int sig)
 {

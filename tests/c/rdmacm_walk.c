@@ -40,29 +40,11 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include "check.h"
+
 /* ---- reporting ----------------------------------------------------------- */
 
-static int passed, failed;
 static const char *volatile current_section = "start";
-
-__attribute__((format(printf, 3, 4))) static int check(int cond, const char *name,
-						       const char *fmt, ...)
-{
-	va_list ap;
-
-	if (cond) {
-		printf("ok %s\n", name);
-		passed++;
-		return 1;
-	}
-	printf("FAIL %s: ", name);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-	failed++;
-	return 0;
-}
 
 /* A call that must fail: ret == want_ret and errno == want_errno. */
 static void fails_with(const char *name, int ret, int err, int want_ret, int want_errno)

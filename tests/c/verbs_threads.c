@@ -45,29 +45,9 @@
 #include <time.h>
 #include <unistd.h>
 
-static atomic_int passed, failed;
+#include "check.h"
+
 static const char *volatile current_section = "start";
-
-__attribute__((format(printf, 3, 4))) static int check(int cond, const char *name,
-						       const char *fmt, ...)
-{
-	va_list ap;
-
-	if (cond) {
-		printf("ok %s\n", name);
-		passed++;
-		return 1;
-	}
-	flockfile(stdout);
-	printf("FAIL %s: ", name);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-	funlockfile(stdout);
-	failed++;
-	return 0;
-}
 
 static void watchdog(int sig)
 {

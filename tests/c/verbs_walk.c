@@ -45,9 +45,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "check.h"
+
 /* ---- reporting ----------------------------------------------------------- */
 
-static int passed, failed, known;
+static int known;
 static const char *volatile current_section = "start";
 
 static void ok(const char *name)
@@ -69,24 +71,6 @@ __attribute__((format(printf, 2, 3))) static void fail(const char *name, const c
 }
 
 /* ok NAME when cond holds, else FAIL NAME: details. Returns cond. */
-__attribute__((format(printf, 3, 4))) static int check(int cond, const char *name,
-						       const char *fmt, ...)
-{
-	va_list ap;
-
-	if (cond) {
-		ok(name);
-		return 1;
-	}
-	printf("FAIL %s: ", name);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-	failed++;
-	return 0;
-}
-
 /*
  * A check of what rdma-core does and the library (so far) does not: ok when
  * cond holds; otherwise "KNOWN BUG: NAME: details" (a failure only with
