@@ -150,11 +150,10 @@ pub fn bring_up(
 ) {
     let c = Connect {
         qp_type: p.qp_type,
-        access: if p.qp_type == QpType::Uc {
-            Access::LOCAL_WRITE | Access::REMOTE_WRITE
-        } else {
-            Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC
-        },
+        access: Access::LOCAL_WRITE
+            | Access::REMOTE_WRITE
+            | Access::REMOTE_READ
+            | Access::REMOTE_ATOMIC,
         qkey: 0x1111_1111,
         remote,
         dest_qpn: remote_qpn,
@@ -166,6 +165,8 @@ pub fn bring_up(
         timeout: p.timeout,
         retry_cnt: p.retry_cnt,
         rnr_retry: p.rnr_retry,
+        port: 1,
+        sgid_index: 0,
     };
     let e = &mut net.engines[n.idx];
     for (a, m) in c.steps() {

@@ -98,6 +98,8 @@ pub fn bring_up(e: &mut Engine, qpn: u32, qp_type: QpType, c: &Conn) {
         timeout: c.timeout,
         retry_cnt: c.retry_cnt,
         rnr_retry: c.rnr_retry,
+        port: 1,
+        sgid_index: 0,
     }
     .steps();
     for ((a, m), step) in steps.iter().zip(["INIT", "RTR", "RTS"]) {

@@ -6,6 +6,7 @@ use crate::device::{addr_of, gid_of};
 use crate::error::{invalid, unsupported, Error};
 use crate::mr::{MemoryRegion, MemoryWindow, PdImp, ProtectionDomain};
 use crate::native::{NQp, NSrq};
+use rxe_core::engine::state::Connect;
 use rxe_core::engine::{QpInit, SrqId};
 use rxe_core::psn::Psn;
 use rxe_core::types::*;
@@ -317,64 +318,27 @@ impl QueuePair {
     /// RESET → INIT → RTR → RTS towards `remote` with the usual attributes
     /// (for UD, `remote` is ignored but for nothing: UD QPs need no peer).
     pub fn connect(&self, remote: &Endpoint, o: &ConnectOptions) -> Result<(), Error> {
-        let ud = self.qp_type == QpType::Ud;
-        let mut a = QpAttr {
-            state: QpState::Init,
-            pkey_index: 0,
+        let c = Connect {
+            qp_type: self.qp_type,
+            access: o.access,
+            qkey: o.qkey,
+            remote: addr_of(remote.gid),
+            dest_qpn: remote.qpn,
+            rq_psn: Psn::new(remote.psn),
+            sq_psn: self.first_psn()?,
+            mtu: o.mtu,
+            rd_atomic: o.max_rd_atomic,
+            min_rnr_timer: o.min_rnr_timer,
+            timeout: o.timeout,
+            retry_cnt: o.retry_cnt,
+            rnr_retry: o.rnr_retry,
             port: self.port(),
-            ..QpAttr::default()
+            sgid_index: o.sgid_index,
         };
-        let mut m = QpAttrMask::STATE | QpAttrMask::PKEY_INDEX | QpAttrMask::PORT;
-        if ud {
-            a.qkey = o.qkey;
-            m |= QpAttrMask::QKEY;
-        } else {
-            a.access = if self.qp_type == QpType::Uc {
-                o.access & (Access::LOCAL_WRITE | Access::REMOTE_WRITE)
-            } else {
-                o.access
-            };
-            m |= QpAttrMask::ACCESS_FLAGS;
+        for (a, m) in c.steps() {
+            self.modify(&a, m)?;
         }
-        self.modify(&a, m)?;
-        let mut a = QpAttr {
-            state: QpState::Rtr,
-            ..QpAttr::default()
-        };
-        let mut m = QpAttrMask::STATE;
-        if !ud {
-            let mut av = AddressVector::to(addr_of(remote.gid));
-            av.sgid_index = o.sgid_index;
-            a.av = Some(av);
-            a.path_mtu = o.mtu;
-            a.dest_qpn = remote.qpn;
-            a.rq_psn = Psn::new(remote.psn);
-            m |= QpAttrMask::AV | QpAttrMask::PATH_MTU | QpAttrMask::DEST_QPN | QpAttrMask::RQ_PSN;
-            if self.qp_type == QpType::Rc {
-                a.max_dest_rd_atomic = o.max_rd_atomic;
-                a.min_rnr_timer = o.min_rnr_timer;
-                m |= QpAttrMask::MAX_DEST_RD_ATOMIC | QpAttrMask::MIN_RNR_TIMER;
-            }
-        }
-        self.modify(&a, m)?;
-        let sq_psn = self.first_psn()?;
-        let mut a = QpAttr {
-            state: QpState::Rts,
-            sq_psn,
-            ..QpAttr::default()
-        };
-        let mut m = QpAttrMask::STATE | QpAttrMask::SQ_PSN;
-        if self.qp_type == QpType::Rc {
-            a.timeout = o.timeout;
-            a.retry_cnt = o.retry_cnt;
-            a.rnr_retry = o.rnr_retry;
-            a.max_rd_atomic = o.max_rd_atomic;
-            m |= QpAttrMask::TIMEOUT
-                | QpAttrMask::RETRY_CNT
-                | QpAttrMask::RNR_RETRY
-                | QpAttrMask::MAX_QP_RD_ATOMIC;
-        }
-        self.modify(&a, m)
+        Ok(())
     }
 
     /// Posts send work requests (`ibv_post_send`). Stops at the first one

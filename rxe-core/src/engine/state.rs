@@ -895,15 +895,21 @@ pub struct Connect {
     pub retry_cnt: u8,
     /// Retries on RNR NAKs, 7 for ever (RC).
     pub rnr_retry: u8,
+    /// The device port the QP is bound to (1 on a soft device).
+    pub port: u8,
+    /// The source GID's index (RC, UC): 0 is the device's own address.
+    pub sgid_index: u8,
 }
 
 impl Connect {
-    /// The three modify calls, in order: INIT, RTR, RTS.
+    /// The three modify calls, in order: INIT, RTR, RTS. A UC QP is
+    /// granted only the remote access UC has (remote write): READ and
+    /// atomics do not exist on UC, and asking for them is an error.
     pub fn steps(&self) -> [(QpAttr, QpAttrMask); 3] {
         let (ud, rc) = (self.qp_type == QpType::Ud, self.qp_type == QpType::Rc);
         let mut init = QpAttr {
             state: QpState::Init,
-            port: 1,
+            port: self.port,
             pkey_index: 0,
             ..QpAttr::default()
         };
@@ -912,7 +918,11 @@ impl Connect {
             init.qkey = self.qkey;
             init_mask |= QpAttrMask::QKEY;
         } else {
-            init.access = self.access;
+            init.access = if self.qp_type == QpType::Uc {
+                self.access & (Access::LOCAL_WRITE | Access::REMOTE_WRITE)
+            } else {
+                self.access
+            };
             init_mask |= QpAttrMask::ACCESS_FLAGS;
         }
         let mut rtr = QpAttr {
@@ -921,7 +931,9 @@ impl Connect {
         };
         let mut rtr_mask = QpAttrMask::STATE;
         if !ud {
-            rtr.av = Some(AddressVector::to(self.remote));
+            let mut av = AddressVector::to(self.remote);
+            av.sgid_index = self.sgid_index;
+            rtr.av = Some(av);
             rtr.path_mtu = self.mtu;
             rtr.dest_qpn = self.dest_qpn;
             rtr.rq_psn = self.rq_psn;
@@ -980,6 +992,8 @@ mod tests {
                 timeout: 14,
                 retry_cnt: 7,
                 rnr_retry: 7,
+                port: 1,
+                sgid_index: 0,
             };
             let mut state = QpState::Reset;
             for (a, m) in c.steps() {

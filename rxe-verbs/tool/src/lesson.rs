@@ -404,14 +404,10 @@ impl Lab {
     ) -> Result<(), String> {
         let c = Connect {
             qp_type,
-            access: if qp_type == QpType::Uc {
-                Access::LOCAL_WRITE | Access::REMOTE_WRITE
-            } else {
-                Access::LOCAL_WRITE
-                    | Access::REMOTE_WRITE
-                    | Access::REMOTE_READ
-                    | Access::REMOTE_ATOMIC
-            },
+            access: Access::LOCAL_WRITE
+                | Access::REMOTE_WRITE
+                | Access::REMOTE_READ
+                | Access::REMOTE_ATOMIC,
             qkey: QKEY,
             remote,
             dest_qpn: remote_qpn,
@@ -423,6 +419,8 @@ impl Lab {
             timeout: TIMEOUT,
             retry_cnt: RETRY_CNT,
             rnr_retry: RNR_RETRY,
+            port: 1,
+            sgid_index: 0,
         };
         let e = self.engine(side);
         for (a, m) in c.steps() {
