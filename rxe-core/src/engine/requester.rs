@@ -393,14 +393,16 @@ impl Qp {
         let len = match &w.wr.inline_data {
             Some(d) => d.len() as u64,
             None => {
-                let mut slices = Slices::Empty;
+                // Resolved straight into the WQE (empty since it was posted:
+                // a WQE starts once); a request that fails here keeps the
+                // slices resolved so far until it retires, unused.
+                debug_assert!(w.slices.is_empty(), "a WQE started twice");
                 for s in &w.wr.sg_list {
                     match ctx.mem.local(pd, s.lkey, s.addr, u64::from(s.length), need) {
-                        Ok(sl) => slices.push(sl),
+                        Ok(sl) => w.slices.push(sl),
                         Err(_) => return Err(WcStatus::LocProtErr),
                     }
                 }
-                w.slices = slices;
                 w.wr.sg_list.iter().map(|s| u64::from(s.length)).sum()
             }
         };
