@@ -921,10 +921,7 @@ impl Engine {
     /// (wrong state, full queue, bad arguments) is an `Err`; a request that
     /// fails later (a bad lkey, a remote error) completes with an error status.
     pub fn post_send(&mut self, qpn: u32, wr: SendWr) -> Result<(), EngineError> {
-        let now = self.last_now.unwrap_or_else(Instant::now);
-        let q = self.qps.get(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
-        q.check_post_send(&wr, &self.config)?;
-        let (q, mut ctx) = self.qp_ctx(qpn, now).ok_or(EngineError::UnknownQp(qpn))?;
+        let (q, mut ctx) = self.send_queue_for(qpn, &wr)?;
         q.post_send(&mut ctx, wr);
         self.settle_active(qpn);
         Ok(())
@@ -933,24 +930,22 @@ impl Engine {
     /// [`Engine::post_send`] of a borrowed work request: its scatter/gather
     /// list is copied into one a finished request gave back, so that a
     /// driver posting from a slice (`ibv_post_send`) allocates nothing per
-    /// request once the queue has turned over.
+    /// request once the queue has turned over. The request is copied once,
+    /// into its place on the send queue.
     pub fn post_send_ref(&mut self, qpn: u32, wr: &SendWr) -> Result<(), EngineError> {
-        let owned = SendWr {
-            wr_id: wr.wr_id,
-            opcode: wr.opcode,
-            flags: wr.flags,
-            sg_list: self.pool.copy_sges(&wr.sg_list),
-            inline_data: wr.inline_data.clone(),
-            imm_data: wr.imm_data,
-            invalidate_rkey: wr.invalidate_rkey,
-            remote_addr: wr.remote_addr,
-            rkey: wr.rkey,
-            compare_add: wr.compare_add,
-            swap: wr.swap,
-            ud: wr.ud,
-            bind: wr.bind,
-        };
-        self.post_send(qpn, owned)
+        let (q, mut ctx) = self.send_queue_for(qpn, wr)?;
+        q.post_send_ref(&mut ctx, wr);
+        self.settle_active(qpn);
+        Ok(())
+    }
+
+    /// QP `qpn` and a context, if `wr` may be queued on its send queue (one
+    /// lookup of the QP for the check and the queueing).
+    fn send_queue_for(&mut self, qpn: u32, wr: &SendWr) -> Result<(&mut Qp, Ctx<'_>), EngineError> {
+        let now = self.last_now.unwrap_or_else(Instant::now);
+        let q = self.qps.get_mut(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
+        q.check_post_send(wr, &self.config)?;
+        Ok((q, ctx!(self, now)))
     }
 
     /// [`Engine::post_recv`] of a borrowed work request, its list copied as

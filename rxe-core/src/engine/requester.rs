@@ -253,6 +253,35 @@ fn opcode_for(qp_type: QpType, op: SendOpcode, k: u32, n: u32) -> Opcode {
 impl Qp {
     /// Queues a send WQE (already checked by `check_post_send`).
     pub fn post_send(&mut self, ctx: &mut Ctx<'_>, wr: SendWr) {
+        self.queue_wqe(ctx, wr);
+    }
+
+    /// [`Qp::post_send`] of a borrowed request, copied field by field
+    /// into the new WQE (its list into one from the pool).
+    pub fn post_send_ref(&mut self, ctx: &mut Ctx<'_>, wr: &SendWr) {
+        let owned = SendWr {
+            wr_id: wr.wr_id,
+            opcode: wr.opcode,
+            flags: wr.flags,
+            sg_list: ctx.pool.copy_sges(&wr.sg_list),
+            inline_data: wr.inline_data.clone(),
+            imm_data: wr.imm_data,
+            invalidate_rkey: wr.invalidate_rkey,
+            remote_addr: wr.remote_addr,
+            rkey: wr.rkey,
+            compare_add: wr.compare_add,
+            swap: wr.swap,
+            ud: wr.ud,
+            bind: wr.bind,
+        };
+        self.queue_wqe(ctx, owned);
+    }
+
+    /// Puts `wr` on the send queue. Inlined into both callers so that the
+    /// request is built where the new WQE is (a `SendWqe` is about 230
+    /// bytes: each move of it by value was a `memcpy`, three per post).
+    #[inline(always)]
+    fn queue_wqe(&mut self, ctx: &mut Ctx<'_>, wr: SendWr) {
         // In SQE (UC/UD after a failed send) the send queue is in error too:
         // new work is flushed until SQE->RTS.
         let flushed = matches!(self.state, QpState::Err | QpState::Sqe);
