@@ -60,9 +60,6 @@ impl SendWqe {
             SendOpcode::RdmaRead | SendOpcode::AtomicCmpSwap | SendOpcode::AtomicFetchAdd
         )
     }
-    fn is_local(&self) -> bool {
-        matches!(self.wr.opcode, SendOpcode::LocalInv | SendOpcode::BindMw)
-    }
     fn last_psn(&self) -> Psn {
         self.first_psn.add(self.npkts.max(1) - 1)
     }
@@ -191,6 +188,14 @@ impl Requester {
             .iter()
             .any(|w| w.started && w.done.is_none() && w.npkts > 0)
     }
+}
+
+/// What starting a WQE found it to be.
+enum Started {
+    /// A local operation, done once started: it sends nothing.
+    Local,
+    /// A request with packets to send.
+    Sends,
 }
 
 fn wc_opcode(op: SendOpcode) -> WcOpcode {
@@ -384,8 +389,9 @@ impl Qp {
         self.enter_error(ctx, true);
     }
 
-    /// Validates a WQE's local memory and assigns its PSNs.
-    fn start(&mut self, ctx: &mut Ctx<'_>, i: usize) -> Result<(), WcStatus> {
+    /// Validates a WQE's local memory and assigns its PSNs; a local
+    /// operation (LOCAL_INV, BIND_MW) is carried out here.
+    fn start(&mut self, ctx: &mut Ctx<'_>, i: usize) -> Result<Started, WcStatus> {
         let mtu = self.mtu() as u64;
         let pd = self.pd;
         let qpn = self.qpn;
@@ -405,7 +411,7 @@ impl Qp {
                 return ctx
                     .mem
                     .invalidate(pd, Some(qpn), w.wr.invalidate_rkey)
-                    .map(|_| ())
+                    .map(|_| Started::Local)
                     .map_err(|_| WcStatus::LocProtErr);
             }
             SendOpcode::BindMw => {
@@ -414,7 +420,7 @@ impl Qp {
                 return ctx
                     .mem
                     .bind_mw(pd, qpn, &bind)
-                    .map(|_| ())
+                    .map(|_| Started::Local)
                     .map_err(|_| WcStatus::MwBindErr);
             }
             _ => {}
@@ -465,10 +471,15 @@ impl Qp {
         w.first_psn = self.req.psn;
         w.started = true;
         self.req.psn = self.req.psn.add(w.npkts);
-        Ok(())
+        Ok(Started::Sends)
     }
 
     /// The next request packet, if the send queue has one ready.
+    ///
+    /// One packet's path looks the WQE at the cursor up once in each step:
+    /// whether it may start ([`Qp::may_start`]), starting it, whether the
+    /// send window has room for its next packet ([`Qp::window_open`]), and
+    /// building that packet ([`Qp::build_request`]).
     pub fn requester_poll(&mut self, ctx: &mut Ctx<'_>) -> Option<Transmit> {
         if !matches!(self.state, QpState::Rts | QpState::Sqd) || self.req.rnr_until.is_some() {
             return None;
@@ -477,103 +488,121 @@ impl Qp {
             let i = self.req.next;
             let w = self.req.sq.get(i)?;
             if !w.started {
-                if self.state == QpState::Sqd {
+                if !self.may_start(ctx, w, i) {
                     return None;
                 }
-                let mtu = self.mtu() as u64;
-                if w.is_rd_atomic()
-                    && self.req.rd_atomic_in_flight(i, mtu, false)
-                        >= usize::from(self.attr.max_rd_atomic.max(1))
-                {
-                    return None;
-                }
-                if w.wr.flags.contains(SendFlags::FENCE)
-                    && self.req.rd_atomic_in_flight(i, mtu, false) > 0
-                {
-                    return None;
-                }
-                if self.qp_type == QpType::Rc {
-                    if let Some(oldest) = self.req.oldest_unacked() {
-                        if oldest.distance_to(self.req.psn) >= ctx.config.max_unacked_psns {
-                            return None;
-                        }
+                match self.start(ctx, i) {
+                    Err(status) => {
+                        self.fail(ctx, i, status);
+                        return None;
                     }
-                }
-                if let Err(status) = self.start(ctx, i) {
-                    self.fail(ctx, i, status);
-                    return None;
-                }
-                let w = &mut self.req.sq[i];
-                if w.is_local() {
-                    w.done = Some(WcStatus::Success);
-                    self.req.next += 1;
-                    self.req.next_pkt = 0;
-                    self.retire(ctx);
-                    continue;
+                    Ok(Started::Local) => {
+                        self.req.sq[i].done = Some(WcStatus::Success);
+                        self.req.next += 1;
+                        self.req.next_pkt = 0;
+                        self.retire(ctx);
+                        continue;
+                    }
+                    Ok(Started::Sends) => {}
                 }
             } else if w.done.is_some() || self.req.next_pkt >= w.npkts {
                 self.req.next += 1;
                 self.req.next_pkt = 0;
                 continue;
             }
-            // The send window counts packets, not messages: no more than
-            // `max_unacked_psns` past the last acknowledged PSN, even inside
-            // one long message (as the kernel's rxe limits itself to 128).
-            if self.qp_type == QpType::Rc {
-                let w = &self.req.sq[i];
-                let cursor = w.first_psn.add(self.req.next_pkt);
-                // A READ request asks for its whole chunk at once: all of
-                // it must fit in the window, and the responder's resources
-                // must have room for one more request.
-                let last = if w.wr.opcode == SendOpcode::RdmaRead {
-                    if self.req.next_pkt > 0
-                        && !cursor.is_before(self.req.sent_high)
-                        && self.req.rd_atomic_in_flight(i, self.mtu() as u64, true)
-                            >= usize::from(self.attr.max_rd_atomic.max(1))
-                    {
-                        return None;
-                    }
-                    w.first_psn.add(w.chunk_end(self.req.next_pkt) - 1)
-                } else {
-                    cursor
-                };
-                if self.req.acked.next().distance_to(last) >= ctx.config.max_unacked_psns {
-                    return None;
-                }
-                // ... and, for a packet not sent before, no more than the
-                // device's budget over all its QPs (a retransmission takes
-                // the place of one already counted).
-                if !cursor.is_before(self.req.sent_high)
-                    && ctx.in_flight >= ctx.config.max_in_flight
-                {
-                    ctx.over_budget = true;
-                    return None;
-                }
+            if self.qp_type == QpType::Rc && !self.window_open(ctx, i) {
+                return None;
             }
             return self.build_request(ctx, i);
         }
     }
 
+    /// Whether WQE `w` (index `i`, not started) may start now: not in SQD,
+    /// within the responder's READ/atomic resources, after earlier READs
+    /// and atomics for a fenced request, and (RC) with the send window not
+    /// already full of earlier messages.
+    fn may_start(&self, ctx: &Ctx<'_>, w: &SendWqe, i: usize) -> bool {
+        if self.state == QpState::Sqd {
+            return false;
+        }
+        let mtu = self.mtu() as u64;
+        if w.is_rd_atomic()
+            && self.req.rd_atomic_in_flight(i, mtu, false)
+                >= usize::from(self.attr.max_rd_atomic.max(1))
+        {
+            return false;
+        }
+        if w.wr.flags.contains(SendFlags::FENCE) && self.req.rd_atomic_in_flight(i, mtu, false) > 0
+        {
+            return false;
+        }
+        if self.qp_type == QpType::Rc {
+            if let Some(oldest) = self.req.oldest_unacked() {
+                if oldest.distance_to(self.req.psn) >= ctx.config.max_unacked_psns {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    /// RC: whether the packet at the cursor (in WQE `i`) may go now. When
+    /// the device's budget holds it back, says so in `ctx.over_budget`.
+    fn window_open(&self, ctx: &mut Ctx<'_>, i: usize) -> bool {
+        // The send window counts packets, not messages: no more than
+        // `max_unacked_psns` past the last acknowledged PSN, even inside
+        // one long message (as the kernel's rxe limits itself to 128).
+        let w = &self.req.sq[i];
+        let cursor = w.first_psn.add(self.req.next_pkt);
+        let fresh = !cursor.is_before(self.req.sent_high);
+        // A READ request asks for its whole chunk at once: all of it must
+        // fit in the window, and the responder's resources must have room
+        // for one more request.
+        let last = if w.wr.opcode == SendOpcode::RdmaRead {
+            if self.req.next_pkt > 0
+                && fresh
+                && self.req.rd_atomic_in_flight(i, self.mtu() as u64, true)
+                    >= usize::from(self.attr.max_rd_atomic.max(1))
+            {
+                return false;
+            }
+            w.first_psn.add(w.chunk_end(self.req.next_pkt) - 1)
+        } else {
+            cursor
+        };
+        if self.req.acked.next().distance_to(last) >= ctx.config.max_unacked_psns {
+            return false;
+        }
+        // ... and, for a packet not sent before, no more than the device's
+        // budget over all its QPs (a retransmission takes the place of one
+        // already counted).
+        if fresh && ctx.in_flight >= ctx.config.max_in_flight {
+            ctx.over_budget = true;
+            return false;
+        }
+        true
+    }
+
+    /// Builds the packet at the cursor, in WQE `i`, and moves the cursor on.
     fn build_request(&mut self, ctx: &mut Ctx<'_>, i: usize) -> Option<Transmit> {
         let mtu = self.mtu() as u64;
         let k = self.req.next_pkt;
         let qp_type = self.qp_type;
-        let (op, npkts) = (self.req.sq[i].wr.opcode, self.req.sq[i].npkts);
-        let opcode = opcode_for(
-            qp_type,
-            op,
-            k,
-            if op == SendOpcode::RdmaRead { 1 } else { npkts },
-        );
+        let w = &self.req.sq[i];
+        let op = w.wr.opcode;
+        let is_read = op == SendOpcode::RdmaRead;
+        let opcode = opcode_for(qp_type, op, k, if is_read { 1 } else { w.npkts });
         let Some(info) = opcode.info() else {
             // A request this QP type cannot carry (post_send refuses them).
             self.fail(ctx, i, WcStatus::LocQpOpErr);
             return None;
         };
-        let w = &self.req.sq[i];
         let psn = w.first_psn.add(k);
         let offset = u64::from(k) * mtu;
         let is_last = k + 1 >= w.npkts;
+        // Where the cursor goes next: a READ request asks for its chunk's
+        // responses at once, anything else sends one packet.
+        let next_pkt = if is_read { w.chunk_end(k) } else { k + 1 };
         let mut ack_req = false;
         if qp_type == QpType::Rc {
             self.req.since_ackreq += 1;
@@ -618,38 +647,29 @@ impl Qp {
         };
         let mut repr = PacketRepr::new(bth);
         if info.headers.contains(crate::wire::ExtHeaders::RETH) {
-            let len = if op == SendOpcode::RdmaRead {
-                (u64::from(w.chunk_end(k)) * mtu).min(w.len) - offset
+            let (va, len) = if is_read {
+                let end = (u64::from(next_pkt) * mtu).min(w.len);
+                (w.wr.remote_addr.wrapping_add(offset), end - offset)
             } else {
-                w.len
+                (w.wr.remote_addr, w.len)
             };
             repr.reth = Some(RethRepr {
-                va: w
-                    .wr
-                    .remote_addr
-                    .wrapping_add(if op == SendOpcode::RdmaRead {
-                        offset
-                    } else {
-                        0
-                    }),
+                va,
                 rkey: w.wr.rkey,
                 dma_len: len as u32,
             });
         }
         if info.headers.contains(crate::wire::ExtHeaders::ATOMIC_ETH) {
+            let cmp_swap = op == SendOpcode::AtomicCmpSwap;
             repr.atomic_eth = Some(AtomicEthRepr {
                 va: w.wr.remote_addr,
                 rkey: w.wr.rkey,
-                swap_add: if op == SendOpcode::AtomicCmpSwap {
+                swap_add: if cmp_swap {
                     w.wr.swap
                 } else {
                     w.wr.compare_add
                 },
-                compare: if op == SendOpcode::AtomicCmpSwap {
-                    w.wr.compare_add
-                } else {
-                    0
-                },
+                compare: if cmp_swap { w.wr.compare_add } else { 0 },
             });
         }
         if info.has_immediate() {
@@ -679,7 +699,7 @@ impl Qp {
         };
         // The payload goes straight from the inline data or the registered
         // memory into the packet buffer.
-        let n = if info.payload && op != SendOpcode::RdmaRead {
+        let n = if info.payload && !is_read {
             (w.len - offset.min(w.len)).min(mtu) as usize
         } else {
             0
@@ -703,16 +723,13 @@ impl Qp {
             }
             Err(BuildError::Emit) => return None,
         };
-        // A first transmission, not a retransmission (for the counters).
-        let fresh = qp_type != QpType::Rc || !psn.is_before(self.req.sent_high);
+        // A retransmission, not a first transmission (for the counters).
+        let resent = qp_type == QpType::Rc && psn.is_before(self.req.sent_high);
+        let first_psn = w.first_psn;
         // Advance the cursor.
         let w = &mut self.req.sq[i];
-        if op == SendOpcode::RdmaRead {
-            self.req.next_pkt = w.chunk_end(k);
-        } else {
-            self.req.next_pkt += 1;
-        }
-        if self.req.next_pkt >= w.npkts {
+        self.req.next_pkt = next_pkt;
+        if next_pkt >= w.npkts {
             self.req.next += 1;
             self.req.next_pkt = 0;
             if qp_type != QpType::Rc {
@@ -721,17 +738,18 @@ impl Qp {
             }
         }
         if qp_type == QpType::Rc {
-            if psn.is_before(self.req.sent_high) {
+            if resent {
                 self.counters.retransmitted_pkts += 1;
                 ctx.counters.retransmitted_pkts += 1;
             } else {
                 self.req.sent_high = psn.add(1);
             }
-            let w = &self.req.sq[i];
-            let last_psn = w.first_psn.add(w.chunk_end(k).max(1) - 1);
-            if last_psn.is_after(self.req.sent_high.sub(1)) && op == SendOpcode::RdmaRead {
+            if is_read {
                 // A READ request covers its chunk's PSN range.
-                self.req.sent_high = last_psn.add(1);
+                let last_psn = first_psn.add(next_pkt.max(1) - 1);
+                if last_psn.is_after(self.req.sent_high.sub(1)) {
+                    self.req.sent_high = last_psn.add(1);
+                }
             }
             if self.req.retransmit_at.is_none() {
                 self.req.retransmit_at = ack_timeout(self.attr.timeout).map(|d| ctx.now + d);
@@ -740,7 +758,7 @@ impl Qp {
             self.retire(ctx);
         }
         if is_last
-            && fresh
+            && !resent
             && matches!(
                 op,
                 SendOpcode::Send
