@@ -584,9 +584,7 @@ impl Engine {
         out: &mut Vec<Completion>,
     ) -> Result<usize, EngineError> {
         let q = self.cqs.get_mut(&cq).ok_or(EngineError::UnknownCq(cq))?;
-        let n = max.min(q.entries.len());
-        out.extend(q.entries.drain(..n));
-        Ok(n)
+        Ok(q.take(max, out))
     }
 
     /// Arms a CQ for one notification (`ibv_req_notify_cq`).
