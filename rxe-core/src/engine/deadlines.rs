@@ -21,6 +21,19 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::Instant;
 
+/// What [`Deadlines::file`] left to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Filed {
+    /// The QP's deadline did not change.
+    Unchanged,
+    /// It changed and the top of the heap is current: only
+    /// [`Deadlines::compact`] is left.
+    Changed,
+    /// It changed and the top is another QP's entry, uncovered by popping:
+    /// [`Deadlines::tidy`] must look at it.
+    CheckTop,
+}
+
 #[derive(Debug, Default)]
 pub(crate) struct Deadlines {
     heap: BinaryHeap<Reverse<(Instant, u32)>>,
@@ -31,28 +44,60 @@ fn is_current(qps: &FastMap<u32, Qp>, t: Instant, qpn: u32) -> bool {
 }
 
 impl Deadlines {
-    /// Files QP `qpn`'s deadline after its code ran. Returns true if it
-    /// changed (the caller then [tidies](Self::tidy) the heap).
-    pub fn file(&mut self, qpn: u32, q: &mut Qp) -> bool {
+    /// Files QP `qpn`'s deadline after its code ran, and says what the
+    /// caller must still do about the heap (see [`Filed`]).
+    ///
+    /// Only this QP's entries can have been superseded by the change, and
+    /// the top was current before it. So a new entry pushed keeps the top
+    /// current, and a superseded top is one of this QP's: those are popped
+    /// here. Only when that uncovers another QP's entry, which may be
+    /// superseded too, does the caller have to look it up
+    /// ([`Self::tidy`]). (Looking the top up after every change cost a
+    /// hash lookup twice a message on a latency test, where each SEND sets
+    /// the transport timer and its ACK stops it.)
+    pub fn file(&mut self, qpn: u32, q: &mut Qp) -> Filed {
         let t = q.next_timeout();
         if t == q.filed {
-            return false;
+            return Filed::Unchanged;
         }
         q.filed = t;
         if let Some(t) = t {
             self.heap.push(Reverse((t, qpn)));
         }
-        true
+        let mut popped = false;
+        while let Some(&Reverse((top, n))) = self.heap.peek() {
+            if n != qpn {
+                return if popped {
+                    Filed::CheckTop
+                } else {
+                    Filed::Changed
+                };
+            }
+            if Some(top) == t {
+                break;
+            }
+            self.heap.pop();
+            popped = true;
+        }
+        Filed::Changed
     }
 
-    /// Drops superseded entries from the top, and rebuilds the heap when
-    /// superseded entries below the top outnumber the QPs.
-    pub fn tidy(&mut self, qps: &FastMap<u32, Qp>) {
+    /// Rebuilds the heap when superseded entries below the top outnumber
+    /// the QPs.
+    pub fn compact(&mut self, qps: &FastMap<u32, Qp>) {
         if self.heap.len() > 2 * qps.len() + 64 {
             self.heap = qps
                 .iter()
                 .filter_map(|(&n, q)| q.filed.map(|t| Reverse((t, n))))
                 .collect();
+        }
+    }
+
+    /// Drops superseded entries from the top (any QP's), and rebuilds the
+    /// heap when superseded entries below the top outnumber the QPs.
+    pub fn tidy(&mut self, qps: &FastMap<u32, Qp>) {
+        if self.heap.len() > 2 * qps.len() + 64 {
+            self.compact(qps);
             return;
         }
         while let Some(&Reverse((t, qpn))) = self.heap.peek() {

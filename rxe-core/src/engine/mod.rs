@@ -313,8 +313,8 @@ struct Settle {
     /// The QP's packets in flight as last counted, and now.
     before: u32,
     now: u32,
-    /// Its deadline changed (the timer heap needs tidying).
-    refiled: bool,
+    /// Whether its deadline changed, and what the timer heap needs then.
+    refiled: deadlines::Filed,
 }
 
 impl Settle {
@@ -1048,8 +1048,10 @@ impl Engine {
 
     /// The rest of [`Engine::settle`] once the QP's part is noted.
     fn settled(&mut self, s: Settle) {
-        if s.refiled {
-            self.deadlines.tidy(&self.qps);
+        match s.refiled {
+            deadlines::Filed::Unchanged => {}
+            deadlines::Filed::Changed => self.deadlines.compact(&self.qps),
+            deadlines::Filed::CheckTop => self.deadlines.tidy(&self.qps),
         }
         self.set_in_flight(self.in_flight - s.before + s.now);
     }
