@@ -92,7 +92,8 @@ trap 'say "interop: interrupted"; exit 130' INT TERM
 
 mkdir -p "$WORK" || cannot "cannot create $WORK"
 PKGS="qemu-system-x86 rdma-core libibverbs1 ibverbs-providers ibverbs-utils perftest rdmacm-utils
-      iproute2 busybox-static kmod tcpdump cpio gzip nftables gcc libc6-dev libibverbs-dev python3"
+      iproute2 busybox-static kmod tcpdump cpio gzip nftables gcc libc6-dev libibverbs-dev python3
+      iputils-ping"
 missing=""
 for p in $PKGS; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then
@@ -105,7 +106,7 @@ fi
 dpkg -s tshark >/dev/null 2>&1 || { [ -z "${RXE_INTEROP_NO_APT:-}" ] &&
     DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends tshark >/dev/null 2>&1; } || true
 # (the drop-in scenarios run Debian's ibverbs-utils and perftest on the host too)
-for c in qemu-system-x86_64 tcpdump nft ip gcc ibv_rc_pingpong ib_write_bw; do
+for c in qemu-system-x86_64 tcpdump nft ip gcc ibv_rc_pingpong ib_write_bw ping; do
     command -v "$c" >/dev/null || cannot "$c is not installed"
 done
 
@@ -186,8 +187,9 @@ RETX="out_of_seq_request duplicate_request rcvd_seq_err completer_retry_err"
 
 # guest job: counters and kernel log before/after the command. With PORT and
 # MARKER, MARKER (a file in /share) appears once something in the guest
-# listens on TCP PORT, or the command has ended: a client that does not retry
-# its connect (Debian's programs on the host) starts only then.
+# listens on PORT, on TCP or through rdma_cm (a cm_id in state LISTEN, which
+# `rdma resource show cm_id` lists), or the command has ended: a client that
+# does not retry its connect (Debian's programs on the host) starts only then.
 guest_script() {  # CMD TIMEOUT [PORT MARKER]
     cat <<EOF
 C=/sys/class/infiniband/rxe0/ports/1/hw_counters
@@ -201,6 +203,7 @@ timeout $2 $1 &
 p=\$!
 for i in \$(seq 1200); do
     cat /proc/net/tcp /proc/net/tcp6 2>/dev/null | awk '\$4 == "0A" && \$2 ~ /:$(printf '%04X' "$3")\$/ { f = 1 } END { exit !f }' && break
+    rdma resource show cm_id src-port $3 2>/dev/null | grep -q 'state LISTEN' && break
     kill -0 \$p 2>/dev/null || break
     sleep 0.05
 done
@@ -250,6 +253,9 @@ wait_listen() {  # PORT: until something listens on it in the netns (10 s)
 #             port) before its client starts
 #   GLISTEN=1 guest server: start the host client only once the guest
 #             listens on $PORT (Debian's clients do not retry their connect)
+#   CM_LISTEN PORT: the same for a guest server that listens through
+#             rdma_cm (rping 7174, ucmatose 7471, udaddy 7174; not perftest -R,
+#             whose client comes too soon for its second connection then)
 #   RETRY_IF  extended regex: if the scenario fails and a log matches it
 #             (a race inside the programs themselves), run it once more
 scenario() {
@@ -279,10 +285,10 @@ scenario() {
     for _ in $(seq 50); do grep -q listening "$LOGS/$id.tcpdump.err" 2>/dev/null && break; sleep 0.1; done
 
     if [ "$server" = guest ]; then
-        if [ -n "${GLISTEN:-}" ]; then
+        if [ -n "${GLISTEN:-}${CM_LISTEN:-}" ]; then
             local mark="out/$id.listening"
             rm -f "$SHARE/$mark"
-            gjob "$id" "$(guest_script "$gcmd" "${GTIMEOUT:-90}" "$PORT" "/share/$mark")"
+            gjob "$id" "$(guest_script "$gcmd" "${GTIMEOUT:-90}" "${CM_LISTEN:-$PORT}" "/share/$mark")"
             for _ in $(seq 600); do [ -e "$SHARE/$mark" ] && break; sleep 0.05; done
         else
             gjob "$id" "$(guest_script "$gcmd" "${GTIMEOUT:-90}")"
@@ -472,7 +478,8 @@ guest_nic_dead() {  # true (with NIC_WHY set) when the guest's NIC is hung
     if tr '\r' '\n' <"$SHARE/console.log" 2>/dev/null | grep -q 'NETDEV WATCHDOG'; then
         NIC_WHY="'NETDEV WATCHDOG ... transmit queue timed out' in its console log"; return 0
     fi
-    # (the loss scenarios' nftables rules drop only UDP port 4791)
+    # (the loss scenarios' nftables rules drop only UDP port 4791; without
+    # ping, checked for at the start, every guest would look dead)
     nsx ping -c 3 -i 0.5 -W 2 -q "$GUEST_IP" >/dev/null 2>&1 && return 1
     NIC_WHY="it answers no ping"; return 0
 }
@@ -492,9 +499,9 @@ guest_reboot() {  # power the guest off (kill qemu if it does not stop) and boot
 }
 # end every test program in the guest
 gkill() {  # JOB
-    grun "$1" 20 'killall -q ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong rxe_peer ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat backend_exchange rxe; true' >/dev/null 2>&1
+    grun "$1" 20 'killall -q ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong rxe_peer ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat backend_exchange rxe rping ucmatose udaddy; true' >/dev/null 2>&1
 }
-reset_opts() { ALLOW="" EXPECT="" ONLY_OPS="" ONE_WAY="" MAXLEN="" MAXLEN_EQ="" HOSTCHK="" GTIMEOUT="" HTIMEOUT="" GLISTEN="" EXTRA_NOTE="" CM_WAIT="" RETRY_IF="" REBOOTED=""; }
+reset_opts() { ALLOW="" EXPECT="" ONLY_OPS="" ONE_WAY="" MAXLEN="" MAXLEN_EQ="" HOSTCHK="" GTIMEOUT="" HTIMEOUT="" GLISTEN="" CM_LISTEN="" EXTRA_NOTE="" CM_WAIT="" RETRY_IF="" REBOOTED=""; }
 reset_opts
 
 # The drop-in (DROPIN=1 in front of pp_pair/pt_pair): on the host the same
@@ -855,13 +862,15 @@ check_rping() {  # host log, guest log: three pings seen by each side
     h=$(grep -c 'ping data: rdma-ping-' "$1"); g=$(grep -c 'ping data: rdma-ping-' "$2")
     [ "$h" -ge 3 ] && [ "$g" -ge 3 ] || { say "     rping: $h pings in the host log, $g in the guest log (3 each expected)"; return 1; }
 }
-# An rdma_cm server listens on no TCP port, so the host's client starts
-# CM_WAIT after the guest's rping; an emulated guest on a busy host can take
-# longer to listen, and its kernel then rejects the REQ at once (REJ 8, no
-# listener). rping's clients do not retry: one more try is allowed.
+# An rdma_cm server listens on no TCP port: the host's client starts once
+# the guest's `rdma resource show cm_id` lists the listener (CM_LISTEN).
+# Before that check, a client started a fixed second after the guest's rping
+# and, on a busy host, sometimes came first: the guest's kernel rejects such
+# a REQ at once (REJ 8, no listener) and rping's clients do not retry. One
+# more try is still allowed.
 RPING_LISTEN_RACE='(RDMA_CM_EVENT_REJECTED|Rejected), error 8'
 for s in 64 2000; do
-    CM_WAIT=1 HOSTCHK=check_rping RETRY_IF=$RPING_LISTEN_RACE EXPECT="$HOST_IP|UD_SEND_ONLY
+    CM_LISTEN=7174 HOSTCHK=check_rping RETRY_IF=$RPING_LISTEN_RACE EXPECT="$HOST_IP|UD_SEND_ONLY
 $GUEST_IP|UD_SEND_ONLY
 $GUEST_IP|RC_RDMA_READ_REQUEST
 $GUEST_IP|RC_RDMA_WRITE"
@@ -895,7 +904,7 @@ check_perftest_cm() {  # host log, guest log: rdma_cm exchange and a result line
 }
 check_rping_dropin() { check_rping "$1" "$2" && check_dropin_log "$1"; }
 for s in 64 4000; do
-    CM_WAIT=1 HOSTCHK=check_rping_dropin GTIMEOUT=60 HTIMEOUT=60 RETRY_IF=$RPING_LISTEN_RACE
+    CM_LISTEN=7174 HOSTCHK=check_rping_dropin GTIMEOUT=60 HTIMEOUT=60 RETRY_IF=$RPING_LISTEN_RACE
     scenario "di-cm-rping-s$s-ks" "drop-in: rping kernel-server→drop-in-client size=$s" guest \
         "rping -s -a $GUEST_IP -C 3 -S $s -v" \
         "${DROPIN_EXEC[@]}" rping -c -a "$GUEST_IP" -C 3 -S "$s" -v -V
@@ -904,7 +913,7 @@ for s in 64 4000; do
         "rping -c -a $HOST_IP -C 3 -S $s -v -V" \
         "${DROPIN_EXEC[@]}" rping -s -a "$HOST_IP" -C 3 -S "$s" -v
 done
-CM_WAIT=1 HOSTCHK=check_status0 GTIMEOUT=60 HTIMEOUT=60
+CM_LISTEN=7471 HOSTCHK=check_status0 GTIMEOUT=60 HTIMEOUT=60
 scenario di-cm-ucmatose-ks "drop-in: ucmatose kernel-server→drop-in-client, 2 connections" guest \
     "ucmatose -b $GUEST_IP -c 2 -C 10" \
     "${DROPIN_EXEC[@]}" ucmatose -s "$GUEST_IP" -b "$HOST_IP" -c 2 -C 10
@@ -912,7 +921,7 @@ CM_WAIT=1 HOSTCHK=check_status0 GTIMEOUT=60 HTIMEOUT=60
 scenario di-cm-ucmatose-rs "drop-in: ucmatose drop-in-server→kernel-client, 2 connections" host \
     "ucmatose -s $HOST_IP -b $GUEST_IP -c 2 -C 10" \
     "${DROPIN_EXEC[@]}" ucmatose -b "$HOST_IP" -c 2 -C 10
-CM_WAIT=1 HOSTCHK=check_status0 GTIMEOUT=60 HTIMEOUT=60 EXPECT="$HOST_IP|ServiceIDResReq 
+CM_LISTEN=7174 HOSTCHK=check_status0 GTIMEOUT=60 HTIMEOUT=60 EXPECT="$HOST_IP|ServiceIDResReq 
 $GUEST_IP|ServiceIDResReqResp"
 scenario di-cm-udaddy-ks "drop-in: udaddy (UD through SIDR) kernel-server→drop-in-client" guest \
     "udaddy -b $GUEST_IP" \
@@ -950,7 +959,7 @@ check_one_connection() {  # host log, guest log
     [ "$dropped" = 2 ] || { say "     nftables dropped $dropped frames (the REQ and the REP: 2 expected)"; return 1; }
 }
 lossy_on "0" "0"
-CM_WAIT=1 HOSTCHK=check_one_connection ALLOW=any GTIMEOUT=60 HTIMEOUT=60
+CM_LISTEN=7174 HOSTCHK=check_one_connection ALLOW=any GTIMEOUT=60 HTIMEOUT=60
 scenario cm-rping-lost-req-rep-ks "rdma_cm: rping with the first REQ and REP lost, kernel-server→rxe-rs-client" guest \
     "rping -s -a $GUEST_IP -C 3 -S 64 -v" \
     "$RXE" rping -c -a "$GUEST_IP" -I "$HOST_IP" -C 3 -S 64 -v -V --timeout 40
@@ -971,7 +980,7 @@ check_rtu_lost() {  # host log, guest log
     [ "$dropped" = 1 ] || { say "     nftables dropped $dropped frames (the RTU: 1 expected)"; return 1; }
 }
 lossy_on "999999" "1"
-CM_WAIT=1 HOSTCHK=check_rtu_lost ALLOW=any GTIMEOUT=60 HTIMEOUT=60
+CM_LISTEN=7174 HOSTCHK=check_rtu_lost ALLOW=any GTIMEOUT=60 HTIMEOUT=60
 scenario cm-rping-lost-rtu-ks "rdma_cm: rping with our RTU lost, kernel-server→rxe-rs-client" guest \
     "rping -s -a $GUEST_IP -C 3 -S 64 -v" \
     "$RXE" rping -c -a "$GUEST_IP" -I "$HOST_IP" -C 3 -S 64 -v -V --timeout 40
