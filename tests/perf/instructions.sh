@@ -8,9 +8,10 @@
 #   tests/perf/instructions.sh client 1 20000 60000 send_bw -s 64
 #   RXE_BIN=/tmp/old-rxe tests/perf/instructions.sh server 1 2000 6000 write_bw -s 65536
 #
-# Runs the pair twice on loopback (127.0.250.2 client, 127.0.250.3 server,
-# TCP port $PORT, default 18590: none of them used by the test suite, so
-# this can run beside it) with
+# Runs the pair twice on loopback ($NET.2 client, $NET.3 server, NET
+# default 127.0.250; TCP port $PORT, default 18590: none of them used by
+# the test suite, so this can run beside it, and two runs with different
+# NET and PORT beside each other) with
 # RXE_GSO=GSO, N1 then N2 iterations, SIDE (client or server) under
 # `valgrind --tool=callgrind`, the other side native, and prints
 # (Ir(N2) - Ir(N1)) / (N2 - N1): what one more message costs, every thread
@@ -18,7 +19,7 @@
 # peak-bandwidth computation after the timed loop (`peak_delta`, which grows
 # faster than the message count) is left out. The profiles stay in
 # $OUT (default /tmp/rxe-instructions) for callgrind_annotate.
-# Sends only to 127.0.250.2 and 127.0.250.3.
+# Sends only to $NET.2 and $NET.3 (NET must be in 127.0.0.0/8).
 set -uo pipefail
 [ $# -ge 5 ] || { sed -n 2,20p "$0" >&2; exit 2; }
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -27,6 +28,8 @@ SIDE=$1 G=$2 N1=$3 N2=$4
 shift 4
 OUT=${OUT:-/tmp/rxe-instructions}
 PORT=${PORT:-18590}
+NET=${NET:-127.0.250}
+[[ $NET =~ ^127\.[0-9]+\.[0-9]+$ ]] || { echo "NET=$NET is not 127.X.Y" >&2; exit 2; }
 mkdir -p "$OUT"
 command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 2; }
 
@@ -36,11 +39,11 @@ run() {
     shift 2
     local s="" c=""
     if [ "$SIDE" = server ]; then s=$vg; else c=$vg; fi
-    RXE_GSO=$G $s "$BIN" perf "$@" -n "$n" -p "$PORT" --timeout 60 -d 127.0.250.3 >"$f.server" 2>&1 &
+    RXE_GSO=$G $s "$BIN" perf "$@" -n "$n" -p "$PORT" --timeout 60 -d $NET.3 >"$f.server" 2>&1 &
     local srv=$!
     # The server under valgrind takes a few seconds to listen.
     sleep 3
-    RXE_GSO=$G $c "$BIN" perf "$@" -n "$n" -p "$PORT" --timeout 60 -d 127.0.250.2 127.0.250.3 >"$f.client" 2>&1
+    RXE_GSO=$G $c "$BIN" perf "$@" -n "$n" -p "$PORT" --timeout 60 -d $NET.2 $NET.3 >"$f.client" 2>&1
     wait "$srv"
     local total peak
     total=$(awk '/^summary:/ { print $2 }' "$f")
