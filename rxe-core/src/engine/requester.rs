@@ -306,23 +306,18 @@ impl Qp {
         }
     }
 
-    /// Pops finished WQEs from the head of the send queue and completes them in order.
+    /// Completes the finished WQEs at the head of the send queue, in order,
+    /// and drops them. They are completed where they lie and dropped
+    /// together (popping them one by one moved each WQE's ~230 bytes out
+    /// of the queue only to drop them).
     pub fn retire(&mut self, ctx: &mut Ctx<'_>) {
-        while let Some(status) = self.req.sq.front().and_then(|w| w.done) {
-            let mut w = self.req.sq.pop_front().expect("front exists");
+        let mut n = 0;
+        for w in self.req.sq.iter_mut() {
+            let Some(status) = w.done else {
+                break;
+            };
+            n += 1;
             ctx.pool.give_sges(std::mem::take(&mut w.wr.sg_list));
-            if self.req.next == 0 {
-                // The send cursor was inside the WQE that just finished (a
-                // go-back into a READ whose missing responses then came in
-                // before the READ was asked again): it moves to the start
-                // of the next WQE. Keeping `next_pkt` sent the next WQE
-                // from the middle, past its end for a short one (found by
-                // the `requester` fuzz target: a slice index out of range
-                // on inline data).
-                self.req.next_pkt = 0;
-            } else {
-                self.req.next -= 1;
-            }
             let signaled = self.sq_sig_all || w.wr.flags.contains(SendFlags::SIGNALED);
             if signaled || status != WcStatus::Success {
                 let c = Completion {
@@ -349,6 +344,28 @@ impl Qp {
                     ctx.counters.retry_rnr_exceeded_err += 1;
                 }
                 _ => {}
+            }
+        }
+        if n > 0 {
+            // One WQE (each ACK of a latency test) pops for less than a
+            // drain costs to set up; a burst's worth drains in one go.
+            if n == 1 {
+                self.req.sq.pop_front();
+            } else {
+                self.req.sq.drain(..n);
+            }
+            if self.req.next < n {
+                // The send cursor was inside a WQE that just finished (a
+                // go-back into a READ whose missing responses then came in
+                // before the READ was asked again): it moves to the start
+                // of the next WQE. Keeping `next_pkt` sent the next WQE
+                // from the middle, past its end for a short one (found by
+                // the `requester` fuzz target: a slice index out of range
+                // on inline data).
+                self.req.next = 0;
+                self.req.next_pkt = 0;
+            } else {
+                self.req.next -= n;
             }
         }
         if self.state == QpState::Sqd && !self.req.sqd_notified && !self.req.anything_outstanding()
