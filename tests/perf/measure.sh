@@ -37,6 +37,13 @@
 # PERF_LOAD=N runs N busy loops at normal priority beside every measurement
 # (the "loaded" figures of docs/performance.md: a reproducible stand-in for
 # a shared machine; 0, the default, runs none).
+# PERF_PIN=apart runs every client on CPU 0 and every server on CPU 1 (rxe
+# perf's and the blast's), PERF_PIN=together both on CPU 0; unset, the
+# scheduler places them. Placement decides bandwidth on the development VM
+# more than anything in rxe-rs: the GSO blast moves 5-6 GB/s with both ends
+# on one vCPU and 1.2-1.7 GB/s with them on two, rxe perf write_bw 64 KiB
+# 1.5-2.0 and 0.7-1.0 GB/s (docs/performance.md, "2026-11-29"); unpinned
+# runs land on either side, which is where the bimodal figures came from.
 # Sends only to 127.0.2.2 and 127.0.2.3.
 set -uo pipefail
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -62,15 +69,22 @@ for _ in $(seq 1 "${PERF_LOAD:-0}"); do
     LOADERS+=($!)
 done
 [ ${#LOADERS[@]} -gt 0 ] && echo "load: ${#LOADERS[@]} busy loops beside every run"
+case ${PERF_PIN:-} in
+"") CPIN=() SPIN=() ;;
+apart) CPIN=(taskset -c 0) SPIN=(taskset -c 1) ;;
+together) CPIN=(taskset -c 0) SPIN=(taskset -c 0) ;;
+*) echo "PERF_PIN=$PERF_PIN: apart, together or unset" >&2; exit 2 ;;
+esac
+[ -n "${PERF_PIN:-}" ] && echo "placement: PERF_PIN=$PERF_PIN (client: ${CPIN[*]}, server: ${SPIN[*]})"
 GSO_BW_N=${GSO_BW_N:-20000}
 GSO_MSG_N=${GSO_MSG_N:-1000000}
 
 # blast SEG TOTAL: the GSO+GRO UDP blast's "MB/s Mpps"
 blast() {
-    "$BLAST" server 127.0.2.3 18600 "$1" "$2" >/tmp/gso_blast.$$ 2>&1 &
+    "${SPIN[@]}" "$BLAST" server 127.0.2.3 18600 "$1" "$2" >/tmp/gso_blast.$$ 2>&1 &
     local srv=$!
     sleep 0.3
-    timeout 120 "$BLAST" client 127.0.2.2 18600 "$1" "$2" 127.0.2.3
+    "${CPIN[@]}" timeout 120 "$BLAST" client 127.0.2.2 18600 "$1" "$2" 127.0.2.3
     wait "$srv"
     awk '/^gso_blast/ { for (i = 1; i <= NF; i++) { if ($i == "MB/s") m = $(i - 1); if ($i == "Mpps") p = $(i - 1) } } END { print m, p }' /tmp/gso_blast.$$
     rm -f /tmp/gso_blast.$$
@@ -80,10 +94,10 @@ blast() {
 # prints column COL of the result row (4: MB/s, 5: Mpps)
 gso_one() {
     local bin=$1 g=$2 test=$3 col=$4; shift 4
-    RXE_GSO=$g "$bin" perf "$test" "$@" -d 127.0.2.3 >/dev/null 2>&1 &
+    RXE_GSO=$g "${SPIN[@]}" "$bin" perf "$test" "$@" -d 127.0.2.3 >/dev/null 2>&1 &
     local srv=$!
     sleep 0.4
-    RXE_GSO=$g timeout 300 "$bin" perf "$test" "$@" -d 127.0.2.2 127.0.2.3 2>&1 |
+    RXE_GSO=$g "${CPIN[@]}" timeout 300 "$bin" perf "$test" "$@" -d 127.0.2.2 127.0.2.3 2>&1 |
         awk -v c="$col" '/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+/ { print $c }'
     wait "$srv"
 }
@@ -113,11 +127,11 @@ gso_round() {  # ROUND
 # one TAG BIN LABEL TEST ARGS...: one client/server run with its baseline
 one() {
     local tag=$1 bin=$2 label=$3 test=$4; shift 4
-    "$bin" perf "$test" "$@" -d 127.0.2.3 --baseline >/dev/null 2>&1 &
+    "${SPIN[@]}" "$bin" perf "$test" "$@" -d 127.0.2.3 --baseline >/dev/null 2>&1 &
     local srv=$!
     sleep 0.4
     local out
-    out=$(timeout 300 "$bin" perf "$test" "$@" -d 127.0.2.2 --baseline 127.0.2.3 2>&1)
+    out=$("${CPIN[@]}" timeout 300 "$bin" perf "$test" "$@" -d 127.0.2.2 --baseline 127.0.2.3 2>&1)
     wait "$srv"
     local col=4
     [[ $test == *_lat ]] && col=5
@@ -129,10 +143,10 @@ one() {
 
 # fair_one BIN QPS ITERS: write_bw 64 KiB MB/s, no baseline
 fair_one() {
-    "$1" perf write_bw -s 65536 -m 4096 -q "$2" -n "$3" -d 127.0.2.3 >/dev/null 2>&1 &
+    "${SPIN[@]}" "$1" perf write_bw -s 65536 -m 4096 -q "$2" -n "$3" -d 127.0.2.3 >/dev/null 2>&1 &
     local srv=$!
     sleep 0.4
-    timeout 300 "$1" perf write_bw -s 65536 -m 4096 -q "$2" -n "$3" -d 127.0.2.2 127.0.2.3 2>&1 |
+    "${CPIN[@]}" timeout 300 "$1" perf write_bw -s 65536 -m 4096 -q "$2" -n "$3" -d 127.0.2.2 127.0.2.3 2>&1 |
         awk '/^ *65536 +[0-9]+ +[0-9.]+ +[0-9.]+/ { print $4 }'
     wait "$srv"
 }
