@@ -1366,3 +1366,41 @@ fn wait_into_appends_and_counts_what_it_added() {
     ));
     assert_eq!(out.len(), 3);
 }
+
+// 127.0.1.82-83
+/// A program that polls its CQ (`poll_progress`, the C library's
+/// `ibv_poll_cq`) leaves the ACK of the SEND it just received on the send
+/// queue for its next call ("Deferred sending" in `rxe_verbs::progress`).
+/// When that call never comes, the progress thread must send it: the
+/// sender's SEND completes without a retransmission, although its
+/// transport timeout (20: about 4.3 s) would have rescued a lost ACK.
+#[test]
+fn a_pollers_deferred_ack_goes_out_when_it_stops_calling() {
+    let a = node(82, QpType::Rc, 4096);
+    let b = node(83, QpType::Rc, 4096);
+    let o = ConnectOptions {
+        timeout: 20,
+        ..opts()
+    };
+    a.qp.connect(&b.qp.endpoint(), &o).unwrap();
+    b.qp.connect(&a.qp.endpoint(), &o).unwrap();
+    b.qp.post_recv(&[recv(5, b.mr.sge(0..64))]).unwrap();
+    a.qp.post_send(&[SendWr::send(1, &[a.mr.sge(0..64)])])
+        .unwrap();
+    // b polls until its receive completes, then makes no call at all.
+    let mut got = Vec::new();
+    let until = Instant::now() + T;
+    while got.is_empty() && Instant::now() < until {
+        b.cq.poll_progress(&mut got, 4);
+    }
+    assert_eq!(got.len(), 1, "b's receive did not complete");
+    assert_eq!((got[0].wr_id, got[0].status), (5, WcStatus::Success));
+    let s = ok(&a.cq);
+    assert_eq!(s.wr_id, 1);
+    let c = a.ctx.counters();
+    assert_eq!(
+        (c.retransmitted_pkts, c.retry_timeouts),
+        (0, 0),
+        "the SEND was retransmitted: b's deferred ACK never went out"
+    );
+}
