@@ -433,9 +433,19 @@ impl MemSlice {
     ) -> Result<MemSlice, KeyError> {
         let offset = usize::try_from(offset).map_err(|_| KeyError::OutOfRange)?;
         let len = usize::try_from(len).map_err(|_| KeyError::OutOfRange)?;
-        let mut slice = MemSlice::new(mem.clone(), offset, len).ok_or(KeyError::OutOfRange)?;
-        slice.live = Some(live.clone());
-        Ok(slice)
+        // The bounds check of `MemSlice::new`, with the slice then built
+        // once (building it through `new` and setting `live` after cost a
+        // call, an `Option` and two moves of the slice per lookup).
+        let end = offset.checked_add(len).ok_or(KeyError::OutOfRange)?;
+        if end > mem.len() {
+            return Err(KeyError::OutOfRange);
+        }
+        Ok(MemSlice {
+            mem: mem.clone(),
+            offset,
+            len,
+            live: Some(live.clone()),
+        })
     }
 
     /// Length in bytes.
