@@ -921,7 +921,7 @@ impl Engine {
     pub fn post_send(&mut self, qpn: u32, wr: SendWr) -> Result<(), EngineError> {
         let (q, mut ctx) = self.send_queue_for(qpn, &wr)?;
         q.post_send(&mut ctx, wr);
-        self.settle_active(qpn);
+        self.posted(qpn);
         Ok(())
     }
 
@@ -933,8 +933,28 @@ impl Engine {
     pub fn post_send_ref(&mut self, qpn: u32, wr: &SendWr) -> Result<(), EngineError> {
         let (q, mut ctx) = self.send_queue_for(qpn, wr)?;
         q.post_send_ref(&mut ctx, wr);
-        self.settle_active(qpn);
+        self.posted(qpn);
         Ok(())
+    }
+
+    /// [`Engine::settle_active`] after a send was queued on QP `qpn`. A
+    /// post only adds to the send queue (in ERR or SQE it completes the
+    /// request at once, flushed): the QP's packets in flight and its
+    /// deadline are as they were, so settling changes nothing unless QPs
+    /// wait for the budget (settling may wake them). Without waiters,
+    /// marking the QP active is all there is to do.
+    fn posted(&mut self, qpn: u32) {
+        if !self.stranded.is_empty() || !self.budget_waiters.is_empty() {
+            self.settle_active(qpn);
+            return;
+        }
+        debug_assert!(
+            self.qps.get(&qpn).is_none_or(|q| {
+                q.in_flight() == q.counted_in_flight && q.next_timeout() == q.filed
+            }),
+            "a post changed what settling counts"
+        );
+        self.mark_active(qpn);
     }
 
     /// QP `qpn` and a context, if `wr` may be queued on its send queue (one
