@@ -1045,11 +1045,12 @@ impl Engine {
             }
         };
         let qpn = pkt.bth().dest_qp();
-        if !self.qps.contains_key(&qpn) {
+        // One lookup of the QP for the check and the handling.
+        let Some(q) = self.qps.get_mut(&qpn) else {
             self.counters.drop(DropReason::UnknownQp);
             return;
-        }
-        let (q, mut ctx) = self.qp_ctx(qpn, now).expect("present");
+        };
+        let mut ctx = ctx!(self, now);
         q.counters.rcvd_pkts += 1;
         q.handle_packet(&mut ctx, &meta, &pkt);
         self.settle_active(qpn);
