@@ -361,20 +361,11 @@ impl Shared {
         let mut link = self.link.lock();
         let now = Instant::now();
         let mut e = self.engine.lock();
-        let delivered = e.completions_delivered();
         let got = self.receive(&mut link, &mut e, now);
         run_due_timers(&mut e, now);
         self.collect_at(&mut e, true, now);
-        // A look that completed something leaves what it produced (the ACK
-        // of the SEND just received) on the send queue, as a satisfied
-        // wait does ("Deferred sending" in `crate::progress`): the poller
-        // usually answers at once, and its post sends both together. Its
-        // next look that completes nothing sends them otherwise.
-        let answered = e.completions_delivered() != delivered;
         drop(e);
-        if !answered {
-            self.flush_locked(&mut link);
-        }
+        self.flush_locked(&mut link);
         got
     }
 

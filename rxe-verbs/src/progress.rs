@@ -53,18 +53,16 @@
 //!
 //! # Deferred sending
 //!
-//! When the round that satisfies an application receiver's wait, or a
-//! polling application's look at the socket that completes something,
-//! produced packets (typically the ACK of the SEND it just received), they
-//! are not sent at once but stay on the device's ordered send queue: the
+//! When the round that satisfies an application receiver's wait produced
+//! packets (typically the ACK of the SEND it just received), they are not
+//! sent at once but stay on the device's ordered send queue: the
 //! application usually answers right away (the next request of a
 //! ping-pong, a READ after a SEND), and its post then puts the ACK and the
 //! request on the wire in one `sendmmsg`, which the peer takes in with one
 //! wake-up instead of two. Whatever comes first sends them: the
 //! application's next post or other call that sends, its next wait before
-//! it sleeps or next poll that completes nothing, or the progress thread
-//! within about [`DEFERRED`] (50 µs). An ACK is thus held for at most
-//! about a millisecond even on a loaded host, well inside the smallest
+//! it sleeps, or the progress thread within about [`TIMER_TICK`]. An ACK is
+//! thus held for at most about a millisecond, well inside the smallest
 //! transport timeout a real RC connection uses (perftest and the pingpong
 //! programs set 14, 67 ms); a connection with a transport timeout below
 //! 8 (1 ms) may see a spurious retransmission when its peer's application
@@ -86,10 +84,6 @@ pub(crate) const TIMER_TICK: Duration = Duration::from_millis(1);
 /// The longest the progress thread waits on an idle socket before it looks
 /// at the timers and the stop flag again.
 const IDLE_WAIT: Duration = Duration::from_millis(20);
-
-/// The longest packets whose sending was deferred wait for the progress
-/// thread while an application thread is the receiver.
-pub(crate) const DEFERRED: Duration = Duration::from_micros(50);
 
 /// How long a datagram may wait on the socket, while the application is
 /// the receiver by polling (not blocking in a wait), before the progress
@@ -118,12 +112,7 @@ pub(crate) fn run(shared: Arc<Shared>) {
         .map(|t| t.saturating_duration_since(now));
         if shared.receiver.app_is_receiving(now) {
             // An application thread has the socket: timers only.
-            let mut nap = until_timer.map_or(TIMER_TICK, |d| d.min(TIMER_TICK));
-            if !shared.outq.lock().is_empty() {
-                // Deferred packets wait for the application's next call,
-                // and for this thread at most DEFERRED.
-                nap = nap.min(DEFERRED);
-            }
+            let nap = until_timer.map_or(TIMER_TICK, |d| d.min(TIMER_TICK));
             if shared.receiver.is_poller() {
                 // It only polls: watch the socket, and take in what it
                 // leaves there for longer than ORPHAN.
