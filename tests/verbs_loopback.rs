@@ -1369,11 +1369,13 @@ fn wait_into_appends_and_counts_what_it_added() {
 
 // 127.0.1.82-83
 /// A program that polls its CQ (`poll_progress`, the C library's
-/// `ibv_poll_cq`) leaves the ACK of the SEND it just received on the send
-/// queue for its next call ("Deferred sending" in `rxe_verbs::progress`).
-/// When that call never comes, the progress thread must send it: the
+/// `ibv_poll_cq`) and then makes no call at all must not leave its peer's
+/// SEND hanging: the ACK goes out without the program's help, and the
 /// sender's SEND completes without a retransmission, although its
 /// transport timeout (20: about 4.3 s) would have rescued a lost ACK.
+/// (Deferring this ACK to the program's next call, as a satisfied
+/// blocking wait does, was tried and reverted: see docs/performance.md,
+/// "2026-11-29".)
 #[test]
 fn a_pollers_deferred_ack_goes_out_when_it_stops_calling() {
     let a = node(82, QpType::Rc, 4096);
