@@ -86,10 +86,15 @@ fn opts() -> ConnectOptions {
 
 /// Two connected nodes on 127.0.1.`host` and 127.0.1.`host + 1`.
 fn pair(host: u8, qp_type: QpType, len: usize) -> (Node, Node) {
+    pair_with(host, qp_type, len, &opts())
+}
+
+/// [`pair`], both sides connected with `o`.
+fn pair_with(host: u8, qp_type: QpType, len: usize, o: &ConnectOptions) -> (Node, Node) {
     let a = node(host, qp_type, len);
     let b = node(host + 1, qp_type, len);
-    a.qp.connect(&b.qp.endpoint(), &opts()).unwrap();
-    b.qp.connect(&a.qp.endpoint(), &opts()).unwrap();
+    a.qp.connect(&b.qp.endpoint(), o).unwrap();
+    b.qp.connect(&a.qp.endpoint(), o).unwrap();
     (a, b)
 }
 
@@ -1378,14 +1383,11 @@ fn wait_into_appends_and_counts_what_it_added() {
 /// "2026-11-29".)
 #[test]
 fn a_pollers_deferred_ack_goes_out_when_it_stops_calling() {
-    let a = node(82, QpType::Rc, 4096);
-    let b = node(83, QpType::Rc, 4096);
     let o = ConnectOptions {
         timeout: 20,
         ..opts()
     };
-    a.qp.connect(&b.qp.endpoint(), &o).unwrap();
-    b.qp.connect(&a.qp.endpoint(), &o).unwrap();
+    let (a, b) = pair_with(82, QpType::Rc, 4096, &o);
     b.qp.post_recv(&[recv(5, b.mr.sge(0..64))]).unwrap();
     a.qp.post_send(&[SendWr::send(1, &[a.mr.sge(0..64)])])
         .unwrap();

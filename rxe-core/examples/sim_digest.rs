@@ -23,12 +23,9 @@
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rxe_core::engine::state::Connect;
-use rxe_core::engine::{
-    CqId, Engine, EngineConfig, IcrcStatus, MrKeys, PdId, QpInit, RecvMeta, Transmit, VecMemory,
-};
+use rxe_core::engine::{CqId, Engine, EngineConfig, MrKeys, PdId, QpInit, Transmit, VecMemory};
 use rxe_core::psn::Psn;
 use rxe_core::types::*;
-use rxe_core::wire::{icrc, ICRC_LEN};
 use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -496,16 +493,7 @@ impl Sim {
     }
 
     fn deliver(&mut self, to: usize, from: usize, t: Transmit) {
-        let n = t.payload.len();
-        let ok = n >= ICRC_LEN
-            && icrc::compute_udp(t.src, t.dst, t.src_port, &t.payload[..n - ICRC_LEN])
-                .is_ok_and(|c| c.to_le_bytes() == t.payload[n - ICRC_LEN..]);
-        let meta = RecvMeta {
-            src: t.src,
-            dst: t.dst,
-            src_port: t.src_port,
-            icrc: if ok { IcrcStatus::Ok } else { IcrcStatus::Bad },
-        };
+        let meta = t.received();
         self.nodes[to].e.handle_datagram(self.now, meta, &t.payload);
         self.nodes[from].e.recycle(t);
     }

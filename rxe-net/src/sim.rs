@@ -13,8 +13,7 @@
 
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use rxe_core::engine::{Engine, IcrcStatus, RecvMeta, Transmit};
-use rxe_core::wire::{icrc, ICRC_LEN};
+use rxe_core::engine::{Engine, Transmit};
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
@@ -233,20 +232,7 @@ impl SimNet {
     fn deliver(&mut self, p: InFlight) {
         self.stats.delivered += 1;
         let t = p.t;
-        let n = t.payload.len();
-        let icrc_ok = n >= ICRC_LEN
-            && icrc::compute_udp(t.src, t.dst, t.src_port, &t.payload[..n - ICRC_LEN])
-                .is_ok_and(|c| c.to_le_bytes() == t.payload[n - ICRC_LEN..]);
-        let meta = RecvMeta {
-            src: t.src,
-            dst: t.dst,
-            src_port: t.src_port,
-            icrc: if icrc_ok {
-                IcrcStatus::Ok
-            } else {
-                IcrcStatus::Bad
-            },
-        };
+        let meta = t.received();
         self.engines[p.to].handle_datagram(self.now, meta, &t.payload);
     }
 

@@ -83,21 +83,22 @@ impl Deadlines {
     }
 
     /// Rebuilds the heap when superseded entries below the top outnumber
-    /// the QPs.
-    pub fn compact(&mut self, qps: &FastMap<u32, Qp>) {
-        if self.heap.len() > 2 * qps.len() + 64 {
-            self.heap = qps
-                .iter()
-                .filter_map(|(&n, q)| q.filed.map(|t| Reverse((t, n))))
-                .collect();
+    /// the QPs; true if it did (the top is then current).
+    pub fn compact(&mut self, qps: &FastMap<u32, Qp>) -> bool {
+        if self.heap.len() <= 2 * qps.len() + 64 {
+            return false;
         }
+        self.heap = qps
+            .iter()
+            .filter_map(|(&n, q)| q.filed.map(|t| Reverse((t, n))))
+            .collect();
+        true
     }
 
     /// Drops superseded entries from the top (any QP's), and rebuilds the
     /// heap when superseded entries below the top outnumber the QPs.
     pub fn tidy(&mut self, qps: &FastMap<u32, Qp>) {
-        if self.heap.len() > 2 * qps.len() + 64 {
-            self.compact(qps);
+        if self.compact(qps) {
             return;
         }
         while let Some(&Reverse((t, qpn))) = self.heap.peek() {

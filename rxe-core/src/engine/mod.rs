@@ -47,7 +47,7 @@ pub use test_fault::TestFault;
 use crate::fasthash::FastMap;
 use crate::psn::Psn;
 use crate::types::*;
-use crate::wire::Packet;
+use crate::wire::{icrc, Packet, ICRC_LEN};
 use cq::{Cq, Srq};
 use qp::Qp;
 use rand::rngs::StdRng;
@@ -143,6 +143,30 @@ pub struct Transmit {
     pub hop_limit: u8,
     /// The UDP payload: BTH through ICRC.
     pub payload: Vec<u8>,
+}
+
+impl Transmit {
+    /// What a receiver of this packet gets with it when nothing but the
+    /// wire lies between them (the simulated networks): its addresses and
+    /// port, and the ICRC checked against its bytes, so that a packet
+    /// corrupted on the way is `Bad`.
+    pub fn received(&self) -> RecvMeta {
+        let n = self.payload.len();
+        let ok = n >= ICRC_LEN
+            && icrc::compute_udp(
+                self.src,
+                self.dst,
+                self.src_port,
+                &self.payload[..n - ICRC_LEN],
+            )
+            .is_ok_and(|c| c.to_le_bytes() == self.payload[n - ICRC_LEN..]);
+        RecvMeta {
+            src: self.src,
+            dst: self.dst,
+            src_port: self.src_port,
+            icrc: if ok { IcrcStatus::Ok } else { IcrcStatus::Bad },
+        }
+    }
 }
 
 /// What the transport knows about the ICRC of a received packet.
@@ -1071,7 +1095,9 @@ impl Engine {
     fn settled(&mut self, s: Settle) {
         match s.refiled {
             deadlines::Filed::Unchanged => {}
-            deadlines::Filed::Changed => self.deadlines.compact(&self.qps),
+            deadlines::Filed::Changed => {
+                self.deadlines.compact(&self.qps);
+            }
             deadlines::Filed::CheckTop => self.deadlines.tidy(&self.qps),
         }
         self.set_in_flight(self.in_flight - s.before + s.now);
