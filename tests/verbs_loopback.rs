@@ -1408,3 +1408,70 @@ fn a_pollers_deferred_ack_goes_out_when_it_stops_calling() {
         "the SEND was retransmitted: b's deferred ACK never went out"
     );
 }
+
+/// Doorbell batching: posts one request per call, each right after the
+/// last, hold their packets for one send (here with a window so wide that
+/// every post after the first holds). The program then makes no call at
+/// all: the progress thread, woken by the first hold, sends the burst, and
+/// nothing waits for a retransmission.
+#[test]
+fn held_posts_go_out_when_the_program_stops_calling() {
+    let o = ConnectOptions {
+        timeout: 20,
+        ..opts()
+    };
+    let (a, b) = pair_with(84, QpType::Rc, 4096, &o);
+    a.ctx.set_post_batching(Duration::from_secs(1));
+    for i in 0..10u64 {
+        b.qp.post_recv(&[recv(
+            100 + i,
+            b.mr.sge(i as usize * 64..(i as usize + 1) * 64),
+        )])
+        .unwrap();
+    }
+    a.mr.write(0, &(0..=255u8).cycle().take(640).collect::<Vec<_>>())
+        .unwrap();
+    for i in 0..10u64 {
+        let r = i as usize * 64..(i as usize + 1) * 64;
+        a.qp.post_send(&[SendWr::send(i, &[a.mr.sge(r)])]).unwrap();
+    }
+    assert!(
+        a.ctx.held_posts() >= 1,
+        "no post held its packets ({} held)",
+        a.ctx.held_posts()
+    );
+    // a makes no call now; b waits for all ten.
+    let got = b.cq.wait(10, T).expect("b's receives");
+    assert!(got.iter().all(|c| c.status == WcStatus::Success), "{got:?}");
+    let mut ids: Vec<_> = got.iter().map(|c| c.wr_id).collect();
+    ids.sort();
+    assert_eq!(ids, (100..110).collect::<Vec<_>>());
+    assert_eq!(bytes(&b.mr, 0..640), bytes(&a.mr, 0..640));
+    let done = a.cq.wait(10, T).expect("a's sends");
+    assert!(
+        done.iter().all(|c| c.status == WcStatus::Success),
+        "{done:?}"
+    );
+    let c = a.ctx.counters();
+    assert_eq!(
+        (c.retransmitted_pkts, c.retry_timeouts),
+        (0, 0),
+        "a held SEND waited for a retransmission"
+    );
+}
+
+/// With batching off, every post sends its packets before it returns.
+#[test]
+fn no_post_holds_with_batching_off() {
+    let (a, b) = pair(86, QpType::Rc, 4096);
+    a.ctx.set_post_batching(Duration::ZERO);
+    for i in 0..10u64 {
+        b.qp.post_recv(&[recv(100 + i, b.mr.sge(0..64))]).unwrap();
+    }
+    for i in 0..10u64 {
+        a.qp.post_send(&[SendWr::send(i, &[a.mr.sge(0..64)])])
+            .unwrap();
+    }
+    assert_eq!(a.ctx.held_posts(), 0);
+    assert_eq!(b.cq.wait(10, T).expect("b's receives").len(), 10);
+}

@@ -2305,7 +2305,32 @@ impl Waiter {
         Ok(pfds[0].revents != 0 || pfds[2].revents != 0)
     }
 
-    /// Ends the current (or next) [`Waiter::wait`] of any thread.
+    /// Sleeps up to `timeout`, or until a [`Waiter::wake`] (true then),
+    /// whatever the socket holds: for a thread that leaves the socket to
+    /// another but must still be wakeable.
+    pub fn nap(&self, timeout: Duration) -> io::Result<bool> {
+        let mut pfds = [libc::pollfd {
+            fd: self.wake.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        if !ppoll(&mut pfds, Some(timeout))? {
+            return Ok(false);
+        }
+        let mut v = 0u64;
+        // SAFETY: reads 8 bytes into `v` from the nonblocking eventfd.
+        let _ = unsafe {
+            libc::read(
+                self.wake.as_raw_fd(),
+                (&mut v as *mut u64).cast(),
+                size_of::<u64>(),
+            )
+        };
+        Ok(true)
+    }
+
+    /// Ends the current (or next) [`Waiter::wait`] or [`Waiter::nap`] of
+    /// any thread.
     pub fn wake(&self) {
         signal(&self.wake);
     }

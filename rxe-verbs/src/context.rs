@@ -11,6 +11,7 @@
 use crate::capture::Capture;
 use crate::cq::ChannelInner;
 use crate::device::{gid_of, Device, DeviceAttr, PortAttr};
+use crate::doorbell::Doorbell;
 use crate::error::Error;
 use crate::events::Events;
 use crate::native::NContext;
@@ -98,6 +99,8 @@ pub(crate) struct Shared {
     /// How long, in nanoseconds, a thread waiting for completions keeps
     /// looking at the socket before it sleeps ([`Context::set_poll_spin`]).
     pub spin_ns: AtomicU64,
+    /// Posts in quick succession leave together ([`crate::doorbell`]).
+    pub doorbell: Doorbell,
 }
 
 impl Shared {
@@ -168,6 +171,7 @@ impl Shared {
                     // (Left in place, with its capacity.)
                     return;
                 }
+                self.doorbell.released();
                 std::mem::take(&mut *q)
             };
             if let Some(f) = &self.faults {
@@ -219,10 +223,46 @@ impl Shared {
         let r = f(&mut e);
         let queued = self.collect(&mut e, false);
         drop(e);
-        if queued {
+        if queued || self.doorbell.is_held() {
             self.flush();
         }
         r
+    }
+
+    /// [`Shared::with_engine`] for a post: its packets stay queued when it
+    /// follows the previous post closely, to leave with the next posts'
+    /// ([`crate::doorbell`]).
+    pub fn with_engine_post<R>(&self, f: impl FnOnce(&mut Engine) -> R) -> R {
+        let since_last = self.doorbell.since_last(Instant::now());
+        let mut e = self.engine.lock();
+        let r = f(&mut e);
+        let queued = self.collect(&mut e, false);
+        drop(e);
+        if queued || self.doorbell.is_held() {
+            let (n, bytes) = {
+                let q = self.outq.lock();
+                (q.len(), q.iter().map(|t| t.payload.len()).sum())
+            };
+            if crate::doorbell::holds(self.doorbell.window(), since_last, n, bytes) {
+                if self.doorbell.hold() {
+                    // The progress thread sends the burst if the program
+                    // does not call again.
+                    self.waiter.wake();
+                }
+            } else {
+                self.flush();
+            }
+        }
+        self.doorbell.posted(Instant::now());
+        r
+    }
+
+    /// Sends what held posts left queued ([`crate::doorbell`]); the calls
+    /// that poll or wait for completions make it first.
+    pub fn flush_held(&self) {
+        if self.doorbell.is_held() {
+            self.flush();
+        }
     }
 
     /// [`Shared::with_engine`] for a call that produces no packets
@@ -447,6 +487,15 @@ fn spin_from_env() -> Duration {
         .map_or(Duration::ZERO, |us| Duration::from_micros(us).min(MAX_SPIN))
 }
 
+/// `RXE_POST_BATCH_US=N`: the initial [`Context::set_post_batching`], in
+/// microseconds (default [`crate::doorbell::DEFAULT_WINDOW`]).
+fn batch_from_env() -> Duration {
+    std::env::var("RXE_POST_BATCH_US")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .map_or(crate::doorbell::DEFAULT_WINDOW, Duration::from_micros)
+}
+
 /// `RXE_RECV_MODE=plain|raw|auto` (default auto: a raw socket, which sees
 /// every IPv4 header and so verifies every ICRC, when the process may open
 /// one). Plain mode costs less CPU: the raw socket copies each packet once
@@ -512,6 +561,7 @@ impl Context {
             outq: Mutex::new(Vec::new()),
             spent: Mutex::new(Vec::new()),
             spin_ns: AtomicU64::new(spin_from_env().as_nanos() as u64),
+            doorbell: Doorbell::new(batch_from_env()),
             device,
         });
         let s = shared.clone();
@@ -593,6 +643,31 @@ impl Context {
         if let CtxImp::Soft(i) = &self.imp {
             let ns = spin.min(MAX_SPIN).as_nanos() as u64;
             i.shared.spin_ns.store(ns, Ordering::Relaxed);
+        }
+    }
+
+    /// Posts that start within `window` of the end of the previous post on
+    /// this device leave their packets queued, to go out with the next
+    /// posts' in one system call (and as GSO sends), on a soft device; at
+    /// most 1 s. Zero sends every post's packets at once. The default,
+    /// unless `RXE_POST_BATCH_US` says otherwise, is 2 µs: a loop that
+    /// posts one request per call is batched, a ping-pong never waits.
+    /// Held packets go out at the program's next poll or wait for
+    /// completions, when a full GSO send's worth is queued, or from the
+    /// progress thread within about 20 µs of its wake-up (see the
+    /// `doorbell` notes in docs/verbs.md). A native device ignores it.
+    pub fn set_post_batching(&self, window: Duration) {
+        if let CtxImp::Soft(i) = &self.imp {
+            i.shared.doorbell.set_window(window);
+        }
+    }
+
+    /// How many posts held their packets for a later batch (0 on a native
+    /// device).
+    pub fn held_posts(&self) -> u64 {
+        match &self.imp {
+            CtxImp::Soft(i) => i.shared.doorbell.held_posts(),
+            CtxImp::Native(_) => 0,
         }
     }
 

@@ -233,6 +233,8 @@ impl CompletionQueue {
     pub fn poll_into(&self, out: &mut Vec<Completion>, max: usize) -> usize {
         match &self.imp {
             CqImp::Soft(c) => {
+                // Posts held for a batch go out before the look.
+                c.ctx.shared.flush_held();
                 let mut e = c.ctx.shared.lock();
                 e.poll_cq(c.id, max, out).unwrap_or(0)
             }
@@ -256,6 +258,7 @@ impl CompletionQueue {
             CqImp::Native(_) => return self.poll_into(out, max),
         };
         let s = &c.ctx.shared;
+        s.flush_held();
         let seen = s.delivered.load(Ordering::Acquire);
         if c.empty_at.load(Ordering::Relaxed) != seen {
             let n = self.poll_into(out, max);
@@ -299,6 +302,7 @@ impl CompletionQueue {
             CqImp::Native(q) => return wait_native(q, out, n, timeout),
         };
         let s = &c.ctx.shared;
+        s.flush_held();
         let start = Instant::now();
         let deadline = start.checked_add(timeout);
         let base = out.len();

@@ -61,6 +61,7 @@ pub mod cm;
 mod context;
 mod cq;
 mod device;
+mod doorbell;
 mod error;
 mod events;
 mod mr;

@@ -95,6 +95,15 @@ pub(crate) const ORPHAN: Duration = Duration::from_micros(30);
 mod receiver;
 pub(crate) use receiver::Receiver;
 
+/// Before the progress thread sends what posts held for a batch (it was
+/// woken by the first of them: see [`crate::doorbell`]), it gives the
+/// program a moment to post the rest of its burst.
+fn let_the_burst_grow(shared: &Shared) {
+    if shared.doorbell.is_held() {
+        std::thread::sleep(crate::doorbell::GRACE);
+    }
+}
+
 /// The progress thread's loop (see the module docs).
 pub(crate) fn run(shared: Arc<Shared>) {
     // Datagrams the last round took in: while they keep coming, look again
@@ -126,14 +135,19 @@ pub(crate) fn run(shared: Arc<Shared>) {
                     }
                 }
             } else if !nap.is_zero() {
-                std::thread::sleep(nap);
+                // Woken early by a post that held its packets.
+                let _ = shared.waiter.nap(nap);
             }
+            let_the_burst_grow(&shared);
             shared.timers_round();
             got = 0;
         } else {
             let wait = until_timer.map_or(IDLE_WAIT, |d| d.min(IDLE_WAIT));
             // Wait without holding any lock, so application threads can send.
             let readable = got > 0 || shared.waiter.wait(Some(wait)).unwrap_or(false);
+            if !readable {
+                let_the_burst_grow(&shared);
+            }
             // An application thread may have become the receiver while we
             // slept: the packets are its to take.
             got = shared.round(readable && !shared.receiver.is_taken(), false, true);

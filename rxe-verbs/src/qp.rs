@@ -350,7 +350,7 @@ impl QueuePair {
             QpImp::Soft(q) => q,
             QpImp::Native(n) => return n.post_send(wrs),
         };
-        q.ctx.shared.with_engine(|e| {
+        q.ctx.shared.with_engine_post(|e| {
             for (index, wr) in wrs.iter().enumerate() {
                 e.post_send_ref(q.qpn, wr)
                     .map_err(|source| Error::BadWorkRequest {
