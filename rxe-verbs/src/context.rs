@@ -488,12 +488,20 @@ fn spin_from_env() -> Duration {
 }
 
 /// `RXE_POST_BATCH_US=N`: the initial [`Context::set_post_batching`], in
-/// microseconds (default [`crate::doorbell::DEFAULT_WINDOW`]).
-fn batch_from_env() -> Duration {
+/// microseconds. Unset: [`crate::doorbell::DEFAULT_WINDOW`] on a loopback
+/// device, none on others (see [`crate::doorbell`], "Loopback only").
+fn batch_from_env(addr: std::net::IpAddr) -> Duration {
     std::env::var("RXE_POST_BATCH_US")
         .ok()
         .and_then(|v| v.parse::<u64>().ok())
-        .map_or(crate::doorbell::DEFAULT_WINDOW, Duration::from_micros)
+        .map_or(
+            if addr.is_loopback() {
+                crate::doorbell::DEFAULT_WINDOW
+            } else {
+                Duration::ZERO
+            },
+            Duration::from_micros,
+        )
 }
 
 /// `RXE_RECV_MODE=plain|raw|auto` (default auto: a raw socket, which sees
@@ -561,7 +569,7 @@ impl Context {
             outq: Mutex::new(Vec::new()),
             spent: Mutex::new(Vec::new()),
             spin_ns: AtomicU64::new(spin_from_env().as_nanos() as u64),
-            doorbell: Doorbell::new(batch_from_env()),
+            doorbell: Doorbell::new(batch_from_env(device.addr())),
             device,
         });
         let s = shared.clone();
@@ -650,8 +658,9 @@ impl Context {
     /// this device leave their packets queued, to go out with the next
     /// posts' in one system call (and as GSO sends), on a soft device; at
     /// most 1 s. Zero sends every post's packets at once. The default,
-    /// unless `RXE_POST_BATCH_US` says otherwise, is 2 µs: a loop that
-    /// posts one request per call is batched, a ping-pong never waits.
+    /// unless `RXE_POST_BATCH_US` says otherwise, is 2 µs on a loopback
+    /// device (a loop that posts one request per call is batched, a
+    /// ping-pong never waits) and zero on others.
     /// Held packets go out at the program's next poll or wait for
     /// completions, when a full GSO send's worth is queued, or from the
     /// progress thread within about 20 µs of its wake-up (see the

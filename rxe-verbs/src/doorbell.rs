@@ -27,6 +27,18 @@
 //!
 //! `Context::set_post_batching` (or `RXE_POST_BATCH_US`) sets the window;
 //! zero turns batching off.
+//!
+//! # Loopback only, by default
+//!
+//! Unless `RXE_POST_BATCH_US` says otherwise, only a device on a loopback
+//! address batches, as only loopback destinations get GSO sends by
+//! default. Against the kernel's rxe in a TCG guest (the interop suite), a
+//! burst of 64 packets from 16 posts (`ibv_srq_pingpong`, 16 QPs × 4 KiB)
+//! lost 14 packets in the guest, which the posts one by one never did, and
+//! perftest `-R`'s second connection was rejected three times of three
+//! (its race with the guest's listener, docs/interop.md). A peer on the
+//! same host takes bursts as fast as they come; what a slow remote peer
+//! takes has not been measured.
 
 use rxe_net::udp::GSO_MAX_SEGMENTS;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
