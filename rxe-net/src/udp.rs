@@ -649,11 +649,21 @@ impl UdpTransport {
             },
         };
         let udp = open_udp(sa, raw.is_some())?;
-        if raw.is_none() {
+        if raw.is_none() || addr.is_loopback() {
             // GRO on receive, always (whether this transport sends with
             // GSO or not): a local GSO sender's super-packets arrive whole,
             // with the segment size in a control message. Best effort:
             // without it (Linux before 5.0) the kernel segments them.
+            //
+            // In raw mode the UDP socket only holds the port and drops
+            // everything (its filter), but without `UDP_GRO` the kernel
+            // first cuts each super-packet a loopback GSO sender sends into
+            // its segments for it, to drop them one by one: 14 % of a
+            // 64-byte send_bw client's CPU, whose sendmmsg runs the
+            // loopback receive. With it the super-packet is dropped whole.
+            // Only on a loopback address: on another, `UDP_GRO` would also
+            // let the kernel coalesce a NIC's packets for this port, and
+            // the raw socket would see them merged.
             let _ = setsockopt_int(udp.as_raw_fd(), libc::IPPROTO_UDP, UDP_GRO, 1);
         }
         let share = Share::claim(addr, rand::random())
