@@ -359,6 +359,14 @@ impl CompletionQueue {
                             if got(out) >= n {
                                 return Ok(got(out));
                             }
+                            // The wait goes on: what the round produced
+                            // (the READ requests or data packets its
+                            // responses and ACKs let go) leaves now, not
+                            // when the spin ends ("Deferred sending" is for
+                            // a round that ends the wait).
+                            if taken > 0 {
+                                s.flush();
+                            }
                             if Instant::now() >= until {
                                 break;
                             }
