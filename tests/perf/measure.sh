@@ -31,7 +31,13 @@
 # 64 KiB, received with UDP_GRO, built with cc in the same run: lines
 # "<label> gso0|gso1|ref <MB/s or Mpps> <ratio to ref>"; with RXE_BASE the
 # base binary runs the same tests in the same rounds, interleaved, as
-# "bgso0|bgso1"; not in the default groups).
+# "bgso0|bgso1"; not in the default groups), dropin (Debian's perftest
+# over the build's drop-in libibverbs, `rxe exec`, against the same
+# build's rxe perf with the same flags: ib_send_bw and ib_write_bw 64 B
+# (messages/s), ib_write_bw 64 KiB (MB/s), ib_send_lat 64 B (t_typical);
+# lines "<label> <bin> <drop-in> <rxe perf> <drop-in / rxe perf>"; needs
+# perftest and a libibverbs.so beside the binary (cargo build --release
+# -p rxe-ibverbs); not in the default groups).
 # Env: RXE_RECV_MODE=plain|raw as for any device. GSO_BW_N (20000 64 KiB
 # writes) and GSO_MSG_N (1000000 64-byte sends) size the gso group.
 # PERF_LOAD=N runs N busy loops at normal priority beside every measurement
@@ -60,6 +66,9 @@ cleanup() {
     return 0
 }
 trap cleanup EXIT
+if [[ " $PERF_GROUPS " == *" dropin "* ]]; then
+    command -v ib_send_bw >/dev/null || { echo "the dropin group needs perftest (apt-get install perftest)" >&2; exit 2; }
+fi
 if [[ " $PERF_GROUPS " == *" gso "* ]]; then
     BLAST=$(mktemp /tmp/gso_blast.XXXXXX)
     cc -O2 -o "$BLAST" "$HERE/gso_blast.c" || { echo "cannot build gso_blast.c" >&2; exit 2; }
@@ -151,6 +160,40 @@ fair_one() {
     wait "$srv"
 }
 
+# dropin_one BIN COL TEST ARGS...: perftest's ib_TEST over BIN's drop-in
+# libibverbs (`rxe exec`), then BIN's rxe perf TEST with the same flags;
+# prints column COL of each result row (4: MB/s, 5: Mpps or t_typical)
+# and the ratio drop-in / rxe perf.
+dropin_one() {
+    local bin=$1 col=$2 test=$3; shift 3
+    local row='/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+/'
+    "${SPIN[@]}" "$bin" exec -d 127.0.2.3 -- "ib_$test" -d rxe0 -p 18517 "$@" >/dev/null 2>&1 &
+    local srv=$!
+    sleep 1
+    local d r
+    d=$("${CPIN[@]}" timeout 300 "$bin" exec -d 127.0.2.2 -- "ib_$test" -d rxe0 -p 18517 "$@" 127.0.2.3 2>&1 |
+        awk -v c="$col" "$row { print \$c; exit }")
+    wait "$srv"
+    "${SPIN[@]}" "$bin" perf "$test" -p 18517 "$@" -d 127.0.2.3 >/dev/null 2>&1 &
+    srv=$!
+    sleep 0.4
+    r=$("${CPIN[@]}" timeout 300 "$bin" perf "$test" -p 18517 "$@" -d 127.0.2.2 127.0.2.3 2>&1 |
+        awk -v c="$col" "$row { print \$c; exit }")
+    wait "$srv"
+    echo "${d:-0} ${r:-0} $(awk -v x="${d:-0}" -v y="${r:-0}" 'BEGIN { if (x > 0 && y > 0) printf "%.2f", x / y; else print "FAILED" }')"
+}
+
+dropin_round() {
+    local bin b
+    for bin in ${BASE:+base} new; do
+        b=$NEW; [ "$bin" = base ] && b=$BASE
+        printf '%-22s %-5s %s\n' dropin_send_bw_64_Mpps "$bin" "$(dropin_one "$b" 5 send_bw -s 64 -n 200000)"
+        printf '%-22s %-5s %s\n' dropin_write_bw_64_Mpps "$bin" "$(dropin_one "$b" 5 write_bw -s 64 -n 200000)"
+        printf '%-22s %-5s %s\n' dropin_write_bw_64K_MBps "$bin" "$(dropin_one "$b" 4 write_bw -s 65536 -n 5000)"
+        printf '%-22s %-5s %s\n' dropin_send_lat_64_us "$bin" "$(dropin_one "$b" 5 send_lat -s 64 -n 20000)"
+    done
+}
+
 runs() {  # LABEL TEST ARGS...
     [ -n "$BASE" ] && one base "$BASE" "$@"
     one new "$NEW" "$@"
@@ -161,6 +204,7 @@ for round in $(seq "$ROUNDS"); do
     for g in $PERF_GROUPS; do
         case $g in
         gso) gso_round "$round" ;;
+        dropin) dropin_round ;;
         lat)
             runs send_lat_64 send_lat -s 64 -n 5000 -m 4096
             runs write_lat_64 write_lat -s 64 -n 5000 -m 4096
