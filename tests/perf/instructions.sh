@@ -15,9 +15,10 @@
 # RXE_GSO=GSO, N1 then N2 iterations, SIDE (client or server) under
 # `valgrind --tool=callgrind`, the other side native, and prints
 # (Ir(N2) - Ir(N1)) / (N2 - N1): what one more message costs, every thread
-# of the process, start-up and handshakes cancelled out. The client's
-# peak-bandwidth computation after the timed loop (`peak_delta`, which grows
-# faster than the message count) is left out. The profiles stay in
+# of the process, start-up and handshakes cancelled out. The report's work
+# after the timed loop, which grows faster than the message count (the
+# bandwidth client's `peak_delta`, the latency tests' `lat_stats` sort), is
+# left out. The profiles stay in
 # $OUT (default /tmp/rxe-instructions) for callgrind_annotate.
 # Sends only to $NET.2 and $NET.3 (NET must be in 127.0.0.0/8).
 set -uo pipefail
@@ -33,7 +34,7 @@ NET=${NET:-127.0.250}
 mkdir -p "$OUT"
 command -v valgrind >/dev/null || { echo "valgrind is not installed" >&2; exit 2; }
 
-# run N FILE: one pair, SIDE under callgrind; prints Ir less peak_delta's
+# run N FILE: one pair, SIDE under callgrind; prints Ir less the report's
 run() {
     local n=$1 f=$2 vg="valgrind --tool=callgrind --callgrind-out-file=$2"
     shift 2
@@ -53,11 +54,14 @@ run() {
         echo "$n iterations: the client exited $crc, the server $src (see $f.client, $f.server)" >&2
         return 1
     fi
-    local total peak
+    local total after
     total=$(awk '/^summary:/ { print $2 }' "$f")
-    peak=$(callgrind_annotate --inclusive=yes --auto=no --threshold=100 "$f" 2>/dev/null |
-        awk '/^ *[0-9,]+ .*bw::peak_delta/ { gsub(",", "", $1); print $1; exit }')
-    echo $((total - ${peak:-0}))
+    # What the report costs after the timed loop, which grows faster than
+    # the message count: the bandwidth client's peak computation and the
+    # latency tests' sort of their samples.
+    after=$(callgrind_annotate --inclusive=yes --auto=no --threshold=100 "$f" 2>/dev/null |
+        awk '/^ *[0-9,]+ .*(bw::peak_delta|lat::lat_stats)( |$)/ { gsub(",", "", $1); s += $1 } END { print s + 0 }')
+    echo $((total - ${after:-0}))
 }
 
 TAG="$SIDE-gso$G-$1"
