@@ -67,6 +67,10 @@
 //! programs set 14, 67 ms); a connection with a transport timeout below
 //! 8 (1 ms) may see a spurious retransmission when its peer's application
 //! is busy.
+//!
+//! Posts that follow each other closely hold their packets the same way,
+//! to leave together ([`crate::doorbell`]); the first of them wakes this
+//! thread, which sends the burst if the application does not.
 
 use crate::context::Shared;
 use std::sync::atomic::Ordering;
