@@ -63,8 +63,8 @@ pub(crate) struct Doorbell {
     last_post: AtomicU64,
     /// The send queue holds packets of held posts.
     held: AtomicBool,
-    /// Posts whose packets were held (a count for tests and `rxe perf
-    /// --counters`).
+    /// Posts whose packets were held (`Context::held_posts`, printed by
+    /// `rxe perf --counters`).
     held_posts: AtomicU64,
 }
 

@@ -226,7 +226,8 @@ pub struct Args {
     #[arg(long = "udp-acks")]
     udp_acks: bool,
     /// Print the device's packet counters after the test (sent, received,
-    /// retransmitted, timeouts, sequence errors, drops).
+    /// retransmitted, timeouts, sequence errors, drops, posts held for a
+    /// batch).
     #[arg(long)]
     counters: bool,
     /// Poll for completions (and, with --baseline, the UDP socket) for up

@@ -427,7 +427,8 @@ fn run_roce(cfg: &Config) -> Res<Vec<Measured>> {
         let c = res.ctx.counters();
         println!(
             " counters: sent {} received {} retransmitted {} retry timeouts {} \
-             seq errors sent {} received {} out of sequence {} duplicates {} RNR sent {} received {} dropped {} {:?}",
+             seq errors sent {} received {} out of sequence {} duplicates {} RNR sent {} received {} dropped {} {:?} \
+             held posts {}",
             c.sent_pkts,
             c.rcvd_pkts,
             c.retransmitted_pkts,
@@ -439,7 +440,8 @@ fn run_roce(cfg: &Config) -> Res<Vec<Measured>> {
             c.send_rnr_err,
             c.rcvd_rnr_err,
             c.dropped(),
-            c.drops
+            c.drops,
+            res.ctx.held_posts()
         );
     }
     drop(res);
