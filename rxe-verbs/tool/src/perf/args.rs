@@ -232,8 +232,8 @@ pub struct Args {
     counters: bool,
     /// Poll for completions (and, with --baseline, the UDP socket) for up
     /// to this many microseconds before sleeping, as perftest busy-polls
-    /// its CQ (default: 50, or none with -e, which waits for events as
-    /// perftest's -e does).
+    /// its CQ (default: 50 for latency tests, 0 for bandwidth tests; an
+    /// `RXE_SPIN_US` in the environment counts for bandwidth tests too).
     #[arg(long = "spin_us")]
     spin_us: Option<u64>,
     /// Give up after this many seconds without progress.
@@ -247,14 +247,8 @@ pub struct Args {
     dump_buffer: Option<PathBuf>,
 }
 
-/// How long a test polls before it sleeps, unless `--spin_us` says or it
-/// waits for events (`-e`). perftest busy-polls its CQ in every test; a
-/// bounded poll keeps most of that (the answer usually comes within it)
-/// and still leaves the CPU to others when it does not. Bandwidth tests
-/// slept at once until 2026-11-29: polling doubled the 64-byte message
-/// rate and no longer costs the 64 KiB tests anything (docs/performance.md,
-/// "Polling in the bandwidth tests").
-pub const DEFAULT_SPIN: Duration = Duration::from_micros(50);
+/// How long latency tests poll before they sleep, unless `--spin_us` says.
+pub const DEFAULT_LAT_SPIN: Duration = Duration::from_micros(50);
 
 /// Everything resolved.
 #[derive(Debug, Clone)]
@@ -407,10 +401,10 @@ impl Config {
             udp_acks: a.udp_acks,
             timeout: Duration::from_secs(a.timeout.max(1)),
             dump_buffer: a.dump_buffer.clone(),
-            spin: match (a.spin_us, a.events) {
+            spin: match (a.spin_us, lat && !a.events) {
                 (Some(us), _) => Some(Duration::from_micros(us)),
-                (None, false) => Some(DEFAULT_SPIN),
-                (None, true) => None,
+                (None, true) => Some(DEFAULT_LAT_SPIN),
+                (None, false) => None,
             },
         })
     }
