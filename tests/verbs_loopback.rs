@@ -117,6 +117,12 @@ fn recv(id: u64, sge: Sge) -> RecvWr {
     }
 }
 
+/// `ctx` neither retransmitted a packet nor saw its transport timer expire.
+fn no_retransmission(ctx: &Context, why: &str) {
+    let c = ctx.counters();
+    assert_eq!((c.retransmitted_pkts, c.retry_timeouts), (0, 0), "{why}");
+}
+
 fn bytes(mr: &MemoryRegion, r: std::ops::Range<usize>) -> Vec<u8> {
     mr.with_bytes(|b| b[r].to_vec())
 }
@@ -1401,11 +1407,9 @@ fn a_pollers_deferred_ack_goes_out_when_it_stops_calling() {
     assert_eq!((got[0].wr_id, got[0].status), (5, WcStatus::Success));
     let s = ok(&a.cq);
     assert_eq!(s.wr_id, 1);
-    let c = a.ctx.counters();
-    assert_eq!(
-        (c.retransmitted_pkts, c.retry_timeouts),
-        (0, 0),
-        "the SEND was retransmitted: b's deferred ACK never went out"
+    no_retransmission(
+        &a.ctx,
+        "the SEND was retransmitted: b's deferred ACK never went out",
     );
 }
 
@@ -1452,12 +1456,7 @@ fn held_posts_go_out_when_the_program_stops_calling() {
         done.iter().all(|c| c.status == WcStatus::Success),
         "{done:?}"
     );
-    let c = a.ctx.counters();
-    assert_eq!(
-        (c.retransmitted_pkts, c.retry_timeouts),
-        (0, 0),
-        "a held SEND waited for a retransmission"
-    );
+    no_retransmission(&a.ctx, "a held SEND waited for a retransmission");
 }
 
 /// With batching off, every post sends its packets before it returns.

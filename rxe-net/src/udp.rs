@@ -2297,16 +2297,7 @@ impl Waiter {
             return Ok(false);
         }
         if pfds[1].revents != 0 {
-            let mut v = 0u64;
-            // SAFETY: reads 8 bytes into `v`; the eventfd is nonblocking, so
-            // a wake-up another waiter took first is EAGAIN, not a hang.
-            let _ = unsafe {
-                libc::read(
-                    wake.as_raw_fd(),
-                    (&mut v as *mut u64).cast(),
-                    size_of::<u64>(),
-                )
-            };
+            take_wake(wake);
         }
         if pfds[2].revents != 0 {
             self.fwd_ready
@@ -2327,15 +2318,7 @@ impl Waiter {
         if !ppoll(&mut pfds, Some(timeout))? {
             return Ok(false);
         }
-        let mut v = 0u64;
-        // SAFETY: reads 8 bytes into `v` from the nonblocking eventfd.
-        let _ = unsafe {
-            libc::read(
-                self.wake.as_raw_fd(),
-                (&mut v as *mut u64).cast(),
-                size_of::<u64>(),
-            )
-        };
+        take_wake(&self.wake);
         Ok(true)
     }
 
@@ -2349,6 +2332,20 @@ impl Waiter {
     pub fn wake_receiver(&self) {
         signal(&self.wake_receiver);
     }
+}
+
+/// Uses up a wake-up: reads (and so resets) an eventfd's counter.
+fn take_wake(fd: &OwnedFd) {
+    let mut v = 0u64;
+    // SAFETY: reads 8 bytes into `v`; the eventfd is nonblocking, so a
+    // wake-up another waiter took first is EAGAIN, not a hang.
+    let _ = unsafe {
+        libc::read(
+            fd.as_raw_fd(),
+            (&mut v as *mut u64).cast(),
+            size_of::<u64>(),
+        )
+    };
 }
 
 /// Adds one to an eventfd's counter.

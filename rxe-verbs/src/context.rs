@@ -219,14 +219,22 @@ impl Shared {
     /// such as a post_recv, leaves deferred packets queued: see "Deferred
     /// sending" in [`crate::progress`]).
     pub fn with_engine<R>(&self, f: impl FnOnce(&mut Engine) -> R) -> R {
+        let (r, to_send) = self.run_collected(f);
+        if to_send {
+            self.flush();
+        }
+        r
+    }
+
+    /// Runs `f` on the locked engine and collects what it produced; true
+    /// if the send queue then holds packets this call should see sent
+    /// (its own, or held posts').
+    fn run_collected<R>(&self, f: impl FnOnce(&mut Engine) -> R) -> (R, bool) {
         let mut e = self.engine.lock();
         let r = f(&mut e);
         let queued = self.collect(&mut e, false);
         drop(e);
-        if queued || self.doorbell.is_held() {
-            self.flush();
-        }
-        r
+        (r, queued || self.doorbell.is_held())
     }
 
     /// [`Shared::with_engine`] for a post: its packets stay queued when it
@@ -234,11 +242,8 @@ impl Shared {
     /// ([`crate::doorbell`]).
     pub fn with_engine_post<R>(&self, f: impl FnOnce(&mut Engine) -> R) -> R {
         let since_last = self.doorbell.since_last(Instant::now());
-        let mut e = self.engine.lock();
-        let r = f(&mut e);
-        let queued = self.collect(&mut e, false);
-        drop(e);
-        if queued || self.doorbell.is_held() {
+        let (r, to_send) = self.run_collected(f);
+        if to_send {
             let (n, bytes) = {
                 let q = self.outq.lock();
                 (q.len(), q.iter().map(|t| t.payload.len()).sum())
