@@ -924,7 +924,13 @@ impl IdInner {
 
 impl Drop for IdInner {
     fn drop(&mut self) {
-        let mut st = std::mem::take(self.st.get_mut());
+        // Through the lock, not `get_mut`: the last reference may go on
+        // another thread than the one that wrote the state (`destroy`, under
+        // this lock). `Arc` orders the two with an Acquire fence, which
+        // ThreadSanitizer does not see in a prebuilt std; the lock's
+        // release/acquire it sees (tests/tsan.sh reported the read as a
+        // race under load, 1 rping run in 40). Never contended here.
+        let mut st = std::mem::take(&mut *self.st.lock());
         self.leave(&mut st);
     }
 }
