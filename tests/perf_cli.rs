@@ -490,3 +490,51 @@ fn atomic_lat_and_dump_buffer() {
     assert_eq!(s_init[t + 8..], s_end[t + 8..]);
     std::fs::remove_dir_all(&dir).ok();
 }
+
+// 127.0.2.42-43
+/// `--one-buffer`: four QPs WRITE from and into QP 0's part of the buffer.
+/// The buffer is one QP's size (two halves of a page), the client targets
+/// what the server announced, and the server's target half ends up as the
+/// client's source half while the rest of it is untouched.
+#[test]
+fn one_buffer_puts_every_qp_in_qp_0s_part() {
+    let dir = std::env::temp_dir().join(format!("rxe-perf-one-buffer-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let (sp, cp) = (dir.join("server.buf"), dir.join("client.buf"));
+    let args = [
+        "write_bw",
+        "-q",
+        "4",
+        "-n",
+        "40",
+        "-s",
+        "4096",
+        "--one-buffer",
+    ];
+    let run = perf_sides(
+        42,
+        &args,
+        &["--dump-buffer", sp.to_str().unwrap()],
+        &["--dump-buffer", cp.to_str().unwrap()],
+    );
+    check_bw(&run.client, 4096.0, 160.0, &run.report);
+    let (s, c) = (
+        buffer_line(&run.server, &run.report),
+        buffer_line(&run.client, &run.report),
+    );
+    assert_eq!(s["len"], "8192", "{}", run.report);
+    assert_eq!(c["len"], "8192", "{}", run.report);
+    assert_eq!(c["remote"], s["target"], "{}", run.report);
+    assert_eq!(hex(&s["target"]) - hex(&s["va"]), 4096, "{}", run.report);
+    let read = |p: &std::path::Path| std::fs::read(p).unwrap();
+    let (s_init, s_end) = (read(&dir.join("server.buf.init")), read(&sp));
+    let c_init = read(&dir.join("client.buf.init"));
+    assert_ne!(
+        s_init[4096..],
+        c_init[..4096],
+        "the halves start out different"
+    );
+    assert_eq!(s_end[4096..], c_init[..4096], "{}", run.report);
+    assert_eq!(s_end[..4096], s_init[..4096], "{}", run.report);
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -14,6 +14,11 @@
  * and the client keeps at most 8 sends' worth in flight, so that the blast
  * measures moving data rather than dropping it. A credit lost (or data
  * dropped) only stalls the client for 20 ms, counted and reported.
+ *
+ * BLAST_BUFS=N in the environment (default 1) makes each side go round N
+ * buffers of 64 KiB, one per send or receive, as N QPs with a buffer each
+ * do (perftest and rxe perf give every QP its own): the cost of the memory
+ * footprint alone, the reference of measure.sh's "fair" group.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -74,8 +79,13 @@ int main(int argc, char **argv) {
     if (nseg > 64) nseg = 64;
     size_t send_len = nseg * seg;
     unsigned long long window = 8ull * send_len, credit_every = 4ull * send_len;
-    static char buf[65536];
-    memset(buf, 0x5a, sizeof buf);
+    const char *nb = getenv("BLAST_BUFS");
+    size_t nbufs = nb ? strtoul(nb, 0, 10) : 1, at = 0;
+    if (nbufs < 1 || nbufs > 65536) nbufs = 1;
+    char *bufs = malloc(nbufs * 65536);
+    if (!bufs) die("malloc");
+    memset(bufs, 0x5a, nbufs * 65536);
+    char *buf = bufs;
     if (server) {
         int s = udp(argv[2], port);
         int one = 1;
@@ -86,7 +96,8 @@ int main(int argc, char **argv) {
         struct sockaddr_in peer;
         while (got < total) {
             socklen_t pl = sizeof peer;
-            ssize_t n = recvfrom(s, buf, sizeof buf, 0, (struct sockaddr *)&peer, &pl);
+            buf = bufs + (at++ % nbufs) * 65536;
+            ssize_t n = recvfrom(s, buf, 65536, 0, (struct sockaddr *)&peer, &pl);
             if (n < 0) {
                 if (errno == EAGAIN) break; /* the rest was lost */
                 die("recv");
@@ -103,8 +114,8 @@ int main(int argc, char **argv) {
             }
         }
         double secs = t1 - t0;
-        printf("gso_blast seg %zu x %zu: %llu bytes in %.3f s: %.1f MB/s %.3f Mpps (%llu receives)\n",
-               seg, nseg, got, secs, got / secs / 1e6, got / seg / secs / 1e6, calls);
+        printf("gso_blast seg %zu x %zu, %zu buffers: %llu bytes in %.3f s: %.1f MB/s %.3f Mpps (%llu receives)\n",
+               seg, nseg, nbufs, got, secs, got / secs / 1e6, got / seg / secs / 1e6, calls);
         return got >= total ? 0 : 1;
     }
     if (argc < 7) die("client needs SERVER");
@@ -112,7 +123,7 @@ int main(int argc, char **argv) {
     struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(port)};
     if (inet_pton(AF_INET, argv[6], &to.sin_addr) != 1) die("server address");
     char cbuf[CMSG_SPACE(sizeof(uint16_t))] = {0};
-    struct iovec iov = {.iov_base = buf};
+    struct iovec iov = {.iov_base = bufs};
     struct msghdr m = {.msg_name = &to, .msg_namelen = sizeof to, .msg_iov = &iov, .msg_iovlen = 1,
                        .msg_control = cbuf, .msg_controllen = sizeof cbuf};
     struct cmsghdr *c = CMSG_FIRSTHDR(&m);
@@ -133,6 +144,7 @@ int main(int argc, char **argv) {
             if (recv(s, &a, sizeof a, 0) == sizeof a && a > acked) acked = a;
         }
         unsigned long long left = total - sent;
+        iov.iov_base = bufs + (at++ % nbufs) * 65536;
         iov.iov_len = left < send_len ? left : send_len;
         if (sendmsg(s, &m, 0) < 0) {
             if (errno == ENOBUFS || errno == EAGAIN) continue;

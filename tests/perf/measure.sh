@@ -24,7 +24,9 @@
 # (write_bw, read_bw, send_bw
 # 64 KiB), scale (write_bw 64 KiB with 1, 16, 256, 1024 QPs, the same
 # number of bytes in all), fair (write_bw 64 KiB, 12,800 messages over 1
-# QP then over 1024 QPs, head to head: the ratio of the two), gso (issue
+# QP then over 1024 QPs, head to head: the ratio of the two; then 1024 QPs
+# with --one-buffer, against the same 1 QP; then the GSO+GRO blast going
+# round 1024 buffers against one, the memory footprint's own cost), gso (issue
 # 20's GSO rows: write_bw 64 KiB MTU 4096 and send_bw 64 B with RXE_GSO=0
 # and RXE_GSO=1, in alternating order, against tests/perf/gso_blast.c, a
 # UDP blast of RoCE-sized datagrams as GSO sends of at most 64 segments and
@@ -69,7 +71,7 @@ trap cleanup EXIT
 if [[ " $PERF_GROUPS " == *" dropin "* ]]; then
     command -v ib_send_bw >/dev/null || { echo "the dropin group needs perftest (apt-get install perftest)" >&2; exit 2; }
 fi
-if [[ " $PERF_GROUPS " == *" gso "* ]]; then
+if [[ " $PERF_GROUPS " == *" gso "* || " $PERF_GROUPS " == *" fair "* ]]; then
     BLAST=$(mktemp /tmp/gso_blast.XXXXXX)
     cc -O2 -o "$BLAST" "$HERE/gso_blast.c" || { echo "cannot build gso_blast.c" >&2; exit 2; }
 fi
@@ -150,12 +152,13 @@ one() {
     printf '%-22s %-5s %s%s\n' "$label" "$tag" "$figs" "${ratio:-FAILED}"
 }
 
-# fair_one BIN QPS ITERS: write_bw 64 KiB MB/s, no baseline
+# fair_one BIN QPS ITERS [ARGS...]: write_bw 64 KiB MB/s, no baseline
 fair_one() {
-    "${SPIN[@]}" "$1" perf write_bw -s 65536 -m 4096 -q "$2" -n "$3" -d 127.0.2.3 >/dev/null 2>&1 &
+    local bin=$1 q=$2 n=$3; shift 3
+    "${SPIN[@]}" "$bin" perf write_bw -s 65536 -m 4096 -q "$q" -n "$n" "$@" -d 127.0.2.3 >/dev/null 2>&1 &
     local srv=$!
     sleep 0.4
-    "${CPIN[@]}" timeout 300 "$1" perf write_bw -s 65536 -m 4096 -q "$2" -n "$3" -d 127.0.2.2 127.0.2.3 2>&1 |
+    "${CPIN[@]}" timeout 300 "$bin" perf write_bw -s 65536 -m 4096 -q "$q" -n "$n" "$@" -d 127.0.2.2 127.0.2.3 2>&1 |
         awk '/^ *65536 +[0-9]+ +[0-9.]+ +[0-9.]+/ { print $4 }'
     wait "$srv"
 }
@@ -226,12 +229,24 @@ for round in $(seq "$ROUNDS"); do
             # Head to head: the same 64 KiB messages (12,800; 13 per QP with
             # 1024) over 1 QP, then over 1024 QPs, no UDP baseline; the
             # last figure is 1024 QPs / 1 QP.
+            # Then the same with every QP in QP 0's part of the buffer
+            # (--one-buffer, this build only): the stack's cost per QP
+            # without the memory footprint (1024 QPs x 64 KiB: 64 MiB read
+            # by the client, 64 MiB written by the server, where one QP
+            # stays in cache). Then the reference for that footprint:
+            # the GSO+GRO blast of the same bytes going round 1024 buffers
+            # of 64 KiB on each side against one (BLAST_BUFS).
+            ratio() { awk -v x="$1" -v y="$2" 'BEGIN { if (x > 0) printf "%.2f", y / x; else print "FAILED" }'; }
             for bin in ${BASE:+base} new; do
                 b=$NEW; [ "$bin" = base ] && b=$BASE
                 a1=$(fair_one "$b" 1 12800); a2=$(fair_one "$b" 1024 13)
-                printf '%-22s %-5s %s %s %s\n' write_bw_64K_1024_vs_1 "$bin" "$a1" "$a2" \
-                    "$(awk -v x="$a1" -v y="$a2" 'BEGIN { if (x > 0) printf "%.2f", y / x; else print "FAILED" }')"
-            done ;;
+                printf '%-22s %-5s %s %s %s\n' write_bw_64K_1024_vs_1 "$bin" "$a1" "$a2" "$(ratio "$a1" "$a2")"
+            done
+            a3=$(fair_one "$NEW" 1024 13 --one-buffer)
+            printf '%-22s %-5s %s %s %s\n' write_bw_64K_1024_1buf new "$a1" "$a3" "$(ratio "$a1" "$a3")"
+            u1=$(BLAST_BUFS=1 blast 4112 838860800 | cut -d' ' -f1)
+            u2=$(BLAST_BUFS=1024 blast 4112 838860800 | cut -d' ' -f1)
+            printf '%-22s %-5s %s %s %s\n' blast_1024_bufs_vs_1 ref "$u1" "$u2" "$(ratio "$u1" "$u2")" ;;
         esac
     done
 done

@@ -245,6 +245,13 @@ pub struct Args {
     /// (tests/interop/perf_check.py). perftest never checks data.
     #[arg(long = "dump-buffer", value_name = "PATH")]
     dump_buffer: Option<PathBuf>,
+    /// Every QP sends from and lands in QP 0's part of the buffer, instead
+    /// of a part of its own (perftest's layout): with many QPs, the test
+    /// then measures the stack's cost per QP rather than the memory
+    /// footprint (1024 QPs of 64 KiB messages touch 64 MiB on each side,
+    /// more than the last-level cache holds). Not in perftest.
+    #[arg(long = "one-buffer")]
+    one_buffer: bool,
 }
 
 /// How long latency tests poll before they sleep, unless `--spin_us` says.
@@ -281,6 +288,8 @@ pub struct Config {
     pub udp_acks: bool,
     pub timeout: Duration,
     pub dump_buffer: Option<PathBuf>,
+    /// `--one-buffer`: all QPs share QP 0's part of the buffer.
+    pub one_buffer: bool,
     /// Completion and baseline socket polling before sleeping (`None`:
     /// leave the device's, from `RXE_SPIN_US`).
     pub spin: Option<Duration>,
@@ -401,6 +410,7 @@ impl Config {
             udp_acks: a.udp_acks,
             timeout: Duration::from_secs(a.timeout.max(1)),
             dump_buffer: a.dump_buffer.clone(),
+            one_buffer: a.one_buffer,
             spin: match (a.spin_us, lat && !a.events) {
                 (Some(us), _) => Some(Duration::from_micros(us)),
                 (None, true) => Some(DEFAULT_LAT_SPIN),

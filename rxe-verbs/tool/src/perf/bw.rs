@@ -93,7 +93,7 @@ pub fn send_bw(
 
 /// The work request QP `i` posts over and over.
 fn template(cfg: &Config, res: &Resources, theirs: &[Dest], i: usize, size: u64) -> SendWr {
-    let off = i * res.half;
+    let off = res.send_off(i);
     let sge = [res.mr.sge(off..off + size as usize)];
     let d = &theirs[i];
     let remote = RemoteRegion {
@@ -335,8 +335,7 @@ fn post_receives(cfg: &Config, res: &Resources, size: u64) -> Res<u64> {
 }
 
 fn recv_wr(cfg: &Config, res: &Resources, i: usize, size: u64) -> RecvWr {
-    let nq = res.qps.len();
-    let off = (nq + i) * res.half;
+    let off = res.target_off(i);
     let len = size as usize + if cfg.conn == Conn::Ud { GRH } else { 0 };
     RecvWr {
         wr_id: i as u64,

@@ -159,7 +159,7 @@ pub fn write_lat(
 fn write_lat_one(cfg: &Config, res: &Resources, theirs: &[Dest], size: u64) -> Res<LatReport> {
     let s = size as usize;
     let post_off = s - 1;
-    let poll_off = res.half + s - 1;
+    let poll_off = res.target_off(0) + s - 1;
     let wr = SendWr::write(0, &[res.mr.sge(0..s)], remote(theirs, size));
     let server = !cfg.is_client();
     let iters = if cfg.duration.is_some() {
@@ -318,7 +318,7 @@ pub fn send_lat(
 }
 
 fn recv_wr(cfg: &Config, res: &Resources, size: u64) -> RecvWr {
-    let off = res.half;
+    let off = res.target_off(0);
     let len = size as usize + if cfg.conn == Conn::Ud { GRH } else { 0 };
     RecvWr {
         wr_id: 0,

@@ -54,8 +54,11 @@ pub(crate) struct Resources {
     pub pd: ProtectionDomain,
     pub ctx: Context,
     /// Bytes per half buffer per QP (`BUFF_SIZE`): QP `i` sends from
-    /// `i * half` and is the target at `(qps + i) * half`.
+    /// [`Resources::send_off`] and is the target at
+    /// [`Resources::target_off`].
     pub half: usize,
+    /// Parts of the buffer: one per QP (perftest), or 1 (`--one-buffer`).
+    pub slots: usize,
 }
 
 impl Resources {
@@ -73,9 +76,10 @@ impl Resources {
         let nq = cfg.qps as usize;
         let extra = if cfg.conn == Conn::Ud { GRH } else { 0 };
         let half = (cfg.max_size() as usize + extra).max(cycle).div_ceil(64) * 64;
+        let slots = if cfg.one_buffer { 1 } else { nq };
         let access = Access::LOCAL_WRITE | remote_access(cfg.test);
         let mr = pd
-            .alloc_mr(2 * nq * half, access)
+            .alloc_mr(2 * slots * half, access)
             .map_err(|e| format!("Couldn't allocate MR: {e}"))?;
         let channel = cfg.events.then(|| ctx.create_comp_channel());
         let cqe = (cfg.tx_depth * cfg.qps + 16).min(65535);
@@ -115,8 +119,19 @@ impl Resources {
             channel,
             qps,
             half,
+            slots,
             ah: None,
         })
+    }
+
+    /// Where QP `i`'s messages come from in the buffer.
+    pub fn send_off(&self, i: usize) -> usize {
+        (i % self.slots) * self.half
+    }
+
+    /// Where QP `i`'s peer sends, reads and writes in the buffer.
+    pub fn target_off(&self, i: usize) -> usize {
+        (self.slots + i % self.slots) * self.half
     }
 
     /// Fills the whole buffer with pseudo-random bytes (perftest fills its
@@ -153,7 +168,6 @@ impl Resources {
     /// The `RXE_PERF_BUFFER` line: where QP 0's regions are, in our buffer
     /// and in the peer's (addresses as the wire carries them).
     fn buffer_line(&self, path: &std::path::Path, theirs: &oob::Dest) -> String {
-        let nq = self.qps.len();
         let base = self.mr.addr();
         format!(
             "RXE_PERF_BUFFER file={} va={:#x} len={} local={:#x} target={:#x} remote={:#x} qpn={:#x} peer_qpn={:#x}",
@@ -161,7 +175,7 @@ impl Resources {
             base,
             self.mr.len(),
             base,
-            base + (nq * self.half) as u64,
+            base + self.target_off(0) as u64,
             theirs.vaddr,
             self.qps[0].qp_num(),
             theirs.qpn
@@ -184,7 +198,6 @@ impl Resources {
                 .get(usize::from(cfg.gid_index))
                 .ok_or(format!("can't read sgid of index {}", cfg.gid_index))?
         };
-        let nq = self.qps.len();
         Ok(self
             .qps
             .iter()
@@ -197,7 +210,7 @@ impl Resources {
                     qpn: ep.qpn,
                     psn: ep.psn,
                     rkey: self.mr.rkey(),
-                    vaddr: self.mr.addr() + ((nq + i) * self.half) as u64,
+                    vaddr: self.mr.addr() + self.target_off(i) as u64,
                     gid: gid.octets(),
                     srqn: 0,
                 }
