@@ -87,6 +87,14 @@ together) CPIN=(taskset -c 0) SPIN=(taskset -c 0) ;;
 *) echo "PERF_PIN=$PERF_PIN: apart, together or unset" >&2; exit 2 ;;
 esac
 [ -n "${PERF_PIN:-}" ] && echo "placement: PERF_PIN=$PERF_PIN (client: ${CPIN[*]}, server: ${SPIN[*]})"
+# How an idle vCPU waits decides what a sleeping waiter pays to be woken
+# (docs/performance.md, "where 64-byte send_bw's time goes"): say it.
+if [ -r /sys/devices/system/cpu/cpuidle/current_driver ]; then
+    idle="cpuidle: $(cat /sys/devices/system/cpu/cpuidle/current_driver)"
+    hp=/sys/module/haltpoll/parameters/guest_halt_poll_ns
+    [ -r "$hp" ] && idle="$idle, guest_halt_poll_ns=$(cat "$hp")"
+    echo "$idle"
+fi
 GSO_BW_N=${GSO_BW_N:-20000}
 GSO_MSG_N=${GSO_MSG_N:-1000000}
 
