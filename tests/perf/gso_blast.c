@@ -85,7 +85,6 @@ int main(int argc, char **argv) {
     char *bufs = malloc(nbufs * 65536);
     if (!bufs) die("malloc");
     memset(bufs, 0x5a, nbufs * 65536);
-    char *buf = bufs;
     if (server) {
         int s = udp(argv[2], port);
         int one = 1;
@@ -96,7 +95,7 @@ int main(int argc, char **argv) {
         struct sockaddr_in peer;
         while (got < total) {
             socklen_t pl = sizeof peer;
-            buf = bufs + (at++ % nbufs) * 65536;
+            char *buf = bufs + (at++ % nbufs) * 65536;
             ssize_t n = recvfrom(s, buf, 65536, 0, (struct sockaddr *)&peer, &pl);
             if (n < 0) {
                 if (errno == EAGAIN) break; /* the rest was lost */
