@@ -34,6 +34,8 @@
 #      RXE_INTEROP_NO_APT=1  do not apt-get (fail if something is missing)
 #      RXE_INTEROP_KEEP_RUNS  how many old run folders to keep (default 5)
 #      RXE_INTEROP_BUDGET  seconds after which no new scenario starts (1200)
+#      RXE_INTEROP_REPEAT N  run each scenario N times (the repeats as <id>-r2, <id>-r3...;
+#                         with RXE_INTEROP_ONLY, to chase a scenario that fails now and then)
 #      RXE_INTEROP_WEDGE  id regex: take the guest's eth0 down before those scenarios, to test
 #                         the harness's recovery from a dead guest NIC (a reboot and a second try)
 #      TAP_QLEN           the tap's queue length (10000, see below)
@@ -50,6 +52,8 @@ PCAPS="$OUT/pcaps"
 LOGS="$OUT/logs"
 SHARE="$OUT/share"
 ONLY=${RXE_INTEROP_ONLY:-}
+REPEAT=${RXE_INTEROP_REPEAT:-1}
+[[ $REPEAT =~ ^[1-9][0-9]*$ ]] || { echo "RXE_INTEROP_REPEAT=$REPEAT: a count of runs, at least 1" >&2; exit 2; }
 BUDGET=${RXE_INTEROP_BUDGET:-1200}     # seconds; scenarios not started by then fail
 WEDGE=${RXE_INTEROP_WEDGE:-}           # id regex: take the guest's eth0 down first (tests guest_nic_dead/guest_reboot)
 source "$HERE/lib.sh"
@@ -261,7 +265,27 @@ wait_listen() {  # PORT: until something listens on it in the netns (10 s)
 #   RETRY_IF  extended regex: if the scenario fails and a log matches it
 #             (a race inside the programs themselves), run it once more
 #   RETRIES   how many times RETRY_IF may run it again (1)
+# scenario ID LABEL SERVER GCMD HOSTCMD...: one scenario, RXE_INTEROP_REPEAT
+# times (the repeats as ID-r2, ID-r3..., with the same options and loss rules)
 scenario() {
+    local n=$REPEAT k opts id
+    if [ "$n" -le 1 ] || { [ -n "$ONLY" ] && ! [[ $1 =~ $ONLY ]]; }; then
+        scenario_once "$@"
+        return $?
+    fi
+    opts=$(declare -p ALLOW EXPECT ONLY_OPS ONE_WAY MAXLEN MAXLEN_EQ HOSTCHK GTIMEOUT HTIMEOUT GLISTEN CM_LISTEN EXTRA_NOTE CM_WAIT RETRY_IF RETRIES)
+    for k in $(seq "$n"); do
+        if [ "$k" -gt 1 ]; then
+            eval "$opts"
+            nsx nft list table bridge rxeloss >/dev/null 2>&1 && { lossy_off; lossy_on "${LOSSY[@]}"; }
+        fi
+        id=$1
+        [ "$k" -gt 1 ] && id="$1-r$k"
+        scenario_once "$id" "${@:2}"
+    done
+}
+
+scenario_once() {
     local id=$1 label=$2 server=$3 gcmd=$4; shift 4
     local pcap="$PCAPS/$id.pcap" hlog="$LOGS/$id.host.log" glog="$LOGS/$id.guest.log"
     local t0 rc=0 hrc grc why="" note=""
@@ -434,7 +458,7 @@ scenario() {
             nsx nft list table bridge rxeloss >/dev/null 2>&1 && { lossy_off; lossy_on "${LOSSY[@]}"; }
             say "     guest up again (boot $GUEST_BOOTS); the first try's logs: *.try1, its console: $LOGS/console.boot$((GUEST_BOOTS - 1)).log"
             REBOOTED=1 EXTRA_NOTE="${EXTRA_NOTE:+$EXTRA_NOTE; }second try: the guest's NIC died during the first ($NIC_WHY) and the guest was rebooted"
-            scenario "$id" "$label" "$server" "$gcmd" "$@"
+            scenario_once "$id" "$label" "$server" "$gcmd" "$@"
             return $?
         fi
         why="$why; the guest's NIC died ($NIC_WHY) and the guest did not come back"
@@ -452,7 +476,7 @@ scenario() {
         [ -n "${CM_WAIT:-}" ] && CM_WAIT=5
         [ "$try" -ge "${RETRIES:-1}" ] && RETRY_IF=""
         TRY=$((try + 1))
-        scenario "$id" "$label" "$server" "$gcmd" "$@"
+        scenario_once "$id" "$label" "$server" "$gcmd" "$@"
         return $?
     fi
     local verdict=PASS known
