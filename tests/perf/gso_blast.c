@@ -19,6 +19,16 @@
  * buffers of 64 KiB, one per send or receive, as N QPs with a buffer each
  * do (perftest and rxe perf give every QP its own): the cost of the memory
  * footprint alone, the reference of measure.sh's "fair" group.
+ *
+ * BLAST_SEND (client only) says how each send hands the kernel its bytes:
+ *   one     one buffer of SEG-sized datagrams (the default);
+ *   gather  as rxe-rs sends today: each datagram's payload first copied
+ *           from the buffer into a packet buffer of its own (behind a
+ *           12-byte header), then the packet buffers as one iovec each;
+ *   parts   what sending from the registered memory would be: three
+ *           iovecs a datagram, a 12-byte header, the payload straight from
+ *           the buffer and a 4-byte trailer.
+ * Only the client's CPU differs between them (docs/performance.md).
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -131,6 +141,15 @@ int main(int argc, char **argv) {
     c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
     *(uint16_t *)CMSG_DATA(c) = (uint16_t)seg;
     unsigned long long sent = 0, acked = 0, stalls = 0;
+    const char *how = getenv("BLAST_SEND");
+    int gather = how && !strcmp(how, "gather"), parts = how && !strcmp(how, "parts");
+    if (how && !gather && !parts && strcmp(how, "one")) die("BLAST_SEND is one, gather or parts");
+    if ((gather || parts) && seg <= 16) die("BLAST_SEND=gather|parts needs SEG > 16");
+    size_t body = seg - 16; /* a datagram's payload: seg less 12 + 4 */
+    struct iovec piov[3 * 64];
+    char *pkt[64], head[12] = {0}, tail[4] = {0};
+    for (size_t i = 0; i < nseg; i++)
+        if (!(pkt[i] = calloc(1, seg))) die("malloc");
     while (sent < total) {
         while (sent - acked >= window) {
             struct pollfd p = {.fd = s, .events = POLLIN};
@@ -145,6 +164,26 @@ int main(int argc, char **argv) {
         unsigned long long left = total - sent;
         iov.iov_base = bufs + (at++ % nbufs) * 65536;
         iov.iov_len = left < send_len ? left : send_len;
+        m.msg_iov = &iov;
+        m.msg_iovlen = 1;
+        size_t k = iov.iov_len / seg;
+        if ((gather || parts) && k > 0) {
+            /* whole datagrams only: the rest goes as one buffer next time */
+            const char *from = iov.iov_base;
+            for (size_t i = 0; i < k; i++) {
+                if (gather) {
+                    memcpy(pkt[i] + 12, from + i * body, body);
+                    piov[i] = (struct iovec){pkt[i], seg};
+                } else {
+                    piov[3 * i] = (struct iovec){head, 12};
+                    piov[3 * i + 1] = (struct iovec){(char *)from + i * body, body};
+                    piov[3 * i + 2] = (struct iovec){tail, 4};
+                }
+            }
+            m.msg_iov = piov;
+            m.msg_iovlen = gather ? k : 3 * k;
+            iov.iov_len = k * seg;
+        }
         if (sendmsg(s, &m, 0) < 0) {
             if (errno == ENOBUFS || errno == EAGAIN) continue;
             die("sendmsg");
