@@ -31,7 +31,9 @@
 # and RXE_GSO=1, in alternating order, against tests/perf/gso_blast.c, a
 # UDP blast of RoCE-sized datagrams as GSO sends of at most 64 segments and
 # 64 KiB, received with UDP_GRO, built with cc in the same run: lines
-# "<label> gso0|gso1|ref <MB/s or Mpps> <ratio to ref>"; with RXE_BASE the
+# "<label> gso0|gso1|ref <MB/s or Mpps> <ratio to ref>", and send_bw 64 B
+# (GSO as by default) against its --baseline, UDP with one sendto a
+# datagram, in M messages/s: the 64-byte row's reference; with RXE_BASE the
 # base binary runs the same tests in the same rounds, interleaved, as
 # "bgso0|bgso1"; not in the default groups), dropin (Debian's perftest
 # over the build's drop-in libibverbs, `rxe exec`, against the same
@@ -127,6 +129,9 @@ gso_round() {  # ROUND
     ref64=$(blast 80 $((GSO_MSG_N * 80)))
     printf '%-22s %-5s %s\n' ref_blast_4112_MBps ref "${ref4k% *}"
     printf '%-22s %-5s %s\n' ref_blast_80_Mpps ref "${ref64#* }"
+    # The 64-byte row's own reference (issue 20): UDP's packet rate with
+    # one sendto a datagram, rxe perf's --baseline in the same pair
+    ONE_COL=5 runs send_bw_64_vs_sendto send_bw -s 64 -n "$GSO_MSG_N" -m 4096
     order="0 1"; [ $(($1 % 2)) = 0 ] && order="1 0"
     bins="new"; [ -n "$BASE" ] && { bins="base new"; [ $(($1 % 2)) = 0 ] && bins="new base"; }
     local bin b tag
@@ -152,7 +157,7 @@ one() {
     local out
     out=$("${CPIN[@]}" timeout 300 "$bin" perf "$test" "$@" -d 127.0.2.2 --baseline 127.0.2.3 2>&1)
     wait "$srv"
-    local col=4
+    local col=${ONE_COL:-4}
     [[ $test == *_lat ]] && col=5
     local figs ratio
     figs=$(awk -v c="$col" '/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+/ { printf "%s ", $c }' <<<"$out")
