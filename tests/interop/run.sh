@@ -969,10 +969,11 @@ scenario di-cm-udaddy-rs "drop-in: udaddy (UD through SIDR) drop-in-server→ker
 # then the test QP) and its server listens again in between; a client that
 # comes first is rejected (REJ 8) and perftest's retry reuses the ids it
 # destroyed, so the run ends. The guest, emulated, is slow to listen again:
-# that race is perftest's, and one more try is allowed.
+# that race is perftest's, and up to three more tries are allowed (the final
+# CI run of 2026-11-29 needed the third; one in ten runs needed any).
 # (perftest reports the reject two ways: event 8 is RDMA_CM_EVENT_REJECTED)
 PERFTEST_CM_RACE='RDMA_CM_EVENT_REJECTED; error: 8|Unexpected CM event bl blka 8'
-CM_LISTEN=18515 CM_WAIT=1 HOSTCHK=check_perftest_cm GTIMEOUT=60 HTIMEOUT=60 RETRY_IF=$PERFTEST_CM_RACE RETRIES=2
+CM_LISTEN=18515 CM_WAIT=1 HOSTCHK=check_perftest_cm GTIMEOUT=60 HTIMEOUT=60 RETRY_IF=$PERFTEST_CM_RACE RETRIES=3
 scenario di-cm-write_bw-ks "drop-in: ib_write_bw -R kernel-server→drop-in-client 64 KiB × 10" guest \
     "ib_write_bw -R -d rxe0 -s 65536 -n 10" \
     "${DROPIN_EXEC[@]}" ib_write_bw -R -d rxe0 -s 65536 -n 10 "$GUEST_IP"
