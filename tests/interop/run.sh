@@ -268,20 +268,19 @@ wait_listen() {  # PORT: until something listens on it in the netns (10 s)
 # scenario ID LABEL SERVER GCMD HOSTCMD...: one scenario, RXE_INTEROP_REPEAT
 # times (the repeats as ID-r2, ID-r3..., with the same options and loss rules)
 scenario() {
-    local n=$REPEAT k opts id
-    if [ "$n" -le 1 ] || { [ -n "$ONLY" ] && ! [[ $1 =~ $ONLY ]]; }; then
+    local k opts
+    if [ "$REPEAT" = 1 ] || { [ -n "$ONLY" ] && ! [[ $1 =~ $ONLY ]]; }; then
         scenario_once "$@"
         return $?
     fi
+    # the options, which each run resets when it ends (declared again
+    # inside this function they are its locals, which scenario_once sees)
     opts=$(declare -p ALLOW EXPECT ONLY_OPS ONE_WAY MAXLEN MAXLEN_EQ HOSTCHK GTIMEOUT HTIMEOUT GLISTEN CM_LISTEN EXTRA_NOTE CM_WAIT RETRY_IF RETRIES)
-    for k in $(seq "$n"); do
-        if [ "$k" -gt 1 ]; then
-            eval "$opts"
-            nsx nft list table bridge rxeloss >/dev/null 2>&1 && { lossy_off; lossy_on "${LOSSY[@]}"; }
-        fi
-        id=$1
-        [ "$k" -gt 1 ] && id="$1-r$k"
-        scenario_once "$id" "${@:2}"
+    scenario_once "$@"
+    for k in $(seq 2 "$REPEAT"); do
+        eval "$opts"
+        nsx nft list table bridge rxeloss >/dev/null 2>&1 && { lossy_off; lossy_on "${LOSSY[@]}"; }
+        scenario_once "$1-r$k" "${@:2}"
     done
 }
 

@@ -148,7 +148,7 @@ int main(int argc, char **argv) {
     size_t body = seg - 16; /* a datagram's payload: seg less 12 + 4 */
     struct iovec piov[3 * 64];
     char *pkt[64], head[12] = {0}, tail[4] = {0};
-    for (size_t i = 0; i < nseg; i++)
+    for (size_t i = 0; gather && i < nseg; i++)
         if (!(pkt[i] = calloc(1, seg))) die("malloc");
     while (sent < total) {
         while (sent - acked >= window) {
