@@ -2,7 +2,7 @@
 # build-guest.sh - build the interop test guest: a stock Debian kernel (with
 # the rdma_rxe module) and a small initramfs holding busybox, rdma-core's
 # tools, perftest, rdmacm-utils (rping, ucmatose, udaddy), tcpdump and our own verbs
-# program (guest/rxe_peer.c).
+# programs (guest/rxe_peer.c, ../c/verbs_diff.c).
 #
 # Everything comes from Debian packages: the kernel .deb is fetched with
 # `apt-get download` and unpacked with `dpkg -x` (never installed, the host
@@ -12,7 +12,7 @@
 # Output in $RXE_INTEROP_WORK (default /var/tmp/rxe-rs-interop):
 #   guest/vmlinuz, guest/initramfs.cpio.gz, guest/KVER, guest/stamp
 # The initramfs is rebuilt only when an input changed (the kernel package,
-# guest/init.sh, guest/rxe_peer.c or this script); the kernel .deb is kept.
+# guest/init.sh, guest/rxe_peer.c, ../c/verbs_diff.c or this script); the kernel .deb is kept.
 #
 # Env: KPKG=linux-image-...   another kernel (default: what linux-image-amd64
 #                             depends on); FORCE=1 rebuilds regardless.
@@ -35,7 +35,7 @@ fi
 [ -n "$KPKG" ] || { echo "build-guest: cannot find the kernel package (apt-cache depends linux-image-amd64)" >&2; exit 1; }
 KVER=${KPKG#linux-image-}
 
-stamp=$( { echo "$KPKG"; cat "$HERE/build-guest.sh" "$HERE/guest/init.sh" "$HERE/guest/rxe_peer.c"; } | sha256sum | cut -c1-16)
+stamp=$( { echo "$KPKG"; cat "$HERE/build-guest.sh" "$HERE/guest/init.sh" "$HERE/guest/rxe_peer.c" "$HERE/../c/verbs_diff.c"; } | sha256sum | cut -c1-16)
 if [ -z "${FORCE:-}" ] && [ -f "$OUT/stamp" ] && [ "$(cat "$OUT/stamp")" = "$stamp" ] &&
    [ -f "$OUT/vmlinuz" ] && [ -f "$OUT/initramfs.cpio.gz" ]; then
     echo "build-guest: up to date ($KVER, $OUT)"
@@ -98,6 +98,9 @@ mkdir -p "$WORK/bin"
 gcc -O2 -Wall -Wextra -Werror -o "$WORK/bin/rxe_peer" "$HERE/guest/rxe_peer.c" -libverbs
 put_elf "$WORK/bin/rxe_peer"
 cp "$WORK/bin/rxe_peer" "$R/usr/bin/rxe_peer"
+# the differential harness (tests/c/verbs_diff.c; tests/interop/verbs_diff.sh runs it on both stacks)
+gcc -O1 -Wall -Wextra -Wno-missing-field-initializers -o "$WORK/bin/verbs_diff" "$HERE/../c/verbs_diff.c" -libverbs
+cp "$WORK/bin/verbs_diff" "$R/usr/bin/verbs_diff"
 
 # busybox for the rest, never shadowing the real binaries copied above
 cp /bin/busybox "$R/usr/bin/busybox"

@@ -174,6 +174,9 @@ fi
 # still run; a failure is shown as KNOWN and does not fail the suite, a pass
 # says that the entry can go. Remove an entry when its bug is fixed.
 declare -A KNOWN=()
+# issue 37: parity of the verbs surface with kernel rxe is being built; the
+# differences verbs_diff still finds are listed in its log
+KNOWN[^verbs-diff$]="issue 37: differences from kernel rxe not yet fixed or documented"
 known_issue() { local k; for k in "${!KNOWN[@]}"; do [[ $1 =~ $k ]] && { echo "${KNOWN[$k]}"; return 0; }; done; return 1; }
 
 R_ID=() R_LABEL=() R_VERDICT=() R_SECS=() R_NOTE=()
@@ -759,6 +762,22 @@ icrc_selftest() {
 # ---- 4. scenarios at path MTU 1024 (1500-byte link) ---------------------------------
 say "== icrc self-test ($(elapsed)s)"
 icrc_selftest
+
+# ---- 4a. the verbs surface, call by call, against the kernel (issue 37) -------------
+# tests/c/verbs_diff.c in the guest and over the drop-in, table mode and seeded
+# random sequences; any difference that docs/divergences.md does not list fails.
+if [ -z "$ONLY" ] || [[ verbs-diff =~ $ONLY ]]; then
+    say "== verbs_diff: the same calls on kernel rxe and rxe-rs ($(elapsed)s)"
+    # shellcheck source=tests/interop/verbs_diff.sh
+    source "$HERE/verbs_diff.sh"
+    t0=$(date +%s)
+    verbs_diff_run >"$LOGS/verbs-diff.log" 2>&1
+    if [ $? = 0 ]; then v=PASS; elif k=$(known_issue verbs-diff); then v=KNOWN; KNOWN_SEEN=$((KNOWN_SEEN+1)); else v=FAIL; FAILED=$((FAILED+1)); fi
+    sed 's/^/  /' "$LOGS/verbs-diff.log" | head -60
+    R_ID+=(verbs-diff) R_LABEL+=("verbs_diff: libibverbs calls on kernel rxe and the drop-in, table + random, compared") R_VERDICT+=("$v")
+    R_SECS+=($(( $(date +%s) - t0 ))) R_NOTE+=("$(grep -m1 '^verbs_diff: [0-9]' "$LOGS/verbs-diff.log"); $LOGS/verbs-diff/")
+    say "$v verbs_diff (see $LOGS/verbs-diff/)"
+fi
 
 say "== pingpong, path MTU 1024 ($(elapsed)s)"
 for s in 1 1024 4096 65536; do pp_pair rc "$s" 1024 20; done
