@@ -792,8 +792,10 @@ fn srq_limit_event_fires_once_when_the_queue_drops_below_the_limit() {
     for k in 0..6u64 {
         post_srq(&mut net, b, srq, k, vec![sge(b, 64 * k, 64)]);
     }
-    // A limit above max_wr is refused; 4 arms the event.
-    let err = net.engines[b.idx].modify_srq(srq, 17).unwrap_err();
+    // A limit above what the SRQ holds (16 asked for: a ring of 31, as the
+    // kernel's rxe rounds it) is refused; 4 arms the event.
+    assert_eq!(net.engines[b.idx].srq_size(srq).unwrap(), (31, 4));
+    let err = net.engines[b.idx].modify_srq(srq, 32).unwrap_err();
     assert!(
         matches!(
             err,
@@ -1535,31 +1537,32 @@ fn post_send_arguments_are_checked_and_named() {
 fn full_send_queue_refuses_with_queue_full() {
     let (mut net, nodes) = network(504, Faults::none(), 2, 1 << 16);
     let (a, b) = (&nodes[0], &nodes[1]);
+    // (3: a ring's size, as the kernel's rxe rounds it, holds 3)
     let p = ConnParams {
-        depth: 2,
+        depth: 3,
         ..ConnParams::default()
     };
     let (qa, _) = connect(&mut net, a, b, &p);
     let e = &mut net.engines[a.idx];
-    for k in 0..2 {
+    for k in 0..3 {
         e.post_send(qa, write(k, vec![sge(a, 0, 8)], IOVA, b.mr.rkey))
             .unwrap();
     }
     let err = e
-        .post_send(qa, write(2, vec![sge(a, 0, 8)], IOVA, b.mr.rkey))
+        .post_send(qa, write(3, vec![sge(a, 0, 8)], IOVA, b.mr.rkey))
         .unwrap_err();
     assert_eq!(
         err,
         EngineError::QueueFull {
             queue: "send queue",
-            capacity: 2
+            capacity: 3
         }
     );
     run(&mut net);
-    assert_eq!(completions(&mut net, a).len(), 2);
+    assert_eq!(completions(&mut net, a).len(), 3);
     // Completed WQEs free their slots.
     net.engines[a.idx]
-        .post_send(qa, write(3, vec![sge(a, 0, 8)], IOVA, b.mr.rkey))
+        .post_send(qa, write(4, vec![sge(a, 0, 8)], IOVA, b.mr.rkey))
         .unwrap();
 }
 

@@ -12,6 +12,7 @@ pub fn pcap_dir() -> PathBuf {
     tests_dir().join("data").join("pcaps")
 }
 
+pub mod netns;
 pub mod sim;
 
 /// Builds workspace targets with the `cargo` that runs the tests

@@ -40,7 +40,7 @@ pub fn add_node(net: &mut SimNet, seed: u64, region_len: usize) -> Node {
     let a = addr(net.engines.len());
     let mut e = Engine::new(EngineConfig::new(a, seed));
     let pd = e.alloc_pd();
-    let cq = e.create_cq(65535).unwrap();
+    let cq = e.create_cq(DeviceCaps::default().max_cqe).unwrap();
     let mem = Arc::new(VecMemory::new(region_len));
     let access = Access::LOCAL_WRITE
         | Access::REMOTE_WRITE

@@ -3,6 +3,7 @@
 //!
 //! Address plan: 127.0.8.N, one pair and one TCP port per test.
 
+use rxe_tests::netns::Netns;
 use rxe_tests::rxe_bin;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -376,65 +377,6 @@ fn peer_death_is_detected_and_a_restarted_peer_serves_again() {
     assert!(c.status.success(), "{:?}", fields(&c));
     assert!(s.status.success());
     assert_eq!(get(&fields(&c), "peer"), "ok");
-}
-
-/// A network namespace this test owns, removed when dropped.
-struct Netns(String);
-
-impl Netns {
-    /// A namespace whose loopback holds `addrs` (/32 each), or
-    /// `None` when this machine cannot make one (not root).
-    fn new(tag: &str, addrs: &[&str]) -> Option<Netns> {
-        let name = format!("rxe-{tag}-{}", std::process::id());
-        let ok = |args: &[&str]| {
-            Command::new("ip")
-                .args(args)
-                .stderr(Stdio::null())
-                .status()
-                .is_ok_and(|s| s.success())
-        };
-        if !ok(&["netns", "add", &name]) {
-            return None;
-        }
-        let ns = Netns(name);
-        let n = ns.0.as_str();
-        assert!(ok(&["-n", n, "link", "set", "lo", "up"]));
-        for a in addrs {
-            assert!(ok(&[
-                "-n",
-                n,
-                "addr",
-                "add",
-                &format!("{a}/32"),
-                "dev",
-                "lo"
-            ]));
-        }
-        Some(ns)
-    }
-
-    fn ip(&self, args: &[&str]) {
-        let st = Command::new("ip")
-            .arg("-n")
-            .arg(&self.0)
-            .args(args)
-            .status()
-            .unwrap();
-        assert!(st.success(), "ip -n {} {args:?}", self.0);
-    }
-
-    fn rxe(&self, args: &[&str]) -> Command {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", &self.0]).arg(rxe_bin()).args(args);
-        c.stdout(Stdio::piped()).stderr(Stdio::piped());
-        c
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
-    }
 }
 
 /// The peer's address disappears (removed from its interface, in a

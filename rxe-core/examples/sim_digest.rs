@@ -126,7 +126,7 @@ fn node(i: usize, seed: u64, rng: &mut SmallRng) -> Node {
     let addr = addr(i);
     let mut e = Engine::new(EngineConfig::new(addr, seed));
     let pd = e.alloc_pd();
-    let cq = e.create_cq(65535).unwrap();
+    let cq = e.create_cq(DeviceCaps::default().max_cqe).unwrap();
     let bytes: Vec<u8> = (0..REGION).map(|_| rng.gen()).collect();
     let mem = Arc::new(VecMemory::from_vec(bytes));
     let access = Access::LOCAL_WRITE

@@ -316,6 +316,42 @@ impl Default for QpCap {
     }
 }
 
+/// Slots in a queue asked to hold `n` entries: the kernel's rxe rounds a
+/// ring up to a power of two and keeps one slot empty (`rxe_queue_init`),
+/// so 0 stays 0, 1 is 1, 2 and 3 are 3, 16 is 31.
+pub fn queue_slots(n: u32) -> u32 {
+    if n == 0 {
+        0
+    } else {
+        (u64::from(n) + 1)
+            .next_power_of_two()
+            .saturating_sub(1)
+            .min(u64::from(u32::MAX)) as u32
+    }
+}
+
+impl QpCap {
+    /// What a QP created with these (checked) capacities holds, as the
+    /// kernel's rxe sizes it: each queue rounded by [`queue_slots`], and a
+    /// send WQE as large as the larger of its SGEs (16 bytes each) and its
+    /// inline data, which sets both (`rxe_qp_init_req`). With an SRQ the
+    /// QP has no receive queue of its own.
+    pub fn granted(self, srq: bool) -> QpCap {
+        let wqe = (self.max_send_sge * 16).max(self.max_inline_data);
+        QpCap {
+            max_send_wr: queue_slots(self.max_send_wr),
+            max_recv_wr: if srq {
+                0
+            } else {
+                queue_slots(self.max_recv_wr)
+            },
+            max_send_sge: wqe / 16,
+            max_recv_sge: if srq { 0 } else { self.max_recv_sge },
+            max_inline_data: wqe,
+        }
+    }
+}
+
 /// A scatter/gather element: `length` bytes at `addr` in the region of `lkey`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Sge {
@@ -588,6 +624,9 @@ pub struct DeviceCaps {
     pub max_msg_size: u32,
     /// Shared receive queues.
     pub max_srq: u32,
+    /// Scatter entries per SRQ receive (the kernel's rxe: 27, what fits its
+    /// receive WQE).
+    pub max_srq_sge: u32,
     /// Memory windows.
     pub max_mw: u32,
 }
@@ -598,16 +637,17 @@ impl Default for DeviceCaps {
         DeviceCaps {
             max_mr_size: u64::MAX,
             max_qp: 1 << 16,
-            max_qp_wr: 1 << 14,
+            max_qp_wr: 1 << 20,
             max_sge: 32,
-            max_cqe: (1 << 16) - 1,
+            max_cqe: (1 << 15) - 1,
             max_qp_rd_atom: 128,
             max_qp_init_rd_atom: 128,
-            max_inline_data: 256,
-            max_pkeys: 1,
+            max_inline_data: 512,
+            max_pkeys: 64,
             max_msg_size: 1 << 31,
-            max_srq: 1 << 16,
-            max_mw: 1 << 16,
+            max_srq: 0xdffff,
+            max_srq_sge: 27,
+            max_mw: 0x7ffff,
         }
     }
 }

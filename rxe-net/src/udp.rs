@@ -1982,6 +1982,16 @@ impl std::error::Error for Context {
     }
 }
 
+/// The errno behind `e`, also when this transport wrapped it with what it
+/// was doing (`e.raw_os_error()` sees only the outer error).
+pub fn os_error_of(e: &io::Error) -> Option<i32> {
+    e.raw_os_error().or_else(|| {
+        e.get_ref()
+            .and_then(|i| i.downcast_ref::<Context>())
+            .and_then(|c| os_error_of(&c.source))
+    })
+}
+
 fn context(source: io::Error, what: impl Into<String>) -> io::Error {
     io::Error::new(
         source.kind(),

@@ -57,7 +57,7 @@ fn main() -> Result<(), Error> {
     for n in counts {
         // Work requests complete CHUNK QPs at a time, within one CQ's size.
         const CHUNK: usize = 256;
-        let cqe = (n.min(CHUNK) * posted + 16).min(65535) as u32;
+        let cqe = (n.min(CHUNK) * posted + 16).min(32767) as u32; // the device's max_cqe
         let a = dev("127.0.4.2", cqe)?;
         let b = dev("127.0.4.3", cqe)?;
         let before = rss();

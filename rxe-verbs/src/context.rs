@@ -18,7 +18,7 @@ use crate::native::NContext;
 use crate::progress::Receiver;
 use crate::provider::DeviceKind;
 use parking_lot::{Condvar, Mutex, MutexGuard};
-use rxe_core::engine::{AsyncEvent, CqId, Engine, EngineConfig, IcrcStatus, Transmit};
+use rxe_core::engine::{AsyncEvent, CqId, Engine, EngineConfig, IcrcStatus, SendRefusal, Transmit};
 use rxe_net::faults::{FaultCounters, FaultInjector};
 use rxe_net::udp::{RecvMode, SentAs, UdpTransport, Waiter, BATCH};
 use std::collections::HashMap;
@@ -199,8 +199,12 @@ impl Shared {
                         }
                     }
                     Ok(n) => rest = &rest[n..],
-                    // A packet the kernel refuses is a lost packet: skip it.
-                    Err(_) => rest = &rest[1..],
+                    // A packet the kernel refuses is a lost packet: skip it,
+                    // but count it, and say so once per reason.
+                    Err(e) => {
+                        self.refused(&rest[0], &e);
+                        rest = &rest[1..];
+                    }
                 }
             }
             self.spent.lock().append(&mut batch);
@@ -211,6 +215,41 @@ impl Shared {
             if q.is_empty() && q.capacity() < batch.capacity() {
                 std::mem::swap(&mut *q, &mut batch);
             }
+        }
+    }
+
+    /// Counts a packet the socket refused (called under `link`, which may
+    /// take `engine`) and reports the first of each reason on standard
+    /// error: a refused packet is otherwise only a retransmission and, in
+    /// the end, a `RETRY_EXC_ERR` with no hint why.
+    fn refused(&self, t: &Transmit, e: &std::io::Error) {
+        let why = match rxe_net::udp::os_error_of(e) {
+            Some(libc::EMSGSIZE) => SendRefusal::TooLong,
+            Some(libc::ENETUNREACH | libc::EHOSTUNREACH | libc::EADDRNOTAVAIL) => {
+                SendRefusal::Unreachable
+            }
+            _ => SendRefusal::Other,
+        };
+        if self.engine.lock().note_send_refused(why) == 1 {
+            let hint = match why {
+                SendRefusal::TooLong => match rxe_net::route::link_mtu(self.device.addr(), t.dst) {
+                    Ok(link) => format!(
+                        ": the link's MTU is {link} bytes; use a path MTU it carries (at \
+                             most {})",
+                        rxe_net::route::roce_mtu(link).map_or(0, |m| m.bytes())
+                    ),
+                    Err(_) => String::new(),
+                },
+                _ => String::new(),
+            };
+            eprintln!(
+                "rxe-rs: device {} ({}): the host refused a {}-byte RoCE datagram to {} ({e}){hint}; \
+                 counted as send_refused {why:?}, reported once",
+                self.device.name(),
+                self.device.addr(),
+                t.payload.len(),
+                t.dst,
+            );
         }
     }
 
@@ -718,7 +757,13 @@ impl Context {
     pub fn query_port(&self) -> PortAttr {
         match &self.imp {
             CtxImp::Soft(i) => {
-                let e = i.shared.lock();
+                // The link's MTU may have changed since the context opened
+                // (as the kernel's rxe follows its net device).
+                let mtu = self.device().active_mtu();
+                let mut e = i.shared.lock();
+                if e.config().port_mtu != mtu {
+                    e.set_port_mtu(mtu);
+                }
                 PortAttr::new(self.device(), e.config())
             }
             CtxImp::Native(n) => n.query_port().unwrap_or_else(|_| PortAttr {

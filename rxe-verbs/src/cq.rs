@@ -6,7 +6,7 @@ use crate::events::Events;
 use crate::native::{NChannel, NCq};
 use rxe_core::engine::CqId;
 use rxe_core::types::Completion;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -116,7 +116,8 @@ enum CqImp {
 struct SoftCq {
     ctx: Arc<Inner>,
     id: CqId,
-    capacity: u32,
+    /// Changes only with [`CompletionQueue::resize`].
+    capacity: AtomicU32,
     /// The device's count of delivered completions when this CQ was last
     /// found empty by [`CompletionQueue::poll_progress`] (`u64::MAX`:
     /// never): while the count has not moved, the CQ is still empty and a
@@ -189,7 +190,10 @@ impl Context {
             Some(_) => return Err(Error::WrongDevice("channel")),
         };
         let s = &inner.shared;
-        let id = s.with_engine(|e| e.create_cq(cqe))?;
+        let (id, capacity) = s.with_engine(|e| {
+            let id = e.create_cq(cqe)?;
+            e.cq_capacity(id).map(|c| (id, c))
+        })?;
         if let Some(ch) = ch {
             s.channels.lock().insert(id, ch.clone());
         }
@@ -197,7 +201,7 @@ impl Context {
             imp: CqImp::Soft(SoftCq {
                 ctx: inner.clone(),
                 id,
-                capacity: cqe,
+                capacity: AtomicU32::new(capacity),
                 empty_at: AtomicU64::new(u64::MAX),
             }),
         })
@@ -217,8 +221,22 @@ impl CompletionQueue {
     /// Capacity in completions (at least what was asked for).
     pub fn capacity(&self) -> u32 {
         match &self.imp {
-            CqImp::Soft(c) => c.capacity,
-            CqImp::Native(n) => n.capacity,
+            CqImp::Soft(c) => c.capacity.load(Ordering::Acquire),
+            CqImp::Native(n) => n.capacity(),
+        }
+    }
+
+    /// Resizes the CQ to hold at least `cqe` completions (`ibv_resize_cq`),
+    /// larger or smaller, keeping the completions it holds (never fewer
+    /// than those); returns the new capacity.
+    pub fn resize(&self, cqe: u32) -> Result<u32, Error> {
+        match &self.imp {
+            CqImp::Soft(c) => {
+                let n = c.ctx.shared.with_engine(|e| e.resize_cq(c.id, cqe))?;
+                c.capacity.store(n, Ordering::Release);
+                Ok(n)
+            }
+            CqImp::Native(n) => n.resize(cqe),
         }
     }
 

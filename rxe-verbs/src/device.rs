@@ -24,7 +24,8 @@ use std::path::PathBuf;
 pub struct Device {
     name: String,
     addr: IpAddr,
-    mtu: Mtu,
+    /// Set with [`Device::with_mtu`]; `None`: follow the link.
+    mtu: Option<Mtu>,
     capture: Option<PathBuf>,
     /// Faults to inject into what the device sends ([`Device::with_faults`]).
     faults: Option<Faults>,
@@ -153,7 +154,7 @@ impl Device {
         Device {
             name: format!("rxe-{addr}"),
             addr,
-            mtu: Mtu::Mtu4096,
+            mtu: None,
             capture: None,
             faults: None,
             native: None,
@@ -166,7 +167,7 @@ impl Device {
         Device {
             name: info.name.clone(),
             addr,
-            mtu: Mtu::Mtu4096,
+            mtu: None,
             capture: None,
             faults: None,
             native: Some(NativeSel { info, gid }),
@@ -254,7 +255,7 @@ impl Device {
     /// a 1500-byte Ethernet link, as the kernel's rxe would). Soft devices
     /// only: a native port's MTU is the port's.
     pub fn with_mtu(mut self, mtu: Mtu) -> Device {
-        self.mtu = mtu;
+        self.mtu = Some(mtu);
         self
     }
 
@@ -436,10 +437,19 @@ impl Device {
             .map_or(1, |g| g.port)
     }
 
-    /// The port's active MTU (for a native device: as last configured here;
-    /// [`Context::query_port`] tells the port's own).
+    /// The port's active MTU: as set with [`Device::with_mtu`], else, for a
+    /// soft device, what the interface holding its address carries (as the
+    /// kernel's rxe takes it from its net device: 1024 on a 1500-byte link,
+    /// 4096 on loopback), 4096 if no interface has the address; for a
+    /// native device 4096 unless configured ([`Context::query_port`] tells
+    /// the port's own).
     pub fn active_mtu(&self) -> Mtu {
-        self.mtu
+        self.mtu.unwrap_or_else(|| {
+            if self.native.is_some() {
+                return Mtu::Mtu4096;
+            }
+            rxe_net::route::port_mtu(self.addr).unwrap_or(Mtu::Mtu4096)
+        })
     }
 
     /// A node GUID: a native device's own; for a soft device one derived
@@ -574,8 +584,12 @@ impl PortAttr {
             max_mtu: Mtu::Mtu4096,
             active_mtu: config.port_mtu,
             gid_tbl_len: d.gids().len() as u32,
-            max_msg_sz: config.caps.max_msg_size,
-            pkey_tbl_len: config.caps.max_pkeys,
+            // What the kernel's rxe reports (RXE_MAX_MSG_SZ, 8 MiB); like
+            // it, the engine takes messages up to 2 GiB (the spec's limit)
+            max_msg_sz: (1 << 23).min(config.caps.max_msg_size),
+            // one entry, the default P_Key 0xFFFF (QPs may still name any
+            // index below max_pkeys, as on the kernel's rxe)
+            pkey_tbl_len: 1,
             link_layer: "Ethernet",
             gids: d.gids(),
         }

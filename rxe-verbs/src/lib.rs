@@ -89,6 +89,7 @@ pub use rxe_core::types::{
     Access, AddressVector, Completion, DeviceCaps, Mtu, MwBind, QpAttr, QpAttrMask, QpCap, QpState,
     QpType, RecvWr, SendFlags, SendOpcode, SendWr, Sge, UdDest, WcOpcode, WcStatus,
 };
+pub use rxe_net::route::{interface_of, Interface};
 
 /// Convenience constructors for work requests.
 pub trait SendWrExt {

@@ -206,18 +206,35 @@ impl Context {
         max_wr: u32,
         max_sge: u32,
     ) -> Result<SharedReceiveQueue, Error> {
+        self.create_srq_with_limit(pd, max_wr, max_sge, 0)
+    }
+
+    /// Creates an SRQ whose limit event is armed at `limit` from the start
+    /// (`ibv_srq_init_attr.attr.srq_limit`, as the kernel's rxe takes it; a
+    /// native device gets it with `ibv_modify_srq` after creation).
+    pub fn create_srq_with_limit(
+        &self,
+        pd: &ProtectionDomain,
+        max_wr: u32,
+        max_sge: u32,
+        limit: u32,
+    ) -> Result<SharedReceiveQueue, Error> {
         let imp = match (&self.imp, &pd.imp) {
             (CtxImp::Soft(inner), PdImp::Soft { pd, .. }) => {
                 let id = inner
                     .shared
-                    .with_engine(|e| e.create_srq(*pd, max_wr, max_sge, 0))?;
+                    .with_engine(|e| e.create_srq(*pd, max_wr, max_sge, limit))?;
                 SrqImp::Soft(SoftSrq {
                     ctx: inner.clone(),
                     id,
                 })
             }
             (CtxImp::Native(n), PdImp::Native(p)) if Arc::ptr_eq(&p.ctx, n) => {
-                SrqImp::Native(NSrq::create(p, max_wr, max_sge)?)
+                let s = NSrq::create(p, max_wr, max_sge)?;
+                if limit > 0 {
+                    s.set_limit(limit)?;
+                }
+                SrqImp::Native(s)
             }
             _ => return Err(Error::WrongDevice("pd")),
         };
@@ -528,6 +545,24 @@ impl SharedReceiveQueue {
         match &self.imp {
             SrqImp::Soft(s) => Ok(s.ctx.shared.with_engine(|e| e.modify_srq(s.id, limit))?),
             SrqImp::Native(n) => n.set_limit(limit),
+        }
+    }
+
+    /// Resizes the SRQ to hold at least `max_wr` receives (`ibv_modify_srq`
+    /// with `IBV_SRQ_MAX_WR`), keeping those posted; returns the new size.
+    pub fn resize(&self, max_wr: u32) -> Result<u32, Error> {
+        match &self.imp {
+            SrqImp::Soft(s) => Ok(s.ctx.shared.with_engine(|e| e.resize_srq(s.id, max_wr))?),
+            SrqImp::Native(n) => n.resize(max_wr),
+        }
+    }
+
+    /// Receives it holds and scatter entries per receive, as created (or
+    /// resized); for a native SRQ what was asked for.
+    pub fn size(&self) -> Option<(u32, u32)> {
+        match &self.imp {
+            SrqImp::Soft(s) => s.ctx.shared.with_engine(|e| e.srq_size(s.id)).ok(),
+            SrqImp::Native(_) => None,
         }
     }
 }

@@ -916,13 +916,15 @@ static void cases_qp_modify(struct ibv_pd *pd)
 		line(ID("qp.query.rc.step%d", step),
 		     "%s state=%d cur=%d mtu=%d mig=%d qkey=%u rq_psn=%u sq_psn=%u dest=%s access=%s "
 		     "pkey=%u port=%u rd=%u dest_rd=%u rnr=%u timeout=%u retry=%u rnr_retry=%u "
-		     "sqd_notify=%u sqd=%u is_global=%u hop=%u sgid=%d",
+		     "sqd_notify=%u sqd=%u is_global=%u hop=%u sgid=%s",
 		     rc ? ename(rc) : "ok", q.qp_state, q.cur_qp_state, q.path_mtu, q.path_mig_state,
 		     q.qkey, q.rq_psn, q.sq_psn, q.dest_qp_num == qp->qp_num ? "self" : q.dest_qp_num ? "other" : "0",
 		     access_str(q.qp_access_flags), q.pkey_index, q.port_num, q.max_rd_atomic,
 		     q.max_dest_rd_atomic, q.min_rnr_timer, q.timeout, q.retry_cnt, q.rnr_retry,
 		     q.en_sqd_async_notify, q.sq_draining, q.ah_attr.is_global, q.ah_attr.grh.hop_limit,
-		     q.ah_attr.grh.sgid_index == gidx ? 1 : -1);
+		     /* the RoCE v2 IPv4 GID's index differs between the stacks */
+		     step >= 2 && q.ah_attr.grh.sgid_index == gidx ? "roce_v2_ipv4" :
+		     q.ah_attr.grh.sgid_index == 0 ? "0" : "other");
 	}
 	if (qp)
 		ibv_destroy_qp(qp);
@@ -1341,6 +1343,111 @@ static void cases_data(struct ibv_pd *pd)
 		line(ID("%s.landed", idr), "fnv=%08x first8=%016llx", h, (unsigned long long)*(uint64_t *)dst);
 		line(ID("%s.states", idr), "a=%d b=%d", qp_state(p.a), qp_state(p.b));
 		free_pair(&p);
+	}
+
+	/* UD: a datagram to a second UD QP of the device, through an AH */
+	{
+		struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+		struct ibv_qp_init_attr ia = { .send_cq = cq, .recv_cq = cq, .cap = { 4, 4, 1, 1, 0 },
+					       .qp_type = IBV_QPT_UD };
+		struct ibv_qp *ua = ibv_create_qp(pd, &ia), *ub = ibv_create_qp(pd, &ia);
+		struct ibv_qp_attr a;
+		int ok = ua && ub;
+		for (int k = 0; ok && k < 2; k++) {
+			struct ibv_qp *q = k ? ub : ua;
+			attr_init(&a, IBV_QPT_UD);
+			ok = !ibv_modify_qp(q, &a, mask_init(IBV_QPT_UD));
+			memset(&a, 0, sizeof a);
+			a.qp_state = IBV_QPS_RTR;
+			ok = ok && !ibv_modify_qp(q, &a, IBV_QP_STATE);
+			attr_rts(&a);
+			ok = ok && !ibv_modify_qp(q, &a, mask_rts(IBV_QPT_UD));
+		}
+		struct ibv_ah_attr aa = { .is_global = 1, .port_num = 1 };
+		aa.grh.dgid = gid;
+		aa.grh.sgid_index = gidx;
+		aa.grh.hop_limit = 64;
+		struct ibv_ah *ah = ok ? ibv_create_ah(pd, &aa) : NULL;
+		memset(dst, 0, 256);
+		struct ibv_sge rs = { (uintptr_t)dst, 40 + 64, dmr->lkey }, ss = { (uintptr_t)src, 16, smr->lkey };
+		struct ibv_recv_wr r = { .wr_id = 2, .sg_list = &rs, .num_sge = 1 }, *rbad;
+		struct ibv_send_wr w = { .wr_id = 1, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+					 .send_flags = IBV_SEND_SIGNALED }, *bad;
+		if (ah) {
+			w.wr.ud.ah = ah;
+			w.wr.ud.remote_qpn = ub->qp_num;
+			w.wr.ud.remote_qkey = 0x11111111;
+		}
+		if (!ah || ibv_post_recv(ub, &r, &rbad) || ibv_post_send(ua, &w, &bad)) {
+			line("data.ud.send", "setup failed %s", ename(errno));
+		} else {
+			struct ibv_wc wc;
+			int got = 0, n;
+			char out[256] = "";
+			char ra[96] = "", rb[96] = "";
+			for (int k = 0; k < 3000000 && got < 2; k++) {
+				if ((n = ibv_poll_cq(cq, 1, &wc)) <= 0)
+					continue;
+				got++;
+				/* the two complete in either order: printed b, then a */
+				snprintf(wc.qp_num == ub->qp_num ? rb : ra, sizeof ra, "[%s %s len=%u flags=%u]",
+					 wc.qp_num == ub->qp_num ? "b" : "a", ibv_wc_status_str(wc.status),
+					 wc.byte_len, wc.wc_flags);
+				if (wc.qp_num == ub->qp_num) {
+					line("data.ud.send.recv.sl", "%u", wc.sl);
+					line("data.ud.send.recv.src_qp", "%s", wc.src_qp == ua->qp_num ? "a" : "other");
+					/* the GRH area: an IPv4 header in its last 20 bytes */
+					line("data.ud.send.recv.grh", "ipv4_header=%d proto=%u",
+					     dst[20] == 0x45, dst[20 + 9]);
+				}
+			}
+			snprintf(out, sizeof out, "%s %s", rb[0] ? rb : "[b none]", ra[0] ? ra : "[a none]");
+			line("data.ud.send", "%s", out);
+		}
+		if (ah)
+			ibv_destroy_ah(ah);
+		if (ua)
+			ibv_destroy_qp(ua);
+		if (ub)
+			ibv_destroy_qp(ub);
+		ibv_destroy_cq(cq);
+	}
+
+	/* a message larger than the port's max_msg_sz (the kernel reports
+	 * 8 MiB): is it a limit, or only a number? */
+	{
+		size_t big = 9u << 20;
+		uint8_t *bs = malloc(big), *bd = malloc(big);
+		struct ibv_mr *bsm = bs ? ibv_reg_mr(pd, bs, big, rw) : NULL;
+		struct ibv_mr *bdm = bd ? ibv_reg_mr(pd, bd, big, rw) : NULL;
+		struct pair p = { 0 };
+		if (bsm && bdm && !make_pair(pd, &p, IBV_ACCESS_REMOTE_WRITE, cap)) {
+			for (size_t k = 0; k < big; k++)
+				bs[k] = (uint8_t)(k * 13);
+			memset(bd, 0, big);
+			struct ibv_sge sg = { (uintptr_t)bs, (uint32_t)big, bsm->lkey };
+			struct ibv_send_wr w = { .wr_id = 1, .sg_list = &sg, .num_sge = 1,
+						 .opcode = IBV_WR_RDMA_WRITE, .send_flags = IBV_SEND_SIGNALED }, *bad;
+			w.wr.rdma.remote_addr = (uintptr_t)bd;
+			w.wr.rdma.rkey = bdm->rkey;
+			int rc = ibv_post_send(p.a, &w, &bad);
+			if (rc)
+				line("data.rc.write.9MiB", "post_send err %s", ename(rc));
+			else {
+				wcs_line("data.rc.write.9MiB", &p, 1, NULL);
+				line("data.rc.write.9MiB.landed", "%s",
+				     memcmp(bs, bd, big) ? "differs" : "same");
+			}
+		} else {
+			line("data.rc.write.9MiB", "setup failed %s", ename(errno));
+		}
+		free_pair(&p);
+		if (bsm)
+			ibv_dereg_mr(bsm);
+		if (bdm)
+			ibv_dereg_mr(bdm);
+		free(bs);
+		free(bd);
 	}
 
 	/* posting more work than the queue holds, and in the wrong states */

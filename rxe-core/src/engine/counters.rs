@@ -37,6 +37,19 @@ pub enum DropReason {
     Other,
 }
 
+/// Why the host refused to send a packet the engine produced (it never
+/// left; the protocol's retries see it as lost).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum SendRefusal {
+    /// Larger than the link's MTU (`EMSGSIZE`): a path MTU above the link's.
+    TooLong,
+    /// No route to the destination (`ENETUNREACH`, `EHOSTUNREACH`,
+    /// `EADDRNOTAVAIL`).
+    Unreachable,
+    /// Anything else.
+    Other,
+}
+
 /// Counters of one QP or of the whole engine.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Counters {
@@ -78,6 +91,9 @@ pub struct Counters {
     pub drops: BTreeMap<DropReason, u64>,
     /// Malformed packets by wire error.
     pub malformed: BTreeMap<String, u64>,
+    /// Packets the host refused to send, by reason (counted by the driver
+    /// that sends them, [`crate::engine::Engine::note_send_refused`]).
+    pub send_refused: BTreeMap<SendRefusal, u64>,
 }
 
 impl Counters {

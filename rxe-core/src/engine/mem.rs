@@ -1058,14 +1058,14 @@ impl MemTable {
         if mw_type == MwType::Type2 && mw.binding.is_some() {
             return Err(MemError::AlreadyBound);
         }
+        // A window grants only remote rights (and may be zero-based); other
+        // bits, such as LOCAL_WRITE or MW_BIND, mean nothing for a window
+        // and are ignored, as the kernel's rxe_check_bind_mw does.
         let remote = Access::REMOTE_READ | Access::REMOTE_WRITE | Access::REMOTE_ATOMIC;
-        if !(remote | Access::ZERO_BASED).contains(bind.access) {
-            return Err(MemError::Access {
-                arg: "bind.access",
-                reason: "a window grants only REMOTE_READ, REMOTE_WRITE, REMOTE_ATOMIC \
-                         and ZERO_BASED",
-            });
-        }
+        let bind = &MwBind {
+            access: bind.access & (remote | Access::ZERO_BASED),
+            ..*bind
+        };
         if mw_type == MwType::Type1 && bind.access.contains(Access::ZERO_BASED) {
             return Err(MemError::Access {
                 arg: "bind.access",
@@ -2053,22 +2053,18 @@ mod tests {
             }
         ));
         assert!(t.bind_mw(PD, QPN, &bind(mw1, ro_lkey, IOVA, 8, r)).is_ok());
-        let err = fail(&mut t, PD, bind(mw, lkey, IOVA, 8, Access::LOCAL_WRITE));
-        assert!(matches!(
-            err,
-            MemError::Access {
-                arg: "bind.access",
-                ..
-            }
-        ));
-        let err = fail(&mut t, PD, bind(mw, lkey, IOVA, 8, Access::MW_BIND | r));
-        assert!(matches!(
-            err,
-            MemError::Access {
-                arg: "bind.access",
-                ..
-            }
-        ));
+        // Local rights in a bind mean nothing for a window and are ignored,
+        // as the kernel's rxe does (a type 1 window, so that `mw` stays free).
+        let mut k1 = mw1.wrapping_add(1); // the key the bind above gave mw1
+        for extra in [Access::LOCAL_WRITE, Access::MW_BIND | r] {
+            let k = t
+                .bind_mw(PD, QPN, &bind(k1, lkey, IOVA, 8, extra))
+                .expect("bind");
+            k1 = k;
+            let w = t.window(k).expect("window");
+            let b = w.binding.as_ref().expect("bound");
+            assert_eq!(b.access, extra & r, "{extra:?}");
+        }
         assert_eq!(
             fail(&mut t, PD, bind(mw, lkey, IOVA, 0, r)),
             MemError::ZeroLength

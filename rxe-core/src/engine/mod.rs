@@ -38,7 +38,7 @@ pub mod test_fault;
 pub mod timers;
 mod txpool;
 
-pub use counters::{Counters, DropReason};
+pub use counters::{Counters, DropReason, SendRefusal};
 pub use mem::{
     AtomicOp, KeyError, MemError, MemSlice, MemTable, MrKeys, PdId, RegionMemory, VecMemory,
 };
@@ -463,9 +463,25 @@ impl Engine {
         self.config.max_unacked_psns = n.clamp(1, crate::psn::PSN_HALF);
     }
 
+    /// Sets the port's active MTU, when its link changed: UD QPs created
+    /// after it use it, and connected QPs are checked against it at their
+    /// next `PATH_MTU`.
+    pub fn set_port_mtu(&mut self, mtu: Mtu) {
+        self.config.port_mtu = mtu;
+    }
+
     /// Sets [`EngineConfig::max_in_flight`] (at least 1).
     pub fn set_max_in_flight(&mut self, n: u32) {
         self.config.max_in_flight = n.max(1);
+    }
+
+    /// Counts a packet the host refused to send (the driver saw the
+    /// socket refuse it); returns how many were refused for that reason,
+    /// this one included.
+    pub fn note_send_refused(&mut self, why: SendRefusal) -> u64 {
+        let n = self.counters.send_refused.entry(why).or_default();
+        *n += 1;
+        *n
     }
 
     /// Engine-wide counters (every QP's packets are counted here too).
@@ -570,18 +586,47 @@ impl Engine {
         Ok(self.mem.bind_mw(pd, qpn, bind)?)
     }
 
-    /// Creates a completion queue of at least `cqe` entries.
+    /// Creates a completion queue of at least `cqe` entries; its capacity
+    /// is [`queue_slots`]`(cqe)`, as the kernel's rxe sizes it.
     pub fn create_cq(&mut self, cqe: u32) -> Result<CqId, EngineError> {
+        self.check_cqe(cqe)?;
+        let id = CqId(self.next_cq);
+        self.next_cq += 1;
+        self.cqs.insert(id, Cq::new(queue_slots(cqe) as usize));
+        Ok(id)
+    }
+
+    fn check_cqe(&self, cqe: u32) -> Result<(), EngineError> {
         if cqe == 0 || cqe > self.config.caps.max_cqe {
             return Err(invalid(
                 "cqe",
                 format!("must be 1..={}", self.config.caps.max_cqe),
             ));
         }
-        let id = CqId(self.next_cq);
-        self.next_cq += 1;
-        self.cqs.insert(id, Cq::new(cqe as usize));
-        Ok(id)
+        Ok(())
+    }
+
+    /// A CQ's capacity in completions.
+    pub fn cq_capacity(&self, cq: CqId) -> Result<u32, EngineError> {
+        let c = self.cqs.get(&cq).ok_or(EngineError::UnknownCq(cq))?;
+        Ok(c.capacity as u32)
+    }
+
+    /// Resizes a CQ to hold at least `cqe` completions (`ibv_resize_cq`),
+    /// up or down, keeping the completions it holds; returns the new
+    /// capacity. Fewer entries than it holds is an error, as in the kernel's
+    /// `rxe_cq_chk_attr`.
+    pub fn resize_cq(&mut self, cq: CqId, cqe: u32) -> Result<u32, EngineError> {
+        self.check_cqe(cqe)?;
+        let c = self.cqs.get_mut(&cq).ok_or(EngineError::UnknownCq(cq))?;
+        if (cqe as usize) < c.entries.len() {
+            return Err(invalid(
+                "cqe",
+                format!("{cqe}: the CQ holds {} completions", c.entries.len()),
+            ));
+        }
+        c.capacity = queue_slots(cqe) as usize;
+        Ok(c.capacity as u32)
     }
 
     /// Destroys a completion queue no QP uses.
@@ -646,31 +691,44 @@ impl Engine {
         limit: u32,
     ) -> Result<SrqId, EngineError> {
         self.check_pd(pd)?;
+        self.check_srq_wr(max_wr)?;
+        if max_sge > self.config.caps.max_srq_sge {
+            return Err(invalid(
+                "max_sge",
+                format!("at most {}", self.config.caps.max_srq_sge),
+            ));
+        }
+        let id = SrqId(self.next_srq);
+        self.next_srq += 1;
+        // As the kernel's rxe_srq_from_init: the ring rounded as every
+        // queue is, at least one scatter entry, the limit taken as given.
+        self.srqs.insert(
+            id,
+            Srq {
+                pd,
+                max_wr: queue_slots(max_wr) as usize,
+                max_sge: max_sge.max(1) as usize,
+                queue: VecDeque::new(),
+                limit,
+            },
+        );
+        Ok(id)
+    }
+
+    fn check_srq_wr(&self, max_wr: u32) -> Result<(), EngineError> {
         if max_wr == 0 || max_wr > self.config.caps.max_qp_wr {
             return Err(invalid(
                 "max_wr",
                 format!("must be 1..={}", self.config.caps.max_qp_wr),
             ));
         }
-        if max_sge == 0 || max_sge > self.config.caps.max_sge {
-            return Err(invalid(
-                "max_sge",
-                format!("must be 1..={}", self.config.caps.max_sge),
-            ));
-        }
-        let id = SrqId(self.next_srq);
-        self.next_srq += 1;
-        self.srqs.insert(
-            id,
-            Srq {
-                pd,
-                max_wr: max_wr as usize,
-                max_sge: max_sge as usize,
-                queue: VecDeque::new(),
-                limit,
-            },
-        );
-        Ok(id)
+        Ok(())
+    }
+
+    /// An SRQ's capacity and scatter entries per receive.
+    pub fn srq_size(&self, srq: SrqId) -> Result<(u32, u32), EngineError> {
+        let s = self.srqs.get(&srq).ok_or(EngineError::UnknownSrq(srq))?;
+        Ok((s.max_wr as u32, s.max_sge as u32))
     }
 
     /// Arms (limit > 0) or disarms the SRQ limit event (`ibv_modify_srq`).
@@ -684,6 +742,32 @@ impl Engine {
         }
         s.limit = limit;
         Ok(())
+    }
+
+    /// Resizes an SRQ to hold at least `max_wr` receives
+    /// (`ibv_modify_srq` with `IBV_SRQ_MAX_WR`), keeping those it holds
+    /// (never fewer than those); returns the new capacity.
+    pub fn resize_srq(&mut self, srq: SrqId, max_wr: u32) -> Result<u32, EngineError> {
+        self.check_srq_wr(max_wr)?;
+        let s = self
+            .srqs
+            .get_mut(&srq)
+            .ok_or(EngineError::UnknownSrq(srq))?;
+        if (max_wr as usize) < s.queue.len() {
+            return Err(invalid(
+                "max_wr",
+                format!("{max_wr}: the SRQ holds {} receives", s.queue.len()),
+            ));
+        }
+        // (as the kernel's rxe_srq_chk_attr: never below an armed limit)
+        if s.limit > 0 && max_wr < s.limit {
+            return Err(invalid(
+                "max_wr",
+                format!("{max_wr}: below the armed limit {}", s.limit),
+            ));
+        }
+        s.max_wr = queue_slots(max_wr) as usize;
+        Ok(s.max_wr as u32)
     }
 
     /// Destroys an SRQ no QP uses.
@@ -765,21 +849,30 @@ impl Engine {
         }
         let caps = &self.config.caps;
         let c = &init.cap;
-        if c.max_send_wr == 0 || c.max_send_wr > caps.max_qp_wr {
+        // The kernel's rxe_qp_chk_cap: zero-sized queues are fine (a
+        // send-only QP has no receive queue), and with an SRQ the receive
+        // caps are not looked at.
+        if c.max_send_wr > caps.max_qp_wr {
             return Err(invalid(
                 "cap.max_send_wr",
-                format!("must be 1..={}", caps.max_qp_wr),
+                format!("at most {}", caps.max_qp_wr),
             ));
         }
-        if init.srq.is_none() && (c.max_recv_wr == 0 || c.max_recv_wr > caps.max_qp_wr) {
-            return Err(invalid(
-                "cap.max_recv_wr",
-                format!("must be 1..={}", caps.max_qp_wr),
-            ));
-        }
-        if c.max_send_sge > caps.max_sge || c.max_recv_sge > caps.max_sge {
+        if c.max_send_sge > caps.max_sge {
             return Err(invalid(
                 "cap.max_send_sge",
+                format!("at most {} SGEs", caps.max_sge),
+            ));
+        }
+        if init.srq.is_none() && c.max_recv_wr > caps.max_qp_wr {
+            return Err(invalid(
+                "cap.max_recv_wr",
+                format!("at most {}", caps.max_qp_wr),
+            ));
+        }
+        if init.srq.is_none() && c.max_recv_sge > caps.max_sge {
+            return Err(invalid(
+                "cap.max_recv_sge",
                 format!("at most {} SGEs", caps.max_sge),
             ));
         }
@@ -800,6 +893,8 @@ impl Engine {
             capacity: self.qps.len(),
         })?;
         let initial_psn = Psn::new(self.rng.gen());
+        let mut init = init;
+        init.cap = init.cap.granted(init.srq.is_some());
         let mut qp = Qp::new(qpn, init, initial_psn);
         if init.qp_type == QpType::Ud {
             // A UD QP has no path MTU of its own (no UD transition accepts
@@ -869,7 +964,11 @@ impl Engine {
             attr,
             mask,
             &config.caps,
-            config.port_mtu,
+            // A path MTU up to the port's max_mtu, as the kernel's rxe
+            // checks it (not the active MTU: a larger one is the
+            // program's choice, and a datagram the link refuses is
+            // counted as send_refused TooLong)
+            Mtu::Mtu4096,
         )?;
         if mask.contains(QpAttrMask::AV) {
             if let Some(av) = &attr.av {

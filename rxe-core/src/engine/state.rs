@@ -87,10 +87,11 @@
 //!   the real state the call fails with [`ModifyError::CurStateMismatch`].
 //!   It is accepted only on the transitions into RTS (as in the kernel's
 //!   `ib_modify_qp_is_ok`, which refuses it outside RTR/RTS/SQD/SQE).
-//! * The table allows `ALT_PATH` and `PATH_MIG_STATE`, but RoCE soft devices
-//!   have neither alternate paths nor automatic path migration, so they are
-//!   refused with [`ModifyError::Unsupported`] rather than silently ignored.
-//!   `IBV_QP_CAP` (queue sizes) is never modifiable here.
+//! * The table allows `ALT_PATH`, but RoCE soft devices have no alternate
+//!   path, so it is refused with [`ModifyError::Unsupported`] rather than
+//!   silently ignored. `PATH_MIG_STATE` is taken where the table allows it
+//!   and changes nothing (no path migration happens; the kernel's rxe takes
+//!   it too). `IBV_QP_CAP` (queue sizes) is never modifiable here.
 //! * For UC, `REMOTE_READ` and `REMOTE_ATOMIC` in `ACCESS_FLAGS` are
 //!   accepted (the kernel accepts them) but mean nothing: UC carries no READ
 //!   or atomic operations.
@@ -150,9 +151,7 @@ const ALL_ATTRS: [QpAttrMask; 21] = [
 ];
 
 /// Attributes the table permits but this device refuses.
-const UNSUPPORTED: QpAttrMask = QpAttrMask::CAP
-    .union(QpAttrMask::ALT_PATH)
-    .union(QpAttrMask::PATH_MIG_STATE);
+const UNSUPPORTED: QpAttrMask = QpAttrMask::CAP.union(QpAttrMask::ALT_PATH);
 
 /// The access flags that mean something on a QP.
 const QP_ACCESS: Access = Access::LOCAL_WRITE
@@ -670,9 +669,6 @@ impl fmt::Display for ModifyError {
                     QpAttrMask::ALT_PATH => {
                         "RoCE soft devices have no alternate path (no automatic path migration)"
                     }
-                    QpAttrMask::PATH_MIG_STATE => {
-                        "RoCE soft devices do not support automatic path migration"
-                    }
                     _ => "this device does not support it",
                 };
                 write!(f, "{} is not supported: {why}", attr_name(attr))
@@ -791,7 +787,7 @@ fn check_value(
 ///    ([`ModifyError::CurStateMismatch`]).
 /// 2. The requested state (`attr.state` if `STATE` is in the mask, else
 ///    `current`) must be reachable ([`ModifyError::InvalidTransition`]).
-/// 3. No `CAP`, `ALT_PATH` or `PATH_MIG_STATE` ([`ModifyError::Unsupported`]).
+/// 3. No `CAP` or `ALT_PATH` ([`ModifyError::Unsupported`]).
 /// 4. Every required attribute present ([`ModifyError::MissingAttribute`]).
 /// 5. Nothing outside required | optional | `STATE`
 ///    ([`ModifyError::UnexpectedAttribute`]).
@@ -1207,11 +1203,14 @@ mod tests {
         let from = QpState::Rtr;
         let attr = good_attr(from, QpState::Rts);
         let base = QpAttrMask::STATE | transition(QpType::Rc, from, QpState::Rts).unwrap().required;
-        for bit in [QpAttrMask::ALT_PATH, QpAttrMask::PATH_MIG_STATE] {
-            let err = check(QpType::Rc, from, &attr, base | bit).unwrap_err();
-            assert_eq!(err, ModifyError::Unsupported { attr: bit });
-            assert!(err.to_string().contains("not supported"), "{err}");
-        }
+        let bit = QpAttrMask::ALT_PATH;
+        let err = check(QpType::Rc, from, &attr, base | bit).unwrap_err();
+        assert_eq!(err, ModifyError::Unsupported { attr: bit });
+        assert!(err.to_string().contains("not supported"), "{err}");
+        // PATH_MIG_STATE is taken where the table allows it (and means
+        // nothing without path migration), as the kernel's rxe takes it
+        let got = check(QpType::Rc, from, &attr, base | QpAttrMask::PATH_MIG_STATE);
+        assert_eq!(got, Ok(QpState::Rts));
         let err = check(QpType::Rc, from, &attr, base | QpAttrMask::CAP).unwrap_err();
         assert_eq!(
             err,

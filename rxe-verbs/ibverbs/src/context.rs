@@ -272,6 +272,8 @@ unsafe extern "C" fn query_device_ex(
             // SAFETY: plain data.
             let mut ex: ibv_device_attr_ex = unsafe { std::mem::zeroed() };
             ex.orig_attr = device_attr(&c.open.rx.query_device());
+            // the kernel's rxe reports its capability flags here too
+            ex.device_cap_flags_ex = u64::from(ex.orig_attr.device_cap_flags);
             ex.phys_port_cnt_ex = 1;
             let n = attr_size.min(size_of::<ibv_device_attr_ex>());
             // SAFETY: the program gave attr_size bytes at attr; we write n <= that.
@@ -374,9 +376,10 @@ pub unsafe extern "C" fn ibv_query_pkey(
             // SAFETY: the program's output.
             let out = unsafe { arg_mut(pkey, "pkey") }?;
             if index != 0 {
-                return Err(Fail::inval(
-                    "index",
-                    format!("{index}: the P_Key table has 1 entry"),
+                // (rdma-core reads pkeys/INDEX from sysfs: ENOENT past the table)
+                return Err(Fail::new(
+                    libc::ENOENT,
+                    format!("index {index}: the P_Key table has 1 entry"),
                 ));
             }
             *out = 0xffffu16.to_be();
@@ -389,45 +392,7 @@ pub unsafe extern "C" fn ibv_query_pkey(
 /// The index of the interface that has `addr`, as the kernel's GID table
 /// reports it (0 if none does).
 fn ifindex_of(addr: std::net::IpAddr) -> u32 {
-    let mut ifs: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills ifs with a list freed below.
-    if unsafe { libc::getifaddrs(&mut ifs) } != 0 {
-        return 0;
-    }
-    let mut found = 0;
-    let mut p = ifs;
-    while !p.is_null() {
-        // SAFETY: p walks the list getifaddrs made.
-        let i = unsafe { &*p };
-        // SAFETY: ifa_addr, when set, points to a sockaddr of its family.
-        let a = unsafe { i.ifa_addr.as_ref() }.and_then(|sa| match (sa.sa_family as i32, addr) {
-            (libc::AF_INET, std::net::IpAddr::V4(v4)) => {
-                // SAFETY: an AF_INET sockaddr is a sockaddr_in.
-                let sin = unsafe { &*(i.ifa_addr as *const libc::sockaddr_in) };
-                (u32::from_be(sin.sin_addr.s_addr) == u32::from(v4)).then_some(())
-            }
-            (libc::AF_INET6, std::net::IpAddr::V6(v6)) => {
-                // SAFETY: an AF_INET6 sockaddr is a sockaddr_in6.
-                let sin6 = unsafe { &*(i.ifa_addr as *const libc::sockaddr_in6) };
-                (sin6.sin6_addr.s6_addr == v6.octets()).then_some(())
-            }
-            _ => None,
-        });
-        if a.is_some() {
-            // SAFETY: ifa_name is the interface's NUL-terminated name.
-            found = unsafe { libc::if_nametoindex(i.ifa_name) };
-            break;
-        }
-        p = i.ifa_next;
-    }
-    // A loopback address other than 127.0.0.1 belongs to lo too.
-    if found == 0 && addr.is_loopback() {
-        // SAFETY: a NUL-terminated name.
-        found = unsafe { libc::if_nametoindex(c"lo".as_ptr()) };
-    }
-    // SAFETY: the list getifaddrs made.
-    unsafe { libc::freeifaddrs(ifs) };
-    found
+    rxe_verbs::interface_of(addr).map_or(0, |i| i.index)
 }
 
 fn gid_entry(c: &Ctx, index: u32, t: &[std::net::Ipv6Addr]) -> Option<ibv_gid_entry> {
@@ -468,9 +433,11 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
                 ));
             }
             let t = gid_table(c);
+            // Past the table EINVAL, as rdma-core's ibv_query_gid_ex
+            // answers for an index at or beyond gid_tbl_len.
             let e = gid_entry(c, gid_index, &t).ok_or_else(|| {
                 Fail::new(
-                    libc::ENODATA,
+                    libc::EINVAL,
                     format!(
                         "gid_index {gid_index}: the GID table has {} entries",
                         t.len()

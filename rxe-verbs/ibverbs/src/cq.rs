@@ -8,7 +8,7 @@ use crate::events::EventPipe;
 use crate::ffi::{guard, int_result, minus_one_result, note, ptr_result, set_errno, Fail};
 use crate::live::{self, Kind};
 use crate::sys::*;
-use crate::wr::{fill_wc, wc_flags, wc_opcode, wc_status};
+use crate::wr::{fill_wc, sl_of, wc_flags, wc_opcode, wc_status};
 use parking_lot::Mutex;
 use rxe_core::types::Completion;
 use rxe_verbs::{CompletionChannel, CompletionQueue};
@@ -109,6 +109,10 @@ pub struct Cq {
     pub current: Mutex<Option<Completion>>,
     /// QPs that use the CQ: destroying it before them is EBUSY.
     pub users: AtomicUsize,
+    /// What a UD receive completion carries in `sl`: the RoCE v2 L3 type
+    /// of its GRH area (2 IPv4, 1 IPv6), as mlx5 reports it and UCX reads
+    /// it (docs/divergences.md: the kernel's rxe leaves 0).
+    pub ud_sl: u8,
 }
 
 /// Our CQ behind a program's pointer, checked to be live.
@@ -175,6 +179,11 @@ fn create_cq(context: *mut ibv_context, a: CqArgs) -> Result<*mut Cq, Fail> {
         taken_any: AtomicBool::new(false),
         current: Mutex::new(None),
         users: AtomicUsize::new(0),
+        ud_sl: if c.open.rx.device().addr().is_ipv4() {
+            2
+        } else {
+            1
+        },
     }));
     if let Some(ch) = ch {
         ch.cqs.lock().insert(id, cq as usize);
@@ -223,9 +232,10 @@ unsafe extern "C" fn create_cq_ex(
             let a = unsafe { attr.as_ref() }.ok_or_else(|| Fail::inval("cq_attr", "NULL"))?;
             let known = IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD;
             if a.comp_mask & !known != 0 {
-                return Err(Fail::inval(
-                    "cq_attr->comp_mask",
-                    format!("{:#x} has unknown bits", a.comp_mask),
+                // EOPNOTSUPP, as rdma-core's ibv_cmd_create_cq_ex answers
+                return Err(Fail::new(
+                    libc::EOPNOTSUPP,
+                    format!("cq_attr->comp_mask: {:#x} has unknown bits", a.comp_mask),
                 ));
             }
             if a.comp_mask & IBV_CQ_INIT_ATTR_MASK_PD != 0 && !a.parent_domain.is_null() {
@@ -271,13 +281,11 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
             if cqe < 1 {
                 return Err(Fail::inval("cqe", format!("{cqe}: must be at least 1")));
             }
-            // SAFETY: the CQ's own field.
-            if cqe <= unsafe { (*c.cq.get()).cqe } {
-                return Ok(());
-            }
-            Err(Fail::unsupported(
-                "growing a completion queue (create it with the size it needs)",
-            ))
+            let n = c.rx.resize(cqe as u32)?;
+            // SAFETY: the CQ's own field; the program reads it only between
+            // its own calls (rdma-core's providers write it here too).
+            unsafe { (*c.cq.get()).cqe = n as c_int };
+            Ok(())
         });
         int_result("ibv_resize_cq", r)
     })
@@ -424,7 +432,7 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_w
             take(c, n, v);
             for (i, x) in v.iter().enumerate() {
                 // SAFETY: i < n entries the program gave.
-                unsafe { wc.add(i).write(fill_wc(x)) };
+                unsafe { wc.add(i).write(fill_wc(x, c.ud_sl)) };
             }
             v.len() as c_int
         })
@@ -543,8 +551,10 @@ unsafe extern "C" fn read_wc_flags(cq: *mut ibv_cq_ex) -> std::ffi::c_uint {
 unsafe extern "C" fn read_slid(_cq: *mut ibv_cq_ex) -> u32 {
     0
 }
-unsafe extern "C" fn read_sl(_cq: *mut ibv_cq_ex) -> u8 {
-    0
+unsafe extern "C" fn read_sl(cq: *mut ibv_cq_ex) -> u8 {
+    // SAFETY: the program's CQ.
+    let ud_sl = unsafe { cq_fast(cq.cast()) }.ud_sl;
+    current(cq, |x| sl_of(x, ud_sl))
 }
 unsafe extern "C" fn read_dlid_path_bits(_cq: *mut ibv_cq_ex) -> u8 {
     0

@@ -251,25 +251,39 @@ pub fn device_attr(d: &rxe_verbs::DeviceAttr) -> ibv_device_attr {
     a.hw_ver = d.hw_ver;
     a.max_qp = c.max_qp as c_int;
     a.max_qp_wr = c.max_qp_wr as c_int;
-    a.device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN
+    // The kernel's rxe's flags (RXE_DEVICE_CAP_FLAGS in rxe_param.h), so
+    // that a program that reads them takes the same paths on both: the
+    // counters exist (and stay 0), ports and path migration are its words
+    // too (ALT_PATH is refused with EINVAL on both).
+    a.device_cap_flags = IBV_DEVICE_BAD_PKEY_CNTR
+        | IBV_DEVICE_BAD_QKEY_CNTR
+        | IBV_DEVICE_AUTO_PATH_MIG
+        | IBV_DEVICE_CHANGE_PHY_PORT
+        | IBV_DEVICE_UD_AV_PORT_ENFORCE
+        | IBV_DEVICE_PORT_ACTIVE_EVENT
         | IBV_DEVICE_SYS_IMAGE_GUID
+        | IBV_DEVICE_RC_RNR_NAK_GEN
+        | IBV_DEVICE_SRQ_RESIZE
         | IBV_DEVICE_MEM_WINDOW
+        | IBV_DEVICE_MEM_MGT_EXTENSIONS
         | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
     a.max_sge = c.max_sge as c_int;
     a.max_sge_rd = c.max_sge as c_int;
-    a.max_cq = 1 << 16;
+    // Counts of objects as the kernel's rxe reports them (rxe_param.h);
+    // a process meets its own memory long before these.
+    a.max_cq = 1 << 20;
     a.max_cqe = c.max_cqe as c_int;
-    a.max_mr = 1 << 20;
-    a.max_pd = 1 << 16;
+    a.max_mr = 0x7ffff;
+    a.max_pd = 1 << 20;
     a.max_qp_rd_atom = c.max_qp_rd_atom as c_int;
-    a.max_res_rd_atom = c.max_qp_rd_atom as c_int * 1024;
+    a.max_res_rd_atom = 0x3f000;
     a.max_qp_init_rd_atom = c.max_qp_init_rd_atom as c_int;
     a.atomic_cap = IBV_ATOMIC_HCA;
     a.max_mw = c.max_mw as c_int;
-    a.max_ah = 1 << 16;
+    a.max_ah = 0x7fff;
     a.max_srq = c.max_srq as c_int;
     a.max_srq_wr = c.max_qp_wr as c_int;
-    a.max_srq_sge = c.max_sge as c_int;
+    a.max_srq_sge = c.max_srq_sge as c_int;
     a.max_pkeys = c.max_pkeys;
     a.local_ca_ack_delay = 15;
     a.phys_port_cnt = d.phys_port_cnt;
@@ -296,6 +310,8 @@ pub fn port_attr(p: &rxe_verbs::PortAttr) -> ibv_port_attr {
     a.active_speed = 1; // SDR, 2.5 Gb/s: what a soft device claims
     a.phys_state = 5; // LinkUp
     a.link_layer = IBV_LINK_LAYER_ETHERNET as u8;
+    // RoCE addresses every packet by GID: an AH or QP path needs the GRH
+    a.flags = 1; // IBV_QPF_GRH_REQUIRED
     a
 }
 

@@ -166,12 +166,16 @@ pub fn access_of(access: u32, arg: &str) -> Result<rxe_verbs::Access, Fail> {
         optional.trailing_zeros(),
         IBV_ACCESS_OPTIONAL_FIRST.trailing_zeros()
     );
-    let a = access & !optional;
+    // HUGETLB says how the memory was allocated, which changes nothing
+    // here (the kernel's rxe takes it too).
+    let a = access & !optional & !IBV_ACCESS_HUGETLB;
     if a & !KNOWN_ACCESS != 0 {
-        if a & (IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB) != 0 {
-            return Err(Fail::unsupported(format!(
-                "{arg} {access:#x} (on-demand paging, hugetlb and flush rights)"
-            )));
+        if a & IBV_ACCESS_ON_DEMAND != 0 {
+            // The kernel's uverbs answers EINVAL for a device without ODP.
+            return Err(Fail::inval(
+                arg,
+                format!("{access:#x}: on-demand paging is not supported"),
+            ));
         }
         return Err(Fail::inval(arg, format!("{access:#x} has unknown bits")));
     }
@@ -209,6 +213,54 @@ fn check_mapped(addr: usize, len: usize) -> Result<(), Fail> {
     Ok(())
 }
 
+/// The rkey a program sees: 0 for a region with no remote rights, as the
+/// kernel's rxe gives it (`rxe_mr_init`); no peer may use such a region, so
+/// its key is nothing to hand out.
+pub fn shown_rkey(access: rxe_verbs::Access, rkey: u32) -> u32 {
+    use rxe_verbs::Access as A;
+    if access.intersects(A::REMOTE_READ | A::REMOTE_WRITE | A::REMOTE_ATOMIC) {
+        rkey
+    } else {
+        0
+    }
+}
+
+/// Fails with EFAULT unless every byte of `[addr, addr + len)` lies in a
+/// writable mapping (`/proc/self/maps`), as the kernel's pinning for write
+/// would. Passes when the maps cannot be read.
+fn check_writable(addr: usize, len: usize) -> Result<(), Fail> {
+    let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
+        return Ok(());
+    };
+    let end = addr.saturating_add(len);
+    let mut at = addr;
+    for l in maps.lines() {
+        let mut f = l.split_whitespace();
+        let (Some(range), Some(perms)) = (f.next(), f.next()) else {
+            continue;
+        };
+        let Some((a, b)) = range.split_once('-') else {
+            continue;
+        };
+        let (Ok(a), Ok(b)) = (usize::from_str_radix(a, 16), usize::from_str_radix(b, 16)) else {
+            continue;
+        };
+        if a <= at && at < b {
+            if !perms.starts_with("rw") {
+                break;
+            }
+            at = b;
+            if at >= end {
+                return Ok(());
+            }
+        }
+    }
+    Err(Fail::new(
+        libc::EFAULT,
+        format!("[{addr:#x}, {end:#x}) is not all writable memory, and the region has LOCAL_WRITE"),
+    ))
+}
+
 fn reg_mr(
     pd: *mut ibv_pd,
     addr: *mut c_void,
@@ -218,16 +270,24 @@ fn reg_mr(
 ) -> Result<*mut ibv_mr, Fail> {
     let p = pd_of(pd)?;
     let acc = access_of(access, "access")?;
-    if addr.is_null() && length > 0 {
-        return Err(Fail::inval("addr", "NULL"));
+    // As the kernel's ib_umem_get: no empty regions, and the pages must be
+    // there (and writable, for a region the device may write).
+    if length == 0 {
+        return Err(Fail::inval("length", "0: a region has at least one byte"));
+    }
+    if addr.is_null() {
+        return Err(Fail::new(libc::EFAULT, "addr: NULL"));
     }
     check_mapped(addr as usize, length)?;
+    if acc.contains(rxe_verbs::Access::LOCAL_WRITE) {
+        check_writable(addr as usize, length)?;
+    }
     let mem = Arc::new(ProgramMemory {
         base: addr as usize,
         len: length,
     });
     let reg = p.rx.register_foreign(mem, iova, acc)?;
-    let (lkey, rkey) = (reg.lkey(), reg.rkey());
+    let (lkey, rkey) = (reg.lkey(), shown_rkey(acc, reg.rkey()));
     let mr = Box::into_raw(Box::new(Mr {
         mr: ibv_mr {
             context: p.pd.context,
@@ -323,6 +383,14 @@ pub unsafe extern "C" fn ibv_rereg_mr(
     access: c_int,
 ) -> c_int {
     guard("ibv_rereg_mr", IBV_REREG_MR_ERR_INPUT, || {
+        if flags == 0 && access == 0 && !mr.is_null() && live::is(Kind::Mr, mr as usize) {
+            // The kernel's uverbs refuses a re-registration that changes
+            // nothing: the command fails with EINVAL (after libibverbs'
+            // own checks of its arguments, which come first below).
+            crate::ffi::note("ibv_rereg_mr", "flags: 0 changes nothing");
+            crate::ffi::set_errno(libc::EINVAL);
+            return IBV_REREG_MR_ERR_CMD;
+        }
         let r = (|| {
             if mr.is_null() || !live::is(Kind::Mr, mr as usize) {
                 return Err(Fail::inval("mr", "not a registered memory region"));
@@ -331,6 +399,7 @@ pub unsafe extern "C" fn ibv_rereg_mr(
             if flags & !IBV_REREG_MR_FLAGS_SUPPORTED != 0 {
                 return Err(Fail::inval("flags", format!("{flags:#x} has unknown bits")));
             }
+
             if flags & IBV_REREG_MR_CHANGE_TRANSLATION != 0 && (addr.is_null() || length == 0) {
                 return Err(Fail::inval(
                     "addr",

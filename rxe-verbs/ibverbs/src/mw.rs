@@ -162,6 +162,15 @@ unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, b: *mut ibv_mw_bi
                     format!("{:#x}: a bind takes only SIGNALED and FENCE", b.send_flags),
                 ));
             }
+            // rdma-core's rxe provider refuses this before it posts (a
+            // type 1 window is never zero-based, o10-36.2.2); the region's
+            // rights are the bind's to check, with a completion.
+            if b.bind_info.mw_access_flags & IBV_ACCESS_ZERO_BASED != 0 {
+                return Err(Fail::inval(
+                    "mw_bind.bind_info.mw_access_flags",
+                    "ZERO_BASED: a type 1 window cannot be zero-based",
+                ));
+            }
             let new_rkey = inc_rkey(m.mw.rkey);
             let mut wr = SendWr::new(b.wr_id, SendOpcode::BindMw);
             wr.flags = SendFlags::from_bits_truncate(b.send_flags);

@@ -37,6 +37,9 @@ pub struct Qp {
     pub async_events: Arc<EventCount>,
     /// The work requests of an `ibv_wr_start` ... `ibv_wr_complete` batch.
     pub batch: Mutex<Batch>,
+    /// The `ibv_qp_attr_mask` bits some `ibv_modify_qp` has set:
+    /// `ibv_query_qp` shows the others as the kernel's rxe does, as zeroes.
+    pub applied: AtomicU32,
 }
 
 /// An extended-posting batch: the WRs so far, or the first error.
@@ -132,13 +135,11 @@ fn create_qp(pd: *mut ibv_pd, a: QpArgs) -> Result<*mut Qp, Fail> {
     };
     let rx = p.open.rx.create_qp(&p.rx, &init)?;
     let (_, got) = rx.query()?;
-    cap.max_send_wr = got.max_send_wr;
+    // What the kernel's create_qp answers: the queue depths asked for
+    // (ibv_query_qp shows the rounded ones the QP really has) and the send
+    // WQE's size in SGEs and inline bytes.
     cap.max_send_sge = got.max_send_sge;
     cap.max_inline_data = got.max_inline_data;
-    if srq.is_none() {
-        cap.max_recv_wr = got.max_recv_wr;
-        cap.max_recv_sge = got.max_recv_sge;
-    }
     // SAFETY: ibv_qp_ex is plain data (pointers, integers, optional
     // function pointers, pthread objects whose initializers are zeroes).
     let mut ex: ibv_qp_ex = unsafe { std::mem::zeroed() };
@@ -175,6 +176,7 @@ fn create_qp(pd: *mut ibv_pd, a: QpArgs) -> Result<*mut Qp, Fail> {
         srq: srq.map_or(std::ptr::null(), std::ptr::from_ref),
         async_events: async_events.clone(),
         batch: Mutex::new(Batch::default()),
+        applied: AtomicU32::new(0),
     }));
     p.users.fetch_add(1, Ordering::AcqRel);
     scq.users.fetch_add(1, Ordering::AcqRel);
@@ -318,7 +320,13 @@ fn modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> Result<(),
         x.cur_state = state_of(a.cur_qp_state, "attr->cur_qp_state")?;
     }
     if m.contains(QpAttrMask::ACCESS_FLAGS) {
-        x.access = access_of(a.qp_access_flags, "attr->qp_access_flags")?;
+        // Only the remote rights (and LOCAL_WRITE) mean anything for a QP;
+        // the kernel's rxe takes any other bits and ignores them.
+        let qp_bits = IBV_ACCESS_LOCAL_WRITE
+            | IBV_ACCESS_REMOTE_WRITE
+            | IBV_ACCESS_REMOTE_READ
+            | IBV_ACCESS_REMOTE_ATOMIC;
+        x.access = access_of(a.qp_access_flags & qp_bits, "attr->qp_access_flags")?;
     }
     if m.contains(QpAttrMask::AV) {
         x.av = Some(av_of(&a.ah_attr, "attr->ah_attr")?);
@@ -327,24 +335,32 @@ fn modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> Result<(),
         x.path_mtu = mtu_of(a.path_mtu)?;
     }
     if m.contains(QpAttrMask::ALT_PATH) {
-        return Err(Fail::unsupported("alternate paths (IBV_QP_ALT_PATH)"));
+        // EINVAL, as the kernel's rxe answers: it has no alternate path
+        return Err(Fail::inval(
+            "attr_mask",
+            "IBV_QP_ALT_PATH: the device has no alternate path",
+        ));
     }
     x.pkey_index = a.pkey_index;
     x.port = a.port_num;
     x.qkey = a.qkey;
+    // As the kernel's rxe takes them: the counts and the RNR timer are
+    // fields of 3 and 5 bits on the wire, so larger values are cut to
+    // them; PSNs are 24 bits; more responder resources than the device has
+    // are the device's maximum.
     x.timeout = a.timeout;
-    x.retry_cnt = a.retry_cnt;
-    x.rnr_retry = a.rnr_retry;
-    x.rq_psn = Psn::new(a.rq_psn);
-    x.sq_psn = Psn::new(a.sq_psn);
+    x.retry_cnt = a.retry_cnt.min(7);
+    x.rnr_retry = a.rnr_retry.min(7);
+    x.rq_psn = Psn::new(a.rq_psn & 0xff_ffff);
+    x.sq_psn = Psn::new(a.sq_psn & 0xff_ffff);
     x.max_rd_atomic = a.max_rd_atomic;
-    x.max_dest_rd_atomic = a.max_dest_rd_atomic;
-    x.min_rnr_timer = a.min_rnr_timer;
+    x.max_dest_rd_atomic = a
+        .max_dest_rd_atomic
+        .min(q.open.rx.query_device().caps.max_qp_rd_atom);
+    x.min_rnr_timer = a.min_rnr_timer & 0x1f;
     x.dest_qpn = a.dest_qp_num;
     x.en_sqd_async_notify = a.en_sqd_async_notify != 0;
     for (bit, v, name, max) in [
-        (QpAttrMask::RQ_PSN, a.rq_psn, "attr->rq_psn", 0xff_ffff),
-        (QpAttrMask::SQ_PSN, a.sq_psn, "attr->sq_psn", 0xff_ffff),
         (
             QpAttrMask::DEST_QPN,
             a.dest_qp_num,
@@ -357,30 +373,13 @@ fn modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> Result<(),
             "attr->timeout",
             31,
         ),
-        (
-            QpAttrMask::RETRY_CNT,
-            u32::from(a.retry_cnt),
-            "attr->retry_cnt",
-            7,
-        ),
-        (
-            QpAttrMask::RNR_RETRY,
-            u32::from(a.rnr_retry),
-            "attr->rnr_retry",
-            7,
-        ),
-        (
-            QpAttrMask::MIN_RNR_TIMER,
-            u32::from(a.min_rnr_timer),
-            "attr->min_rnr_timer",
-            31,
-        ),
     ] {
         if m.contains(bit) && v > max {
             return Err(Fail::inval(name, format!("{v} is more than {max}")));
         }
     }
     q.rx.modify(&x, m)?;
+    q.applied.fetch_or(mask, Ordering::AcqRel);
     if m.contains(QpAttrMask::STATE) {
         // SAFETY: the QP's own state field, which libibverbs also updates here.
         unsafe { (*q.qp.get()).qp_base.state = a.qp_state };
@@ -413,15 +412,32 @@ pub unsafe extern "C" fn ibv_query_qp(
                 ));
             }
             let (x, cap) = q.rx.query()?;
+            // An attribute no modify has set reads as the kernel's rxe shows
+            // it: zero (the path MTU 256), whatever the engine runs with.
+            let set = q.applied.load(Ordering::Acquire);
+            let has = |bit: u32| set & bit != 0;
+            let or0 = |bit: u32, v: u8| if has(bit) { v } else { 0 };
             // SAFETY: plain data.
             let mut o: ibv_qp_attr = unsafe { std::mem::zeroed() };
             o.qp_state = x.state.ibv_value();
             o.cur_qp_state = x.state.ibv_value();
-            o.path_mtu = x.path_mtu as ibv_mtu;
+            o.path_mtu = if has(IBV_QP_PATH_MTU) {
+                x.path_mtu as ibv_mtu
+            } else {
+                IBV_MTU_256
+            };
             o.path_mig_state = IBV_MIG_MIGRATED;
-            o.qkey = x.qkey;
-            o.rq_psn = x.rq_psn.value();
-            o.sq_psn = x.sq_psn.value();
+            o.qkey = if has(IBV_QP_QKEY) { x.qkey } else { 0 };
+            o.rq_psn = if has(IBV_QP_RQ_PSN) {
+                x.rq_psn.value()
+            } else {
+                0
+            };
+            o.sq_psn = if has(IBV_QP_SQ_PSN) {
+                x.sq_psn.value()
+            } else {
+                0
+            };
             o.dest_qp_num = x.dest_qpn;
             o.qp_access_flags = x.access.bits();
             let c = ibv_qp_cap {
@@ -435,16 +451,18 @@ pub unsafe extern "C" fn ibv_query_qp(
             if let Some(av) = &x.av {
                 o.ah_attr = ah_attr_of(av);
             }
+            // RoCE: every path has a GRH
+            o.ah_attr.is_global = 1;
             o.pkey_index = x.pkey_index;
             o.en_sqd_async_notify = u8::from(x.en_sqd_async_notify);
             o.sq_draining = 0;
-            o.max_rd_atomic = x.max_rd_atomic;
-            o.max_dest_rd_atomic = x.max_dest_rd_atomic;
-            o.min_rnr_timer = x.min_rnr_timer;
-            o.port_num = x.port;
-            o.timeout = x.timeout;
-            o.retry_cnt = x.retry_cnt;
-            o.rnr_retry = x.rnr_retry;
+            o.max_rd_atomic = or0(IBV_QP_MAX_QP_RD_ATOMIC, x.max_rd_atomic);
+            o.max_dest_rd_atomic = or0(IBV_QP_MAX_DEST_RD_ATOMIC, x.max_dest_rd_atomic);
+            o.min_rnr_timer = or0(IBV_QP_MIN_RNR_TIMER, x.min_rnr_timer);
+            o.port_num = or0(IBV_QP_PORT, x.port);
+            o.timeout = or0(IBV_QP_TIMEOUT, x.timeout);
+            o.retry_cnt = or0(IBV_QP_RETRY_CNT, x.retry_cnt);
+            o.rnr_retry = or0(IBV_QP_RNR_RETRY, x.rnr_retry);
             // SAFETY: checked non-NULL; the program's outputs.
             unsafe {
                 attr.write(o);
@@ -711,16 +729,26 @@ pub unsafe extern "C" fn ibv_create_srq(
                     format!("{}: must be 1 to {}", a.attr.max_wr, caps.max_qp_wr),
                 ));
             }
-            if a.attr.max_sge == 0 || a.attr.max_sge > caps.max_sge {
+            if a.attr.max_sge > caps.max_srq_sge {
                 return Err(Fail::inval(
                     "srq_init_attr->attr.max_sge",
-                    format!("{}: must be 1 to {}", a.attr.max_sge, caps.max_sge),
+                    format!("{}: at most {}", a.attr.max_sge, caps.max_srq_sge),
                 ));
             }
-            let rx = p.open.rx.create_srq(&p.rx, a.attr.max_wr, a.attr.max_sge)?;
+            let rx = p.open.rx.create_srq_with_limit(
+                &p.rx,
+                a.attr.max_wr,
+                a.attr.max_sge,
+                a.attr.srq_limit,
+            )?;
+            // What it holds (the ring rounded, at least one SGE); the
+            // program sees the SGE count (not the rounded size), as the
+            // kernel's create_srq answers.
+            let (max_wr, max_sge) = rx.size().unwrap_or((a.attr.max_wr, a.attr.max_sge));
+            a.attr.max_sge = max_sge;
             let c = ctx_of(p.pd.context)?;
             let async_events = Arc::new(EventCount::default());
-            let limit = Arc::new(AtomicU32::new(0));
+            let limit = Arc::new(AtomicU32::new(a.attr.srq_limit));
             let id = rx.id();
             let s = Box::into_raw(Box::new(Srq {
                 srq: ibv_srq {
@@ -738,8 +766,8 @@ pub unsafe extern "C" fn ibv_create_srq(
                 open: p.open.clone(),
                 pd: std::ptr::from_ref(p),
                 attr: Mutex::new(ibv_srq_attr {
-                    max_wr: a.attr.max_wr,
-                    max_sge: a.attr.max_sge,
+                    max_wr,
+                    max_sge,
                     srq_limit: 0,
                 }),
                 async_events: async_events.clone(),
@@ -772,17 +800,11 @@ pub unsafe extern "C" fn ibv_modify_srq(
         let r = srq_of(srq).and_then(|s| {
             // SAFETY: the program's attributes.
             let a = unsafe { attr.as_ref() }.ok_or_else(|| Fail::inval("srq_attr", "NULL"))?;
+            // Other mask bits are ignored, as the kernel's rxe_modify_srq does.
             let mask = mask as u32;
-            if mask & !(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT) != 0 {
-                return Err(Fail::inval(
-                    "srq_attr_mask",
-                    format!("{mask:#x} has unknown bits"),
-                ));
-            }
             if mask & IBV_SRQ_MAX_WR != 0 {
-                return Err(Fail::unsupported(
-                    "resizing a shared receive queue (IBV_SRQ_MAX_WR)",
-                ));
+                let n = s.rx.resize(a.max_wr)?;
+                s.attr.lock().max_wr = n;
             }
             if mask & IBV_SRQ_LIMIT != 0 {
                 let max = s.attr.lock().max_wr;
@@ -896,6 +918,10 @@ fn create_ah(pd: *mut ibv_pd, attr: *const ibv_ah_attr) -> Result<*mut ibv_ah, F
     let p = pd_of(pd)?;
     // SAFETY: the program's attributes.
     let a = unsafe { attr.as_ref() }.ok_or_else(|| Fail::inval("attr", "NULL"))?;
+    if a.port_num == 0 {
+        // the kernel's rdma_ah_attr checks refuse port 0
+        return Err(Fail::inval("attr", "port_num 0: the device's port is 1"));
+    }
     let av = av_of(a, "attr")?;
     let rx = p.rx.create_ah(av)?;
     let ah = Box::into_raw(Box::new(Ah {

@@ -54,7 +54,17 @@ pub fn wc_flags(c: &Completion) -> c_uint {
     f
 }
 
-pub fn fill_wc(c: &Completion) -> ibv_wc {
+/// A completion's `sl`: for a UD receive (its buffer starts with a GRH
+/// area) the RoCE v2 L3 type `ud_sl`, else 0.
+pub fn sl_of(c: &Completion, ud_sl: u8) -> u8 {
+    if c.grh {
+        ud_sl
+    } else {
+        0
+    }
+}
+
+pub fn fill_wc(c: &Completion, ud_sl: u8) -> ibv_wc {
     ibv_wc {
         wr_id: c.wr_id,
         status: wc_status(c.status),
@@ -75,7 +85,7 @@ pub fn fill_wc(c: &Completion) -> ibv_wc {
         wc_flags: wc_flags(c),
         pkey_index: c.pkey_index,
         slid: 0,
-        sl: 0,
+        sl: sl_of(c, ud_sl),
         dlid_path_bits: 0,
     }
 }
@@ -272,6 +282,19 @@ pub unsafe fn send_wr(w: &ibv_send_wr, q: SendLimits) -> Result<SendWr, Fail> {
                 wr.rkey = w.wr.atomic.rkey;
                 wr.compare_add = w.wr.atomic.compare_add;
                 wr.swap = w.wr.atomic.swap;
+                // rdma-core's rxe provider refuses these at the post
+                // (validate_send_wr): an atomic moves 8 aligned bytes.
+                let len: u64 = wr.sg_list.iter().map(|s| u64::from(s.length)).sum();
+                if len < 8 || wr.remote_addr & 7 != 0 {
+                    return Err(Fail::inval(
+                        "wr.wr.atomic",
+                        format!(
+                            "remote_addr {:#x} and {len} bytes: an atomic needs an 8-byte \
+                             aligned address and 8 bytes",
+                            wr.remote_addr
+                        ),
+                    ));
+                }
             }
             _ => {}
         }

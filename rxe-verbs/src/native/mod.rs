@@ -43,6 +43,7 @@ use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_int, c_void, CStr};
 use std::net::Ipv6Addr;
 use std::ptr;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -496,6 +497,7 @@ impl NContext {
             max_pkeys: da.max_pkeys,
             max_msg_size: pa.max_msg_sz,
             max_srq: da.max_srq.max(0) as u32,
+            max_srq_sge: da.max_srq_sge.max(0) as u32,
             max_mw: da.max_mw.max(0) as u32,
         };
         let attr = DeviceAttr {
@@ -1024,7 +1026,7 @@ pub(crate) struct NCq {
     ctx: Arc<NContext>,
     cq: *mut ibv_cq,
     pub id: u32,
-    pub capacity: u32,
+    capacity: AtomicU32,
     _channel: Option<Arc<NChannel>>,
 }
 
@@ -1061,11 +1063,34 @@ impl NCq {
             ctx: ctx.clone(),
             cq,
             id,
-            capacity: (real.max(0) as u32).max(cqe),
+            capacity: AtomicU32::new((real.max(0) as u32).max(cqe)),
             _channel: channel.cloned(),
         });
         ctx.cqs.lock().insert(id, Arc::downgrade(&c));
         Ok(c)
+    }
+
+    pub fn capacity(&self) -> u32 {
+        self.capacity.load(Ordering::Acquire)
+    }
+
+    /// `ibv_resize_cq`; the new capacity is what the provider reports.
+    pub fn resize(&self, cqe: u32) -> Result<u32, Error> {
+        let cqe_c = c_int::try_from(cqe).map_err(|_| invalid("cqe", "too large"))?;
+        let resize = self
+            .ctx
+            .v
+            .resize_cq
+            .ok_or_else(|| unsupported("ibv_resize_cq (the system's libibverbs lacks it)"))?;
+        // SAFETY: live CQ of a live context.
+        let rc = unsafe { resize(self.cq, cqe_c) };
+        if rc != 0 {
+            return Err(os_error("ibv_resize_cq", self.ctx.name(), rc));
+        }
+        // SAFETY: the CQ's own field, which the provider updated.
+        let n = (unsafe { (*self.cq).cqe }.max(0) as u32).max(cqe);
+        self.capacity.store(n, Ordering::Release);
+        Ok(n)
     }
 
     /// `ibv_poll_cq`: `cq->context->ops.poll_cq(cq, n, wc)`.
@@ -1186,8 +1211,32 @@ impl NSrq {
             max_sge: 0,
             srq_limit: limit,
         };
+        self.modify(&mut a, IBV_SRQ_LIMIT)
+    }
+
+    /// `ibv_modify_srq` with `IBV_SRQ_MAX_WR`; the new capacity is what the
+    /// provider then reports.
+    pub fn resize(&self, max_wr: u32) -> Result<u32, Error> {
+        let mut a = ibv_srq_attr {
+            max_wr,
+            max_sge: 0,
+            srq_limit: 0,
+        };
+        self.modify(&mut a, IBV_SRQ_MAX_WR)?;
+        let Some(query) = self.ctx.v.query_srq else {
+            return Ok(max_wr);
+        };
+        // SAFETY: live SRQ; `a` is written by the provider.
+        let rc = unsafe { query(self.srq, &mut a) };
+        if rc != 0 {
+            return Err(os_error("ibv_query_srq", self.ctx.name(), rc_errno(rc)));
+        }
+        Ok(a.max_wr.max(max_wr))
+    }
+
+    fn modify(&self, a: &mut ibv_srq_attr, mask: c_int) -> Result<(), Error> {
         // SAFETY: live SRQ, valid attributes.
-        let rc = unsafe { (self.ctx.v.modify_srq)(self.srq, &mut a, IBV_SRQ_LIMIT) };
+        let rc = unsafe { (self.ctx.v.modify_srq)(self.srq, a, mask) };
         if rc == 0 {
             Ok(())
         } else {

@@ -35,7 +35,9 @@ fn guid(g: u64) -> String {
 fn attrs(d: &Device) -> Result<(DeviceAttr, PortAttr), String> {
     match d.kind() {
         DeviceKind::Soft => {
-            let config = EngineConfig::new(d.addr(), 0);
+            let mut config = EngineConfig::new(d.addr(), 0);
+            // what a context opened now would have: its link's MTU
+            config.port_mtu = d.active_mtu();
             Ok((
                 DeviceAttr::new_for(d, &config.caps),
                 PortAttr::new_for(d, &config),

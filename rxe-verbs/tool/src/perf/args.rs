@@ -165,7 +165,8 @@ pub struct Args {
     /// Number of QPs (BW tests).
     #[arg(short = 'q', long = "qp", default_value_t = 1)]
     qp: u32,
-    /// MTU size: 256 - 4096 (default: the port's active MTU, 4096).
+    /// MTU size: 256 - 4096 (default: the port's active MTU: 4096 on
+    /// loopback, 1024 on a 1500-byte link).
     #[arg(short = 'm', long)]
     mtu: Option<u32>,
     /// Size of the send queue (default 128 for BW tests, 1 for latency).
@@ -312,7 +313,9 @@ impl Config {
         let kind = a.test.kind();
         let lat = kind == Kind::Lat;
         let mtu = match a.mtu {
-            None => Mtu::Mtu4096,
+            // as perftest takes the port's active MTU (on a native device
+            // Device reports 4096; the port's own is what query_port says)
+            None => device.active_mtu(),
             Some(m) => Mtu::from_bytes(m as usize).ok_or(format!(" Invalid MTU - {m} "))?,
         };
         if a.port == 4791 {

@@ -82,8 +82,9 @@ impl Resources {
             .alloc_mr(2 * slots * half, access)
             .map_err(|e| format!("Couldn't allocate MR: {e}"))?;
         let channel = cfg.events.then(|| ctx.create_comp_channel());
-        let cqe = (cfg.tx_depth * cfg.qps + 16).min(65535);
-        let rcqe = (cfg.rx_depth * cfg.qps + 16).min(65535);
+        let max_cqe = ctx.query_device().caps.max_cqe;
+        let cqe = (cfg.tx_depth * cfg.qps + 16).min(max_cqe);
+        let rcqe = (cfg.rx_depth * cfg.qps + 16).min(max_cqe);
         let send_cq = ctx
             .create_cq(cqe, channel.as_ref())
             .map_err(|e| format!("Couldn't create CQ: {e}"))?;
@@ -441,7 +442,7 @@ fn run_roce(cfg: &Config) -> Res<Vec<Measured>> {
         println!(
             " counters: sent {} received {} retransmitted {} retry timeouts {} \
              seq errors sent {} received {} out of sequence {} duplicates {} RNR sent {} received {} dropped {} {:?} \
-             held posts {}",
+             refused by the host {:?} held posts {}",
             c.sent_pkts,
             c.rcvd_pkts,
             c.retransmitted_pkts,
@@ -454,6 +455,7 @@ fn run_roce(cfg: &Config) -> Res<Vec<Measured>> {
             c.rcvd_rnr_err,
             c.dropped(),
             c.drops,
+            c.send_refused,
             res.ctx.held_posts()
         );
     }
