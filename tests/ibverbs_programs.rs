@@ -24,7 +24,9 @@ fn rxe_bin() -> &'static Path {
     BIN.get_or_init(|| {
         let files =
             // Optimised, as users build them (see rxe_tests::dropin_library).
-            rxe_tests::cargo_build(&["--release", "-p", "rxe-tool", "-p", "rxe-ibverbs"]);
+            rxe_tests::cargo_build(&[
+                "--release", "-p", "rxe-tool", "-p", "rxe-ibverbs", "-p", "rxe-devview",
+            ]);
         let bin = files
             .into_iter()
             .find(|f| f.file_name().is_some_and(|n| n == "rxe"))

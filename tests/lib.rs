@@ -72,7 +72,9 @@ pub fn rxe_bin() -> &'static std::path::Path {
 pub fn dropin_library() -> &'static std::path::Path {
     static LIB: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     LIB.get_or_init(|| {
-        cargo_build(&["--release", "-p", "rxe-ibverbs"])
+        // (with the device view's shim, which `rxe exec` preloads from
+        // beside the library)
+        cargo_build(&["--release", "-p", "rxe-ibverbs", "-p", "rxe-devview"])
             .into_iter()
             .find(|f| f.file_name().is_some_and(|n| n == "libibverbs.so"))
             .expect("cargo reported no libibverbs.so")

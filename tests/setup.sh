@@ -7,7 +7,8 @@
 #
 #   * Debian packages (apt-get; `apt-get update` only when one is missing):
 #     ibverbs-utils perftest libibverbs-dev librdmacm-dev python3-pyverbs
-#     rdmacm-utils binutils (objdump) gcc chromium chromium-driver.
+#     rdmacm-utils binutils (objdump) gcc chromium chromium-driver ucx-utils
+#     (ucx_info and ucx_perftest, tests/middleware.rs).
 #     python3-pyverbs is for Debian's /usr/bin/python3, which need not be
 #     the `python3` on PATH; chromium and its chromedriver are the headless
 #     browser of tests/ladder_browser.rs.
@@ -27,7 +28,7 @@ cd "$(dirname "$0")/.."   # not tests/: its scapy/ folder is not the package
 
 PY=${RXE_PYTHON:-python3}
 DEB_PACKAGES=(ibverbs-utils perftest libibverbs-dev librdmacm-dev python3-pyverbs
-              rdmacm-utils binutils gcc chromium chromium-driver)
+              rdmacm-utils binutils gcc chromium chromium-driver ucx-utils)
 
 say() { echo "setup: $*" >&2; }
 

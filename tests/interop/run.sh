@@ -127,7 +127,7 @@ ls -1dt "$WORK"/runs/*/ 2>/dev/null | grep -vxF "$OUT/" | tail -n +"${RXE_INTERO
 say "== build ($(elapsed)s)"
 # (--lib: without it the target filters skip rxe-ibverbs, the drop-in
 # libibverbs.so that `rxe exec` runs Debian's programs on, a cdylib)
-( cd "$ROOT" && cargo build --release -q -p rxe-verbs -p rxe-ibverbs -p rxe-tool --lib --bins --example backend_exchange ) >"$LOGS/build-rxe.log" 2>&1 ||
+( cd "$ROOT" && cargo build --release -q -p rxe-verbs -p rxe-ibverbs -p rxe-devview -p rxe-tool --lib --bins --example backend_exchange ) >"$LOGS/build-rxe.log" 2>&1 ||
     { cat "$LOGS/build-rxe.log"; say "interop: building rxe failed"; exit 1; }
 [ -f "$ROOT/target/release/libibverbs.so" ] || { say "interop: the build left no target/release/libibverbs.so (rxe-ibverbs)"; exit 1; }
 # the peer is its own workspace; share the workspace's lock file and target dir

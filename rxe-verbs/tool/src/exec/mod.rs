@@ -12,7 +12,16 @@
 //! * `LD_LIBRARY_PATH=DIR` where `DIR/libibverbs.so.1` and
 //!   `DIR/librdmacm.so.1` are symbolic links to the drop-in
 //!   (`rxe exec --print-env` prints the exact lines);
-//! * `RXE_DEVICES=rxe0=ADDR,rxe1=ADDR,...`.
+//! * `RXE_DEVICES=rxe0=ADDR,rxe1=ADDR,...`;
+//! * the device view (unless `--no-device-view`): `LD_PRELOAD` gains
+//!   `librxe_devview.so` (beside the drop-in), and `RXE_DEVVIEW=DIR` names
+//!   a tree of what the kernel would show of each device under
+//!   `/sys/class/infiniband`, `/sys/class/infiniband_verbs` and
+//!   `/dev/infiniband` ([`view`]), which middleware such as UCX and Open
+//!   MPI reads before it uses a device. Programs the program starts
+//!   (mpirun's ranks, a shell's children) inherit all of it.
+
+mod view;
 
 use clap::Parser;
 use std::ffi::OsString;
@@ -35,6 +44,10 @@ pub struct Args {
     /// run nothing.
     #[arg(long)]
     print_env: bool,
+    /// No device view: leave LD_PRELOAD alone, so that paths under
+    /// /sys/class/infiniband and /dev/infiniband are the system's.
+    #[arg(long)]
+    no_device_view: bool,
     /// The program and its arguments.
     #[arg(last = true, value_name = "PROGRAM [ARGS]...")]
     command: Vec<OsString>,
@@ -107,35 +120,66 @@ fn link_in(dir: &Path, lib: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// The environment the program gets.
-fn environment(args: &Args, dir: &Path) -> Vec<(String, OsString)> {
-    let mut path = OsString::from(dir);
-    if let Some(old) = std::env::var_os("LD_LIBRARY_PATH").filter(|p| !p.is_empty()) {
-        path.push(":");
-        path.push(old);
+/// `name`, prepended to the colon-separated list in environment variable `var`.
+fn prepend(var: &str, name: &OsString) -> OsString {
+    let mut v = name.clone();
+    if let Some(old) = std::env::var_os(var).filter(|p| !p.is_empty()) {
+        v.push(":");
+        v.push(old);
     }
-    let devices = args
+    v
+}
+
+/// The environment the program gets.
+fn environment(args: &Args, dir: &Path, lib: &Path) -> Result<Vec<(String, OsString)>, String> {
+    let named: Vec<(String, IpAddr)> = args
         .devices
         .iter()
         .enumerate()
-        .map(|(i, a)| format!("rxe{i}={a}"))
+        .map(|(i, a)| (format!("rxe{i}"), *a))
+        .collect();
+    let devices = named
+        .iter()
+        .map(|(n, a)| format!("{n}={a}"))
         .collect::<Vec<_>>()
         .join(",");
-    vec![
-        ("LD_LIBRARY_PATH".to_string(), path),
+    let mut env = vec![
+        (
+            "LD_LIBRARY_PATH".to_string(),
+            prepend("LD_LIBRARY_PATH", &dir.into()),
+        ),
         ("RXE_DEVICES".to_string(), devices.into()),
-    ]
+    ];
+    if !args.no_device_view {
+        let shim = lib.with_file_name("librxe_devview.so");
+        if !shim.exists() {
+            return Err(format!(
+                "{} does not exist: build it with `cargo build --release` (or run \
+                 with --no-device-view)",
+                shim.display()
+            ));
+        }
+        let tree = view::tree(&named)?;
+        env.push((
+            "LD_PRELOAD".to_string(),
+            prepend("LD_PRELOAD", &shim.into()),
+        ));
+        env.push(("RXE_DEVVIEW".to_string(), tree.into()));
+    }
+    Ok(env)
 }
 
 pub fn run(args: &Args) -> ExitCode {
-    let dir = match library(args).and_then(|l| loader_dir(&l)) {
-        Ok(d) => d,
+    let env = match library(args)
+        .and_then(|l| Ok((loader_dir(&l)?, l)))
+        .and_then(|(dir, lib)| environment(args, &dir, &lib))
+    {
+        Ok(e) => e,
         Err(e) => {
             eprintln!("rxe exec: {e}");
             return ExitCode::from(2);
         }
     };
-    let env = environment(args, &dir);
     if args.print_env {
         for (k, v) in &env {
             println!("export {k}='{}'", v.to_string_lossy());

@@ -1,0 +1,324 @@
+//! Middleware over rxe-rs, unmodified (issue 32): the device view that
+//! `rxe exec` gives programs (`rxe-verbs/devview`: `/dev/infiniband` and
+//! `/sys/class/infiniband`), and Debian's UCX 1.13 on it: `ucx_info` finds
+//! the soft device, and `ucx_perftest` pairs (a server and a client process
+//! on 127.0.6.x) run UCT's rc_verbs and ud_verbs and UCP over them with
+//! UCX's defaults, the device chosen with `UCX_NET_DEVICES` only.
+//!
+//! `ucx-utils` comes from `bash tests/setup.sh`; a missing program fails
+//! the test unless `RXE_SKIP_MIDDLEWARE_TESTS=1` says to skip.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// The `rxe` executable with the drop-in and the device view's shim beside it.
+fn rxe_bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        rxe_tests::cargo_build(&[
+            "--release",
+            "-p",
+            "rxe-tool",
+            "-p",
+            "rxe-ibverbs",
+            "-p",
+            "rxe-devview",
+        ])
+        .into_iter()
+        .find(|f| f.file_name().is_some_and(|n| n == "rxe"))
+        .expect("cargo reported no rxe executable")
+    })
+}
+
+/// False (after saying why) when the tests are to be skipped; panics when
+/// `program` is missing and they are not.
+fn have(program: &str) -> bool {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()));
+    if found {
+        return true;
+    }
+    if std::env::var("RXE_SKIP_MIDDLEWARE_TESTS").is_ok_and(|v| v == "1") {
+        eprintln!("skipped: {program} is not installed (RXE_SKIP_MIDDLEWARE_TESTS=1)");
+        return false;
+    }
+    panic!(
+        "{program} is not installed: run `bash tests/setup.sh` (or set \
+         RXE_SKIP_MIDDLEWARE_TESTS=1)"
+    );
+}
+
+/// `rxe exec -d ADDR -- ARGS` with `env` added, started.
+fn exec(addr: &str, env: &[(&str, &str)], args: &[&str]) -> Child {
+    Command::new(rxe_bin())
+        .args(["exec", "-d", addr, "--"])
+        .args(args)
+        .env_remove("RXE_DEVICES")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {args:?}: {e}"))
+}
+
+/// Waits for `c` at most `limit` (then kills it); its success and output.
+fn finish(mut c: Child, limit: Duration) -> (bool, String) {
+    let start = Instant::now();
+    let ok = loop {
+        if let Some(s) = c.try_wait().unwrap() {
+            break s.success();
+        }
+        if start.elapsed() > limit {
+            let _ = c.kill();
+            let _ = c.wait();
+            break false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut out = String::new();
+    c.stdout.take().unwrap().read_to_string(&mut out).unwrap();
+    c.stderr.take().unwrap().read_to_string(&mut out).unwrap();
+    (ok, out)
+}
+
+/// One program under `rxe exec`, to its end.
+fn run(addr: &str, args: &[&str]) -> (bool, String) {
+    finish(exec(addr, &[], args), Duration::from_secs(30))
+}
+
+#[test]
+fn the_device_view_shows_a_device_node_and_sysfs_files_and_nothing_else_changes() {
+    let a = "127.0.6.2";
+    // a character device the program may read and write, also to calls
+    // that do not follow links
+    let (ok, out) = run(a, &["stat", "-c", "%F %a", "/dev/infiniband/uverbs0"]);
+    assert!(ok, "{out}");
+    assert_eq!(out.trim(), "character special file 666");
+    let (ok, out) = run(
+        a,
+        &[
+            "test",
+            "-r",
+            "/dev/infiniband/uverbs0",
+            "-a",
+            "-w",
+            "/dev/infiniband/uverbs0",
+        ],
+    );
+    assert!(ok, "{out}");
+    // what UCX, Open MPI and hwloc read, through fopen, open and readlink
+    let ib = "/sys/class/infiniband/rxe0";
+    let (ok, out) = run(
+        a,
+        &[
+            "cat",
+            &format!("{ib}/ports/1/gid_attrs/types/0"),
+            &format!("{ib}/ports/1/gids/0"),
+            &format!("{ib}/ports/1/state"),
+            &format!("{ib}/ports/1/link_layer"),
+            &format!("{ib}/node_type"),
+            "/sys/class/infiniband_verbs/uverbs0/ibdev",
+        ],
+    );
+    assert!(ok, "{out}");
+    assert_eq!(
+        out,
+        "RoCE v2\n0000:0000:0000:0000:0000:ffff:7f00:0602\n4: ACTIVE\nEthernet\n1: CA\nrxe0\n"
+    );
+    let (ok, out) = run(a, &["readlink", &format!("{ib}/device/driver")]);
+    assert!(ok && out.trim().ends_with("/rxe_rs"), "{out}");
+    // realpath answers in the program's terms
+    let (ok, out) = run(a, &["realpath", &format!("{ib}/ports/1/../1/state")]);
+    assert!(ok, "{out}");
+    assert_eq!(out.trim(), format!("{ib}/ports/1/state"));
+    // the node GUID is the one the drop-in reports
+    let (ok, guid) = run(a, &["cat", &format!("{ib}/node_guid")]);
+    assert!(ok, "{guid}");
+    let (ok, info) = run(a, &["ibv_devinfo", "-d", "rxe0"]);
+    assert!(
+        ok && info.contains(&format!("node_guid:\t\t\t{}", guid.trim())),
+        "{info}"
+    );
+    // a path the view does not hold is ENOENT, as from sysfs
+    let (ok, out) = run(a, &["cat", &format!("{ib}/ports/2/state")]);
+    assert!(!ok && out.contains("No such file or directory"), "{out}");
+    // programs the program starts see it too
+    let (ok, out) = run(
+        a,
+        &["sh", "-c", &format!("cat {ib}/ports/1/gid_attrs/types/0")],
+    );
+    assert!(ok && out == "RoCE v2\n", "{out}");
+    // every other path is what it is without the view
+    let outside = [
+        "/etc/hostname",
+        "/proc/self/status",
+        "/sys/class/net/lo/mtu",
+    ];
+    for p in outside {
+        let (ok, with) = run(a, &["stat", "-L", "-c", "%d %i %s %F", p]);
+        let without = Command::new("stat")
+            .args(["-L", "-c", "%d %i %s %F", p])
+            .output()
+            .unwrap();
+        let without = String::from_utf8_lossy(&without.stdout);
+        if p.starts_with("/proc/self") {
+            assert!(ok, "{with}");
+            continue;
+        }
+        assert!(ok && with == without, "{p}: {with} against {without}");
+    }
+    // and --no-device-view leaves the system's directories alone
+    let out = Command::new(rxe_bin())
+        .args([
+            "exec",
+            "-d",
+            a,
+            "--no-device-view",
+            "--",
+            "stat",
+            "/dev/infiniband/uverbs0",
+        ])
+        .output()
+        .unwrap();
+    let real = Path::new("/dev/infiniband/uverbs0").exists();
+    assert_eq!(out.status.success(), real, "{out:?}");
+}
+
+#[test]
+fn ucx_info_lists_rc_verbs_and_ud_verbs_on_the_soft_device() {
+    if !have("ucx_info") {
+        return;
+    }
+    let (ok, out) = run("127.0.6.4", &["ucx_info", "-d"]);
+    assert!(ok, "{out}");
+    for tl in ["rc_verbs", "ud_verbs"] {
+        let at = out
+            .find(&format!("Transport: {tl}"))
+            .unwrap_or_else(|| panic!("no {tl} in ucx_info -d:\n{out}"));
+        assert!(
+            out[at..]
+                .lines()
+                .nth(1)
+                .is_some_and(|l| l.contains("Device: rxe0:1")),
+            "{tl} is not on rxe0:1:\n{out}"
+        );
+    }
+}
+
+/// A ucx_perftest pair: the server on 127.0.6.N, the client on N+1; both
+/// must end with UCX's final report line and exit 0.
+fn perftest_pair(n: u8, port: u16, args: &[&str], env: &[(&str, &str)]) -> String {
+    if !have("ucx_perftest") {
+        return String::new();
+    }
+    let (srv, cli) = (format!("127.0.6.{n}"), format!("127.0.6.{}", n + 1));
+    let p = port.to_string();
+    let mut common = vec!["ucx_perftest", "-p", &p, "-n", "500"];
+    common.extend_from_slice(args);
+    let server = exec(&srv, env, &common);
+    // the server listens on its TCP port before the client starts
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < deadline
+        && !std::fs::read_to_string("/proc/net/tcp")
+            .unwrap_or_default()
+            .lines()
+            .any(|l| {
+                l.split_whitespace()
+                    .nth(1)
+                    .is_some_and(|a| a.ends_with(&format!(":{port:04X}")))
+            })
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut client_args = vec!["ucx_perftest", srv.as_str()];
+    client_args.extend_from_slice(&common[1..]);
+    let client = exec(&cli, env, &client_args);
+    let (cok, cout) = finish(client, Duration::from_secs(60));
+    let (sok, sout) = finish(server, Duration::from_secs(20));
+    assert!(
+        cok && sok && cout.lines().any(|l| l.starts_with("Final:")),
+        "ucx_perftest {args:?}\nclient:\n{cout}\nserver:\n{sout}"
+    );
+    cout
+}
+
+const UCT: [(&str, &str); 0] = [];
+
+#[test]
+fn ucx_rc_verbs_am_lat() {
+    perftest_pair(
+        10,
+        13410,
+        &["-d", "rxe0:1", "-x", "rc_verbs", "-t", "am_lat"],
+        &UCT,
+    );
+}
+
+#[test]
+fn ucx_rc_verbs_put_bw() {
+    perftest_pair(
+        12,
+        13412,
+        &["-d", "rxe0:1", "-x", "rc_verbs", "-t", "put_bw"],
+        &UCT,
+    );
+}
+
+#[test]
+fn ucx_rc_verbs_get_bw() {
+    perftest_pair(
+        14,
+        13414,
+        &[
+            "-d", "rxe0:1", "-x", "rc_verbs", "-t", "get", "-D", "zcopy", "-s", "4096",
+        ],
+        &UCT,
+    );
+}
+
+#[test]
+fn ucx_rc_verbs_add_lat() {
+    perftest_pair(
+        16,
+        13416,
+        &["-d", "rxe0:1", "-x", "rc_verbs", "-t", "add_lat"],
+        &UCT,
+    );
+}
+
+/// UD receives carry the RoCE v2 L3 type in `wc.sl`, which UCX's ud_verbs
+/// reads to find the IPv4 header in the GRH area (with 0 it dropped every
+/// datagram).
+#[test]
+fn ucx_ud_verbs_am_lat() {
+    perftest_pair(
+        18,
+        13418,
+        &["-d", "rxe0:1", "-x", "ud_verbs", "-t", "am_lat"],
+        &UCT,
+    );
+}
+
+/// UCP with UCX's own transport selection, limited to the soft device: its
+/// network device, and no shared memory or TCP, which two processes of one
+/// host would otherwise take (UCP wires RC up over UD).
+#[test]
+fn ucp_tag_lat_and_tag_bw() {
+    let env = [
+        ("UCX_NET_DEVICES", "rxe0:1"),
+        ("UCX_TLS", "^sm,tcp"),
+        // (UCP then names the transport each endpoint's lanes took)
+        ("UCX_LOG_LEVEL", "info"),
+    ];
+    for (n, port, test) in [(20, 13420, "tag_lat"), (22, 13422, "tag_bw")] {
+        let out = perftest_pair(n, port, &["-t", test], &env);
+        assert!(
+            out.is_empty() || out.contains("tag(rc_verbs/rxe0:1)"),
+            "{test}: UCP did not take rc_verbs on rxe0:1:\n{out}"
+        );
+    }
+}
