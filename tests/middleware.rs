@@ -3,10 +3,15 @@
 //! `/sys/class/infiniband`), and Debian's UCX 1.13 on it: `ucx_info` finds
 //! the soft device, and `ucx_perftest` pairs (a server and a client process
 //! on 127.0.6.x) run UCT's rc_verbs and ud_verbs and UCP over them with
-//! UCX's defaults, the device chosen with `UCX_NET_DEVICES` only.
+//! UCX's defaults, the device chosen with `UCX_NET_DEVICES` only; and MPI
+//! over UCX: `tests/c/mpi_check.c` (ping-pong at three sizes with every
+//! byte checked, an allreduce checked on every rank, a bandwidth loop)
+//! under Open MPI's `mpirun` and MPICH's `mpiexec`, 2 ranks on one soft
+//! device address and 4 over two.
 //!
-//! `ucx-utils` comes from `bash tests/setup.sh`; a missing program fails
-//! the test unless `RXE_SKIP_MIDDLEWARE_TESTS=1` says to skip.
+//! `ucx-utils`, `openmpi-bin`, `libopenmpi-dev`, `mpich` and `libmpich-dev`
+//! come from `bash tests/setup.sh`; a missing program fails the test unless
+//! `RXE_SKIP_MIDDLEWARE_TESTS=1` says to skip.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -321,4 +326,126 @@ fn ucp_tag_lat_and_tag_bw() {
             "{test}: UCP did not take rc_verbs on rxe0:1:\n{out}"
         );
     }
+}
+
+/// `tests/c/mpi_check.c` built with `mpicc` (`mpicc.openmpi` or
+/// `mpicc.mpich`), once per MPI.
+fn mpi_program(mpicc: &str) -> Option<PathBuf> {
+    if !have(mpicc) {
+        return None;
+    }
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+    let exe = dir.join(format!("mpi_check-{mpicc}"));
+    let src = rxe_tests::tests_dir().join("c/mpi_check.c");
+    let out = Command::new(mpicc)
+        .args(["-O2", "-Wall", "-Werror", "-o"])
+        .arg(&exe)
+        .arg(&src)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{mpicc}: {out:?}");
+    Some(exe)
+}
+
+/// An MPI job under `rxe exec` over `addrs` (rxe0, rxe1, ...): every rank
+/// must report ok, the job must exit 0, and UCP must have taken rc_verbs
+/// on a soft device (UCX_LOG_LEVEL=info names each endpoint's lanes).
+fn mpi_job(addrs: &[&str], launcher: &[&str], ranks: usize) {
+    let mut c = Command::new(rxe_bin());
+    c.arg("exec");
+    for a in addrs {
+        c.args(["-d", a]);
+    }
+    let out = c
+        .arg("--")
+        .args(launcher)
+        .env_remove("RXE_DEVICES")
+        // Debian's Open MPI turns pml ucx off; a device whose driver is not
+        // mlx* is "transports only" to it without pml_ucx_devices
+        .env("OMPI_MCA_pml", "ucx")
+        .env("OMPI_MCA_pml_ucx_devices", "any")
+        // the soft devices, not shared memory or TCP between two processes
+        .env("UCX_TLS", "^sm,tcp")
+        .env("UCX_LOG_LEVEL", "info")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{launcher:?}:\n{text}");
+    for r in 0..ranks {
+        assert!(
+            text.contains(&format!("mpi_check: rank {r} of {ranks} ok")),
+            "rank {r}:\n{text}"
+        );
+    }
+    assert!(
+        text.contains("rc_verbs/rxe"),
+        "UCP did not take rc_verbs:\n{text}"
+    );
+}
+
+#[test]
+fn open_mpi_over_ucx_two_ranks_on_one_address_and_four_over_two() {
+    let Some(exe) = mpi_program("mpicc.openmpi") else {
+        return;
+    };
+    let exe = exe.to_str().unwrap();
+    let base = ["mpirun", "--allow-run-as-root", "--oversubscribe"];
+    let x = ["-x", "UCX_TLS", "-x", "UCX_LOG_LEVEL"];
+    let mut two: Vec<&str> = base.to_vec();
+    two.extend(["-np", "2"]);
+    two.extend(x);
+    two.extend(["-x", "UCX_NET_DEVICES=rxe0:1", exe]);
+    mpi_job(&["127.0.6.40"], &two, 2);
+    // two app contexts, one per address (-x applies per context)
+    let mut four: Vec<&str> = base.to_vec();
+    for dev in ["UCX_NET_DEVICES=rxe0:1", "UCX_NET_DEVICES=rxe1:1"] {
+        if four.len() > base.len() {
+            four.push(":");
+        }
+        four.extend(["-np", "2"]);
+        four.extend(x);
+        four.extend(["-x", dev, exe]);
+    }
+    mpi_job(&["127.0.6.41", "127.0.6.42"], &four, 4);
+}
+
+#[test]
+fn mpich_over_ucx_two_ranks_on_one_address_and_four_over_two() {
+    let Some(exe) = mpi_program("mpicc.mpich") else {
+        return;
+    };
+    let exe = exe.to_str().unwrap();
+    // (hydra passes its whole environment on)
+    let two = [
+        "mpiexec.mpich",
+        "-n",
+        "2",
+        "-env",
+        "UCX_NET_DEVICES",
+        "rxe0:1",
+        exe,
+    ];
+    mpi_job(&["127.0.6.44"], &two, 2);
+    let four = [
+        "mpiexec.mpich",
+        "-n",
+        "2",
+        "-env",
+        "UCX_NET_DEVICES",
+        "rxe0:1",
+        exe,
+        ":",
+        "-n",
+        "2",
+        "-env",
+        "UCX_NET_DEVICES",
+        "rxe1:1",
+        exe,
+    ];
+    mpi_job(&["127.0.6.45", "127.0.6.46"], &four, 4);
 }

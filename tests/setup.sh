@@ -8,7 +8,8 @@
 #   * Debian packages (apt-get; `apt-get update` only when one is missing):
 #     ibverbs-utils perftest libibverbs-dev librdmacm-dev python3-pyverbs
 #     rdmacm-utils binutils (objdump) gcc chromium chromium-driver ucx-utils
-#     (ucx_info and ucx_perftest, tests/middleware.rs).
+#     openmpi-bin libopenmpi-dev mpich libmpich-dev (ucx_info, ucx_perftest,
+#     mpirun, mpiexec.mpich and both mpiccs: tests/middleware.rs).
 #     python3-pyverbs is for Debian's /usr/bin/python3, which need not be
 #     the `python3` on PATH; chromium and its chromedriver are the headless
 #     browser of tests/ladder_browser.rs.
@@ -28,7 +29,8 @@ cd "$(dirname "$0")/.."   # not tests/: its scapy/ folder is not the package
 
 PY=${RXE_PYTHON:-python3}
 DEB_PACKAGES=(ibverbs-utils perftest libibverbs-dev librdmacm-dev python3-pyverbs
-              rdmacm-utils binutils gcc chromium chromium-driver ucx-utils)
+              rdmacm-utils binutils gcc chromium chromium-driver ucx-utils
+              openmpi-bin libopenmpi-dev mpich libmpich-dev)
 
 say() { echo "setup: $*" >&2; }
 
