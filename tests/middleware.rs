@@ -420,32 +420,13 @@ fn mpich_over_ucx_two_ranks_on_one_address_and_four_over_two() {
         return;
     };
     let exe = exe.to_str().unwrap();
-    // (hydra passes its whole environment on)
-    let two = [
-        "mpiexec.mpich",
-        "-n",
-        "2",
-        "-env",
-        "UCX_NET_DEVICES",
-        "rxe0:1",
-        exe,
-    ];
+    // one hydra context per device (hydra passes its whole environment on)
+    let context = |dev: &'static str| ["-n", "2", "-env", "UCX_NET_DEVICES", dev, exe];
+    let mut two = vec!["mpiexec.mpich"];
+    two.extend(context("rxe0:1"));
     mpi_job(&["127.0.6.44"], &two, 2);
-    let four = [
-        "mpiexec.mpich",
-        "-n",
-        "2",
-        "-env",
-        "UCX_NET_DEVICES",
-        "rxe0:1",
-        exe,
-        ":",
-        "-n",
-        "2",
-        "-env",
-        "UCX_NET_DEVICES",
-        "rxe1:1",
-        exe,
-    ];
+    let mut four = two.clone();
+    four.push(":");
+    four.extend(context("rxe1:1"));
     mpi_job(&["127.0.6.45", "127.0.6.46"], &four, 4);
 }

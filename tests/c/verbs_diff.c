@@ -535,6 +535,18 @@ static struct ibv_qp *make_qp(struct ibv_pd *pd, enum ibv_qp_type t, struct ibv_
 	return ibv_create_qp(pd, &ia);
 }
 
+/* Creates a QP of type t with capacities c (on srq, if any), prints its
+ * line as id, and destroys it. */
+static void create_case(struct ibv_pd *pd, enum ibv_qp_type t, struct ibv_srq *srq,
+			struct ibv_qp_cap c, const char *id)
+{
+	struct ibv_qp_init_attr ia = { .send_cq = scq, .recv_cq = rcq, .srq = srq, .qp_type = t, .cap = c };
+	struct ibv_qp *qp = ibv_create_qp(pd, &ia);
+	qp_line(id, qp, &ia);
+	if (qp)
+		ibv_destroy_qp(qp);
+}
+
 static void cases_qp_create(struct ibv_pd *pd, struct ibv_srq *srq)
 {
 	const struct ibv_qp_cap base = { 16, 16, 1, 1, 0 };
@@ -556,56 +568,29 @@ static void cases_qp_create(struct ibv_pd *pd, struct ibv_srq *srq)
 			const char *sn = s ? ".srq" : "";
 			for (unsigned i = 0; i < sizeof wr / sizeof wr[0]; i++) {
 				struct ibv_qp_cap c = base;
-				struct ibv_qp_init_attr ia = { .send_cq = scq, .recv_cq = rcq, .srq = q, .qp_type = types[t] };
 				c.max_send_wr = wr[i].v;
-				ia.cap = c;
-				struct ibv_qp *qp = ibv_create_qp(pd, &ia);
-				qp_line(ID("qp.create.%s%s.send_wr=%s", tn, sn, wr[i].n), qp, &ia);
-				if (qp)
-					ibv_destroy_qp(qp);
+				create_case(pd, types[t], q, c, ID("qp.create.%s%s.send_wr=%s", tn, sn, wr[i].n));
 				c = base;
 				c.max_recv_wr = wr[i].v;
-				ia = (struct ibv_qp_init_attr){ .send_cq = scq, .recv_cq = rcq, .srq = q, .qp_type = types[t], .cap = c };
-				qp = ibv_create_qp(pd, &ia);
-				qp_line(ID("qp.create.%s%s.recv_wr=%s", tn, sn, wr[i].n), qp, &ia);
-				if (qp)
-					ibv_destroy_qp(qp);
+				create_case(pd, types[t], q, c, ID("qp.create.%s%s.recv_wr=%s", tn, sn, wr[i].n));
 			}
 			for (unsigned i = 0; i < sizeof sge / sizeof sge[0]; i++) {
 				struct ibv_qp_cap c = base;
 				c.max_send_sge = sge[i].v;
-				struct ibv_qp_init_attr ia = { .send_cq = scq, .recv_cq = rcq, .srq = q, .qp_type = types[t], .cap = c };
-				struct ibv_qp *qp = ibv_create_qp(pd, &ia);
-				qp_line(ID("qp.create.%s%s.send_sge=%s", tn, sn, sge[i].n), qp, &ia);
-				if (qp)
-					ibv_destroy_qp(qp);
+				create_case(pd, types[t], q, c, ID("qp.create.%s%s.send_sge=%s", tn, sn, sge[i].n));
 				c = base;
 				c.max_recv_sge = sge[i].v;
-				ia = (struct ibv_qp_init_attr){ .send_cq = scq, .recv_cq = rcq, .srq = q, .qp_type = types[t], .cap = c };
-				qp = ibv_create_qp(pd, &ia);
-				qp_line(ID("qp.create.%s%s.recv_sge=%s", tn, sn, sge[i].n), qp, &ia);
-				if (qp)
-					ibv_destroy_qp(qp);
+				create_case(pd, types[t], q, c, ID("qp.create.%s%s.recv_sge=%s", tn, sn, sge[i].n));
 			}
 			if (s)
 				continue;
 			for (unsigned i = 0; i < sizeof inl / sizeof inl[0]; i++) {
 				struct ibv_qp_cap c = base;
 				c.max_inline_data = inl[i].v;
-				struct ibv_qp_init_attr ia = { .send_cq = scq, .recv_cq = rcq, .qp_type = types[t], .cap = c };
-				struct ibv_qp *qp = ibv_create_qp(pd, &ia);
-				qp_line(ID("qp.create.%s.inline=%s", tn, inl[i].n), qp, &ia);
-				if (qp)
-					ibv_destroy_qp(qp);
+				create_case(pd, types[t], NULL, c, ID("qp.create.%s.inline=%s", tn, inl[i].n));
 			}
-			{
-				struct ibv_qp_cap c = { 0, 0, 0, 0, 0 };
-				struct ibv_qp_init_attr ia = { .send_cq = scq, .recv_cq = rcq, .qp_type = types[t], .cap = c };
-				struct ibv_qp *qp = ibv_create_qp(pd, &ia);
-				qp_line(ID("qp.create.%s.all_zero", tn), qp, &ia);
-				if (qp)
-					ibv_destroy_qp(qp);
-			}
+			create_case(pd, types[t], NULL, (struct ibv_qp_cap){ 0, 0, 0, 0, 0 },
+				    ID("qp.create.%s.all_zero", tn));
 		}
 	}
 	/* types the device has no transport for */
@@ -614,13 +599,8 @@ static void cases_qp_create(struct ibv_pd *pd, struct ibv_srq *srq)
 		int t;
 	} bad[] = { { "0", 0 }, { "xrc_send", IBV_QPT_XRC_SEND }, { "raw_packet", IBV_QPT_RAW_PACKET },
 		    { "driver", IBV_QPT_DRIVER }, { "77", 77 } };
-	for (unsigned i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-		struct ibv_qp_init_attr ia = { .send_cq = scq, .recv_cq = rcq, .qp_type = bad[i].t, .cap = base };
-		struct ibv_qp *qp = ibv_create_qp(pd, &ia);
-		qp_line(ID("qp.create.type=%s", bad[i].n), qp, &ia);
-		if (qp)
-			ibv_destroy_qp(qp);
-	}
+	for (unsigned i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		create_case(pd, bad[i].t, NULL, base, ID("qp.create.type=%s", bad[i].n));
 	{
 		struct ibv_qp *qp = make_qp(pd, IBV_QPT_RC, NULL, base, 1);
 		struct ibv_qp_attr a;
