@@ -623,4 +623,10 @@ fn a_device_follows_its_links_mtu_and_reports_datagrams_the_link_refuses() {
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("no TooLong count in {out}"));
     assert!(n > 1, "{out}");
+
+    // and the port is down while its interface is
+    ns.ip(&["link", "set", "lo", "down"]);
+    let info = ns.rxe(&["devinfo", "-d", "10.78.0.1"]).output().unwrap();
+    let text = String::from_utf8_lossy(&info.stdout);
+    assert!(text.contains("PORT_DOWN"), "{text}");
 }

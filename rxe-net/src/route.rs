@@ -43,10 +43,16 @@ pub fn interface_of(addr: IpAddr) -> Option<Interface> {
     let c = std::ffi::CString::new(name.clone()).ok()?;
     // SAFETY: a NUL-terminated name.
     let index = unsafe { libc::if_nametoindex(c.as_ptr()) };
-    let mtu = std::fs::read_to_string(format!("/sys/class/net/{name}/mtu"))
-        .ok()
-        .and_then(|m| m.trim().parse().ok());
-    Some(Interface { index, name, mtu })
+    let sys = |f: &str| std::fs::read_to_string(format!("/sys/class/net/{name}/{f}")).ok();
+    let mtu = sys("mtu").and_then(|m| m.trim().parse().ok());
+    // "up", or "unknown" for lo and others that report no carrier state
+    let running = sys("operstate").map(|s| s.trim() != "down");
+    Some(Interface {
+        index,
+        name,
+        mtu,
+        running,
+    })
 }
 
 /// A network interface, as [`interface_of`] finds it.
@@ -56,6 +62,9 @@ pub struct Interface {
     pub name: String,
     /// Its MTU in bytes, if sysfs tells.
     pub mtu: Option<u32>,
+    /// Whether it carries traffic (its operstate is not `down`), if sysfs
+    /// tells.
+    pub running: Option<bool>,
 }
 
 /// The name of the interface `getifaddrs` lists with `addr`.

@@ -579,8 +579,16 @@ impl PortAttr {
     }
 
     pub(crate) fn new(d: &Device, config: &EngineConfig) -> Self {
+        // As the kernel's rxe takes its port state from its net device: down
+        // while the interface holding the address is down.
+        let down = d.native.is_none()
+            && rxe_net::route::interface_of(d.addr).and_then(|i| i.running) == Some(false);
         PortAttr {
-            state: PortState::Active,
+            state: if down {
+                PortState::Down
+            } else {
+                PortState::Active
+            },
             max_mtu: Mtu::Mtu4096,
             active_mtu: config.port_mtu,
             gid_tbl_len: d.gids().len() as u32,

@@ -308,7 +308,12 @@ pub fn port_attr(p: &rxe_verbs::PortAttr) -> ibv_port_attr {
     a.max_vl_num = 1;
     a.active_width = 1; // 1X
     a.active_speed = 1; // SDR, 2.5 Gb/s: what a soft device claims
-    a.phys_state = 5; // LinkUp
+                        // LinkUp, or Disabled while the port is down (as rdma_rxe reports it)
+    a.phys_state = if p.state == rxe_verbs::PortState::Down {
+        3
+    } else {
+        5
+    };
     a.link_layer = IBV_LINK_LAYER_ETHERNET as u8;
     // RoCE addresses every packet by GID: an AH or QP path needs the GRH
     a.flags = 1; // IBV_QPF_GRH_REQUIRED
