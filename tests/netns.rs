@@ -41,6 +41,11 @@ impl Netns {
         Some(ns)
     }
 
+    /// The namespace's name (for `ip netns exec NAME` and `ip link set ... netns NAME`).
+    pub fn name(&self) -> &str {
+        &self.0
+    }
+
     /// `ip -n NS ARGS...`, which must succeed.
     pub fn ip(&self, args: &[&str]) {
         let st = Command::new("ip")
