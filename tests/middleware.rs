@@ -347,18 +347,11 @@ fn mpi_program(mpicc: &str) -> Option<PathBuf> {
     Some(exe)
 }
 
-/// An MPI job under `rxe exec` over `addrs` (rxe0, rxe1, ...): every rank
-/// must report ok, the job must exit 0, and UCP must have taken rc_verbs
-/// on a soft device (UCX_LOG_LEVEL=info names each endpoint's lanes).
-fn mpi_job(addrs: &[&str], launcher: &[&str], ranks: usize) {
-    let mut c = Command::new(rxe_bin());
-    c.arg("exec");
-    for a in addrs {
-        c.args(["-d", a]);
-    }
+/// Runs an MPI job's command `c` with the environment every MPI job here
+/// gets, and returns what it printed (standard output, then error) after
+/// checking that it exited 0.
+fn run_mpi(mut c: Command, what: &str) -> String {
     let out = c
-        .arg("--")
-        .args(launcher)
         .env_remove("RXE_DEVICES")
         // Debian's Open MPI turns pml ucx off; a device whose driver is not
         // mlx* is "transports only" to it without pml_ucx_devices
@@ -366,6 +359,7 @@ fn mpi_job(addrs: &[&str], launcher: &[&str], ranks: usize) {
         .env("OMPI_MCA_pml_ucx_devices", "any")
         // the soft devices, not shared memory or TCP between two processes
         .env("UCX_TLS", "^sm,tcp")
+        // (UCP then names the transport each endpoint's lanes took)
         .env("UCX_LOG_LEVEL", "info")
         .stdin(Stdio::null())
         .output()
@@ -375,7 +369,21 @@ fn mpi_job(addrs: &[&str], launcher: &[&str], ranks: usize) {
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(out.status.success(), "{launcher:?}:\n{text}");
+    assert!(out.status.success(), "{what}:\n{text}");
+    text
+}
+
+/// An MPI job under `rxe exec` over `addrs` (rxe0, rxe1, ...): every rank
+/// must report ok, the job must exit 0, and UCP must have taken rc_verbs
+/// on a soft device.
+fn mpi_job(addrs: &[&str], launcher: &[&str], ranks: usize) {
+    let mut c = Command::new(rxe_bin());
+    c.arg("exec");
+    for a in addrs {
+        c.args(["-d", a]);
+    }
+    c.arg("--").args(launcher);
+    let text = run_mpi(c, &format!("{launcher:?}"));
     for r in 0..ranks {
         assert!(
             text.contains(&format!("mpi_check: rank {r} of {ranks} ok")),
@@ -485,8 +493,8 @@ fn open_mpi_ranks_in_two_network_namespaces() {
     .unwrap();
     std::fs::set_permissions(&where_sh, std::fs::Permissions::from_mode(0o755)).unwrap();
     let job = |prog: &Path| {
-        let out = Command::new("ip")
-            .args(["netns", "exec", n1.name()])
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", n1.name()])
             .arg(rxe_bin())
             .args([
                 "exec",
@@ -517,22 +525,8 @@ fn open_mpi_ranks_in_two_network_namespaces() {
                 "UCX_LOG_LEVEL",
             ])
             .arg(prog)
-            .env_remove("RXE_DEVICES")
-            .env("OMPI_MCA_pml", "ucx")
-            .env("OMPI_MCA_pml_ucx_devices", "any")
-            .env("UCX_TLS", "^sm,tcp")
-            .env("UCX_NET_DEVICES", "rxe0:1")
-            .env("UCX_LOG_LEVEL", "info")
-            .stdin(Stdio::null())
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(out.status.success(), "{text}");
-        text
+            .env("UCX_NET_DEVICES", "rxe0:1");
+        run_mpi(c, "mpirun over two namespaces")
     };
     let text = job(&where_sh);
     for a in ["10.81.0.1", "10.81.0.2"] {
