@@ -1384,6 +1384,127 @@ fn ud_receive_buffer_too_small_completes_with_loc_len_err() {
     assert_eq!(&snap[40..256], &[0xee; 216], "no payload byte written");
 }
 
+fn group_gid(group: IpAddr) -> [u8; 16] {
+    rxe_core::engine::mcast::gid_of_group(group)
+}
+
+#[test]
+fn ud_multicast_reaches_every_attached_qp_and_only_those() {
+    let (mut net, nodes) = network(406, Faults::none(), 3, 1 << 16);
+    let (a, b, c) = (&nodes[0], &nodes[1], &nodes[2]);
+    let (qa, qb) = ud_pair(&mut net, a, b);
+    let (_, qc) = ud_pair(&mut net, a, c);
+    let (_, qb2) = ud_pair(&mut net, a, b);
+    let group: IpAddr = "239.1.2.3".parse().unwrap();
+    let gid = group_gid(group);
+    use rxe_core::engine::mcast::{Attached, Detached, MULTICAST_QPN};
+    assert_eq!(
+        net.engines[b.idx].attach_mcast(qb, gid).unwrap(),
+        Attached::First
+    );
+    assert_eq!(
+        net.engines[b.idx].attach_mcast(qb2, gid).unwrap(),
+        Attached::Added
+    );
+    assert_eq!(
+        net.engines[b.idx].attach_mcast(qb2, gid).unwrap(),
+        Attached::Already
+    );
+    assert_eq!(
+        net.engines[c.idx].attach_mcast(qc, gid).unwrap(),
+        Attached::First
+    );
+    for (n, q) in [(b, qb), (b, qb2), (c, qc)] {
+        post_recv(&mut net, n, q, u64::from(q), vec![sge(n, 1000, 40 + 64)]);
+    }
+    let data = pattern(64, 9);
+    a.mem.write(0, &data);
+    let mut wr = send(1, vec![sge(a, 0, 64)]);
+    wr.ud = Some(UdDest {
+        av: AddressVector::to(group),
+        remote_qpn: MULTICAST_QPN,
+        remote_qkey: QKEY,
+    });
+    let done = one(&mut net, a, qa, wr.clone());
+    assert_eq!(done.status, WcStatus::Success);
+    // The sender's device has no QP in the group: its copy is dropped.
+    assert_eq!(
+        net.engines[a.idx]
+            .counters()
+            .dropped_for(DropReason::NoGroup),
+        1
+    );
+    let mut got_b: Vec<_> = completions(&mut net, b)
+        .iter()
+        .map(|c| (c.wr_id, c.status, c.byte_len, c.src_qp))
+        .collect();
+    got_b.sort_by_key(|g| g.0);
+    let mut want = vec![
+        (u64::from(qb), WcStatus::Success, 104, qa),
+        (u64::from(qb2), WcStatus::Success, 104, qa),
+    ];
+    want.sort_by_key(|g| g.0);
+    assert_eq!(got_b, want);
+    let cc = completions(&mut net, c);
+    assert_eq!(
+        (cc.len(), cc[0].status, cc[0].src_qp),
+        (1, WcStatus::Success, qa)
+    );
+    // Each got the payload, behind a GRH whose destination is the group.
+    for n in [b, c] {
+        let snap = n.mem.snapshot();
+        assert_eq!(&snap[1040..1104], &data[..]);
+        assert_eq!(snap[1036..1040], ipv4(group), "destination address");
+    }
+    // Detached, c's QP gets nothing more; b's two still do.
+    assert_eq!(
+        net.engines[c.idx].detach_mcast(qc, gid).unwrap(),
+        Detached::Last
+    );
+    assert!(
+        net.engines[c.idx].detach_mcast(qc, gid).is_err(),
+        "not attached any more"
+    );
+    post_recv(&mut net, c, qc, 7, vec![sge(c, 1000, 40 + 64)]);
+    for q in [qb, qb2] {
+        post_recv(&mut net, b, q, 8, vec![sge(b, 1000, 40 + 64)]);
+    }
+    one(&mut net, a, qa, wr);
+    assert_eq!(completions(&mut net, b).len(), 2);
+    assert!(completions(&mut net, c).is_empty());
+    assert_eq!(
+        net.engines[c.idx]
+            .counters()
+            .dropped_for(DropReason::NoGroup),
+        1
+    );
+}
+
+#[test]
+fn multicast_attach_is_refused_as_the_kernel_refuses_it() {
+    let (mut net, nodes) = network(407, Faults::none(), 2, 1 << 16);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let (_, qb) = ud_pair(&mut net, a, b);
+    let (_, rc) = connect(&mut net, a, b, &ConnParams::default());
+    let gid = group_gid("239.9.9.9".parse().unwrap());
+    let e = &mut net.engines[b.idx];
+    // Only UD QPs, only multicast GIDs.
+    assert!(matches!(
+        e.attach_mcast(rc, gid),
+        Err(EngineError::InvalidArgument { name: "qp", .. })
+    ));
+    let unicast = group_gid("10.0.0.1".parse().unwrap());
+    assert!(matches!(
+        e.attach_mcast(qb, unicast),
+        Err(EngineError::InvalidArgument { name: "gid", .. })
+    ));
+    // An attached QP cannot be destroyed (EBUSY) until it is detached.
+    e.attach_mcast(qb, gid).unwrap();
+    assert!(matches!(e.destroy_qp(qb), Err(EngineError::Busy(_))));
+    assert!(e.detach_all_mcast(qb) == vec![gid]);
+    e.destroy_qp(qb).unwrap();
+}
+
 // ---------------------------------------------------------------------------
 // 5. Argument errors and error states
 // ---------------------------------------------------------------------------

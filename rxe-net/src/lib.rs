@@ -16,8 +16,10 @@
 //! * [`udp`]: RoCE v2 through the kernel's UDP stack, unprivileged
 //!   (`sendmmsg`/`recvmmsg` on a socket bound to port 4791), with an
 //!   optional raw-socket receive mode that checks every IPv4 ICRC.
+//! * [`mcast`]: UD multicast groups as IP multicast groups joined on the
+//!   device's interface.
 //! * [`route`]: the link MTU towards a peer and the RoCE path MTU it allows.
-// `udp`, `share`, `route` and `live` make system calls through `libc`; nothing else
+// `udp`, `mcast`, `share`, `route` and `live` make system calls through `libc`; nothing else
 // may use unsafe code.
 #![deny(unsafe_code)]
 
@@ -25,6 +27,8 @@ pub mod capture;
 pub mod faults;
 #[allow(unsafe_code)]
 pub mod live;
+#[allow(unsafe_code)]
+pub mod mcast;
 #[allow(unsafe_code)]
 pub mod route;
 #[allow(unsafe_code)]

@@ -196,37 +196,51 @@ impl SimNet {
     /// Collects what every engine wants to send and puts it on the wire.
     pub fn flush(&mut self) {
         for i in 0..self.engines.len() {
-            while let Some(mut t) = self.engines[i].poll_transmit(self.now) {
+            while let Some(t) = self.engines[i].poll_transmit(self.now) {
                 self.stats.sent += 1;
                 if let Some(tap) = self.tap.as_mut() {
                     tap(self.now - self.start, &t);
+                }
+                if t.dst.is_multicast() {
+                    // IP multicast: a copy to every engine, the sender's
+                    // own included (as with IP_MULTICAST_LOOP); each
+                    // engine's groups decide who takes it.
+                    for to in 0..self.engines.len() {
+                        self.put_on_wire(to, t.clone());
+                    }
+                    continue;
                 }
                 let Some(to) = self.route(&t) else {
                     self.stats.unroutable += 1;
                     continue;
                 };
-                let f = self.faults;
-                if self.rng.gen_bool(f.loss.clamp(0.0, 1.0)) {
-                    self.stats.lost += 1;
-                    continue;
-                }
-                if self.rng.gen_bool(f.corrupt.clamp(0.0, 1.0)) && !t.payload.is_empty() {
-                    let bit = self.rng.gen_range(0..t.payload.len() * 8);
-                    t.payload[bit / 8] ^= 1 << (bit % 8);
-                    self.stats.corrupted += 1;
-                }
-                let mut extra = Duration::ZERO;
-                if self.rng.gen_bool(f.reorder.clamp(0.0, 1.0)) {
-                    extra = f.reorder_window.mul_f64(self.rng.gen::<f64>());
-                    self.stats.reordered += 1;
-                }
-                if self.rng.gen_bool(f.duplicate.clamp(0.0, 1.0)) {
-                    self.stats.duplicated += 1;
-                    self.schedule(to, t.clone(), Duration::ZERO);
-                }
-                self.schedule(to, t, extra);
+                self.put_on_wire(to, t);
             }
         }
+    }
+
+    /// Sends one packet to engine `to`, through the link's faults.
+    fn put_on_wire(&mut self, to: usize, mut t: Transmit) {
+        let f = self.faults;
+        if self.rng.gen_bool(f.loss.clamp(0.0, 1.0)) {
+            self.stats.lost += 1;
+            return;
+        }
+        if self.rng.gen_bool(f.corrupt.clamp(0.0, 1.0)) && !t.payload.is_empty() {
+            let bit = self.rng.gen_range(0..t.payload.len() * 8);
+            t.payload[bit / 8] ^= 1 << (bit % 8);
+            self.stats.corrupted += 1;
+        }
+        let mut extra = Duration::ZERO;
+        if self.rng.gen_bool(f.reorder.clamp(0.0, 1.0)) {
+            extra = f.reorder_window.mul_f64(self.rng.gen::<f64>());
+            self.stats.reordered += 1;
+        }
+        if self.rng.gen_bool(f.duplicate.clamp(0.0, 1.0)) {
+            self.stats.duplicated += 1;
+            self.schedule(to, t.clone(), Duration::ZERO);
+        }
+        self.schedule(to, t, extra);
     }
 
     fn deliver(&mut self, p: InFlight) {

@@ -169,6 +169,7 @@
 //! know it: set [`rxe_core::engine::EngineConfig::udp_src_port`] to
 //! `Some(transport.src_port())`. Any source port is accepted on receive.
 
+use crate::mcast::Groups;
 use crate::share::{Forward, ServiceClaim, Share};
 use rxe_core::engine::{IcrcStatus, RecvMeta, Transmit};
 use rxe_core::wire::icrc::Ipv4IdSolver;
@@ -371,6 +372,9 @@ pub struct UdpStats {
     pub rx_others: u64,
     /// Datagrams another process sharing the address passed on to this one.
     pub rx_forwarded_in: u64,
+    /// Datagrams received on a multicast group's socket (also in
+    /// `rx_packets`).
+    pub rx_multicast: u64,
     /// Datagrams for another process that could not be passed on because
     /// its queue was full (lost; the protocol retries).
     pub rx_forward_full: u64,
@@ -440,6 +444,8 @@ pub struct UdpTransport {
     /// The packets found in one received datagram: (offset, length, ICRC
     /// verdict), kept from call to call.
     segs: Vec<(usize, usize, IcrcStatus)>,
+    /// The multicast groups joined ([`crate::mcast`]).
+    groups: Groups,
 }
 
 /// Room for three control messages (two `int`s, one `u16`; 24 bytes each
@@ -670,6 +676,10 @@ impl UdpTransport {
             .map_err(|e| context(e, format!("claim a share of {sa}")))?;
         let defaults = SocketDefaults::query(&udp, addr.is_ipv6())
             .map_err(|e| context(e, format!("read the TOS and TTL of the socket for {sa}")))?;
+        let groups = Groups::new(addr).map_err(|e| context(e, "epoll_create1"))?;
+        groups
+            .configure_sender(&udp, defaults.ttl)
+            .map_err(|e| context(e, format!("set the multicast interface of {sa}")))?;
         let gso = gso_from_env().map_err(|e| context(e, format!("bind {sa}")))?;
         // Zeroed and large (calloc maps it lazily): only the pages
         // datagrams are written to become resident, so without GSO
@@ -693,7 +703,25 @@ impl UdpTransport {
             id_deltas: IdDeltas::default(),
             no_gso: Vec::new(),
             segs: Vec::new(),
+            groups,
         })
+    }
+
+    /// Joins IP multicast group `group` on the device's interface, so that
+    /// datagrams to `(group, 4791)` are received here as well (UD
+    /// multicast: see [`crate::mcast`]). Joining twice does nothing.
+    pub fn join_group(&mut self, group: IpAddr) -> io::Result<()> {
+        self.groups.join(group)
+    }
+
+    /// Leaves a group [`Self::join_group`] joined; false if it was not.
+    pub fn leave_group(&mut self, group: IpAddr) -> bool {
+        self.groups.leave(group)
+    }
+
+    /// Whether `group` is joined.
+    pub fn in_group(&self, group: IpAddr) -> bool {
+        self.groups.is_joined(group)
     }
 
     /// Turns UDP segmentation offload for sending on for every destination
@@ -924,6 +952,11 @@ impl UdpTransport {
                 events: libc::POLLIN,
                 revents: 0,
             },
+            libc::pollfd {
+                fd: self.groups.fd().as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
         let r = ppoll(&mut pfds, timeout);
         if pfds[1].revents != 0 {
@@ -949,6 +982,7 @@ impl UdpTransport {
             fd: self.recv_fd().try_clone_to_owned()?,
             fwd: self.share.fd().try_clone()?,
             fwd_ready: self.fwd.ready.clone(),
+            groups: self.groups.fd().try_clone_to_owned()?,
             wake: eventfd()?,
             wake_receiver: eventfd()?,
         })
@@ -1184,6 +1218,39 @@ impl UdpTransport {
                 payload: &self.fwd_buf[r],
                 ip_packet: None,
             });
+        }
+        // Datagrams to the multicast groups joined (none joined: no call).
+        if !self.groups.is_empty() && n < BATCH {
+            let (solver, deltas, stats) =
+                (&mut self.id_solver, &mut self.id_deltas, &mut self.stats);
+            let got = self
+                .groups
+                .recv(&mut self.fwd_buf, BATCH - n, |group, from, data| {
+                    let icrc =
+                        plain_verdict(solver, deltas, 0, from.ip(), group, from.port(), data);
+                    stats.rx_multicast += 1;
+                    stats.rx_packets += 1;
+                    stats.rx_bytes += data.len() as u64;
+                    match icrc {
+                        IcrcStatus::Ok => stats.icrc_ok += 1,
+                        IcrcStatus::Bad => stats.icrc_bad += 1,
+                        IcrcStatus::Unverified => stats.icrc_unverified += 1,
+                    }
+                    // Not through `deliver`: every process in the group got
+                    // its own copy from the kernel, so none is passed on.
+                    f(Datagram {
+                        meta: RecvMeta {
+                            src: from.ip().to_canonical(),
+                            dst: group,
+                            src_port: from.port(),
+                            icrc,
+                        },
+                        payload: data,
+                        ip_packet: None,
+                    });
+                });
+            n += got;
+            handed += got;
         }
         Ok((n, handed))
     }
@@ -2267,6 +2334,8 @@ pub struct Waiter {
     fwd: OwnedFd,
     /// Set when a wait saw `fwd` readable ([`FwdLook`]).
     fwd_ready: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    /// The transport's multicast group sockets ([`crate::mcast`]).
+    groups: OwnedFd,
     wake: OwnedFd,
     wake_receiver: OwnedFd,
 }
@@ -2302,6 +2371,11 @@ impl Waiter {
                 events: libc::POLLIN,
                 revents: 0,
             },
+            libc::pollfd {
+                fd: self.groups.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
         if !ppoll(&mut pfds, timeout)? {
             return Ok(false);
@@ -2313,7 +2387,7 @@ impl Waiter {
             self.fwd_ready
                 .store(true, std::sync::atomic::Ordering::Relaxed);
         }
-        Ok(pfds[0].revents != 0 || pfds[2].revents != 0)
+        Ok(pfds[0].revents != 0 || pfds[2].revents != 0 || pfds[3].revents != 0)
     }
 
     /// Sleeps up to `timeout`, or until a [`Waiter::wake`] (true then),

@@ -13,6 +13,8 @@ pub enum DropReason {
     Malformed,
     /// No QP with that number.
     UnknownQp,
+    /// A multicast packet for a group no QP is attached to.
+    NoGroup,
     /// The QP is in a state that does not receive (RESET, INIT, ERR...).
     QpState,
     /// The opcode's transport does not match the QP type.

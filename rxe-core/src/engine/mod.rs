@@ -28,6 +28,7 @@
 pub mod counters;
 mod cq;
 mod deadlines;
+pub mod mcast;
 pub mod mem;
 mod qp;
 mod requester;
@@ -253,12 +254,28 @@ pub enum EngineError {
     /// A resource is still in use.
     #[error("{0} is still in use")]
     Busy(&'static str),
+    /// A device limit was reached (the kernel's ENOMEM).
+    #[error("{what}: the device's limit of {limit} is reached")]
+    TooMany {
+        /// The limit, as `ibv_device_attr` names it.
+        what: &'static str,
+        /// Its value.
+        limit: u32,
+    },
     /// A QP attribute modification was refused.
     #[error(transparent)]
     Modify(#[from] state::ModifyError),
     /// A memory registration or window call was refused.
     #[error(transparent)]
     Mem(#[from] MemError),
+}
+
+fn mcast_error(e: mcast::McastError) -> EngineError {
+    match e {
+        mcast::McastError::NotMulticast => invalid("gid", "not a multicast GID"),
+        mcast::McastError::TooMany(what, limit) => EngineError::TooMany { what, limit },
+        mcast::McastError::NotAttached => invalid("gid", "the QP is not attached to that group"),
+    }
 }
 
 fn invalid(name: &'static str, reason: impl Into<String>) -> EngineError {
@@ -420,6 +437,8 @@ pub struct Engine {
     burst_sent: u32,
     /// QPs woken from `budget_waiters` whose turn has not ended yet.
     woken: u32,
+    /// UD multicast groups and the QPs attached to each.
+    groups: mcast::Groups,
 }
 
 impl Engine {
@@ -450,6 +469,7 @@ impl Engine {
             stranded: VecDeque::new(),
             burst_sent: 0,
             woken: 0,
+            groups: mcast::Groups::default(),
         }
     }
 
@@ -914,6 +934,13 @@ impl Engine {
 
     /// Destroys a queue pair. Outstanding work is dropped without completions.
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), EngineError> {
+        if !self.qps.contains_key(&qpn) {
+            return Err(EngineError::UnknownQp(qpn));
+        }
+        if self.groups.has_qp(qpn) {
+            // As the kernel's uverbs: detach first.
+            return Err(EngineError::Busy("qp: attached to a multicast group; it"));
+        }
         let q = self.qps.remove(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
         if q.budget_woken {
             self.woken_turn_ended();
@@ -1168,6 +1195,9 @@ impl Engine {
             }
         };
         let qpn = pkt.bth().dest_qp();
+        if qpn == mcast::MULTICAST_QPN {
+            return self.handle_multicast(now, &meta, &pkt);
+        }
         // One lookup of the QP for the check and the handling.
         let Some(q) = self.qps.get_mut(&qpn) else {
             self.counters.drop(DropReason::UnknownQp);
@@ -1177,6 +1207,69 @@ impl Engine {
         q.counters.rcvd_pkts += 1;
         q.handle_packet(&mut ctx, &meta, &pkt);
         self.settle_active(qpn);
+    }
+
+    /// A packet to the multicast QPN: a copy to every QP attached to the
+    /// group its destination address names (`rxe_rcv_mcast_pkt`).
+    fn handle_multicast(&mut self, now: Instant, meta: &RecvMeta, pkt: &Packet<&[u8]>) {
+        let gid = mcast::gid_of_group(meta.dst);
+        let members = self.groups.members(&gid).to_vec();
+        if members.is_empty() {
+            self.counters.drop(DropReason::NoGroup);
+            return;
+        }
+        for qpn in members {
+            let Some(q) = self.qps.get_mut(&qpn) else {
+                continue;
+            };
+            let mut ctx = ctx!(self, now);
+            q.counters.rcvd_pkts += 1;
+            q.handle_packet(&mut ctx, meta, pkt);
+            self.settle_active(qpn);
+        }
+    }
+
+    /// Attaches UD QP `qpn` to multicast group `gid` (`ibv_attach_mcast`;
+    /// the LID is ignored on RoCE). [`mcast::Attached::First`] says the
+    /// group is new to the device: its IP group is to be joined.
+    pub fn attach_mcast(
+        &mut self,
+        qpn: u32,
+        gid: mcast::Mgid,
+    ) -> Result<mcast::Attached, EngineError> {
+        let q = self.qps.get(&qpn).ok_or(EngineError::UnknownQp(qpn))?;
+        if q.qp_type != QpType::Ud {
+            return Err(invalid("qp", "only UD QPs join multicast groups"));
+        }
+        self.groups.attach(gid, qpn).map_err(mcast_error)
+    }
+
+    /// Detaches QP `qpn` from group `gid` (`ibv_detach_mcast`).
+    /// [`mcast::Detached::Last`] says no QP is left: leave the IP group.
+    pub fn detach_mcast(
+        &mut self,
+        qpn: u32,
+        gid: mcast::Mgid,
+    ) -> Result<mcast::Detached, EngineError> {
+        if !self.qps.contains_key(&qpn) {
+            return Err(EngineError::UnknownQp(qpn));
+        }
+        if mcast::group_of_gid(gid).is_none() {
+            return Err(mcast_error(mcast::McastError::NotMulticast));
+        }
+        self.groups.detach(gid, qpn).map_err(mcast_error)
+    }
+
+    /// Detaches QP `qpn` from every group (before destroying it, for a
+    /// caller that does not detach one by one); returns the groups left
+    /// with no QP.
+    pub fn detach_all_mcast(&mut self, qpn: u32) -> Vec<mcast::Mgid> {
+        self.groups.detach_all(qpn)
+    }
+
+    /// The QPs attached to group `gid`.
+    pub fn mcast_members(&self, gid: &mcast::Mgid) -> &[u32] {
+        self.groups.members(gid)
     }
 
     /// Brings the device's view of QP `qpn` up to date after the QP's code
