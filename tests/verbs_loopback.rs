@@ -1476,3 +1476,73 @@ fn no_post_holds_with_batching_off() {
     assert_eq!(a.ctx.held_posts(), 0);
     assert_eq!(b.cq.wait(10, T).expect("b's receives").len(), 10);
 }
+
+// 127.0.1.90-92
+/// UD multicast over real sockets: two devices' QPs attached to one
+/// group each get the datagram one device sent to the group, through IP
+/// multicast on `lo`; a detached QP and a dropped one get nothing more.
+#[test]
+fn ud_multicast_reaches_every_attached_qp() {
+    const QKEY: u32 = 0x1111_1111;
+    let group: IpAddr = "239.77.1.90".parse().unwrap();
+    let gid = rxe_core::engine::mcast::gid_of_group(group);
+    let o = ConnectOptions {
+        qkey: QKEY,
+        ..opts()
+    };
+    let a = node(90, QpType::Ud, 4096);
+    let b = node(91, QpType::Ud, 512);
+    let c = node(92, QpType::Ud, 512);
+    let c2 = c
+        .ctx
+        .create_qp(&c.pd, &QpInitAttr::new(QpType::Ud, &c.cq, &c.cq))
+        .unwrap();
+    for (n, q) in [(&a, &a.qp), (&b, &b.qp), (&c, &c.qp), (&c, &c2)] {
+        q.connect(&n.qp.endpoint(), &o).unwrap();
+    }
+    b.qp.attach_mcast(gid, 0).unwrap();
+    c.qp.attach_mcast(gid, 0).unwrap();
+    c2.attach_mcast(gid, 0).unwrap();
+    c2.attach_mcast(gid, 0).unwrap(); // twice: no change
+                                      // Not a multicast GID: EINVAL, as ib_attach_mcast says.
+    let unicast = rxe_core::engine::mcast::gid_of_group(addr(91));
+    assert!(b.qp.attach_mcast(unicast, 0).is_err());
+    b.qp.post_recv(&[recv(1, b.mr.sge(0..40 + 100)), recv(2, b.mr.sge(140..280))])
+        .unwrap();
+    c.qp.post_recv(&[recv(3, c.mr.sge(0..40 + 100))]).unwrap();
+    c2.post_recv(&[recv(4, c.mr.sge(140..280))]).unwrap();
+    let data = pattern(100, 90);
+    a.mr.write(0, &data).unwrap();
+    let ah = a.pd.create_ah(AddressVector::to(group)).unwrap();
+    a.qp.post_send(&[ah.send(1, &[a.mr.sge(0..100)], MULTICAST_QPN, QKEY)])
+        .unwrap();
+    assert_eq!(ok(&a.cq).opcode, WcOpcode::Send);
+    let rb = ok(&b.cq);
+    assert_eq!((rb.wr_id, rb.byte_len, rb.src_qp), (1, 140, a.qp.qp_num()));
+    let got = bytes(&b.mr, 0..140);
+    assert_eq!(&got[32..36], &[127, 0, 1, 90], "source: the sender");
+    assert_eq!(&got[36..40], &[239, 77, 1, 90], "destination: the group");
+    assert_eq!(&got[40..], &data[..]);
+    let mut rc: Vec<_> = (0..2)
+        .map(|_| ok(&c.cq))
+        .map(|w| (w.wr_id, w.byte_len))
+        .collect();
+    rc.sort();
+    assert_eq!(rc, vec![(3, 140), (4, 140)]);
+    assert_eq!(bytes(&c.mr, 40..140), data);
+    assert_eq!(bytes(&c.mr, 180..280), data, "c2's copy");
+
+    // c's first QP leaves and c2 is dropped: only b receives.
+    c.qp.detach_mcast(gid, 0).unwrap();
+    assert!(c.qp.detach_mcast(gid, 0).is_err(), "not attached any more");
+    drop(c2);
+    c.qp.post_recv(&[recv(5, c.mr.sge(0..140))]).unwrap();
+    a.qp.post_send(&[ah.send(2, &[a.mr.sge(0..100)], MULTICAST_QPN, QKEY)])
+        .unwrap();
+    ok(&a.cq);
+    assert_eq!(ok(&b.cq).wr_id, 2);
+    assert!(
+        c.cq.wait(1, Duration::from_millis(300)).is_err(),
+        "c left the group"
+    );
+}

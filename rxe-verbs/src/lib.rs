@@ -81,6 +81,7 @@ pub use mr::{ForeignRegion, MemoryRegion, MemoryWindow, ProtectionDomain, Remote
 pub use provider::{DeviceKind, GidType, NativeDeviceInfo, NativeGid, Provider};
 pub use qp::{
     inc_rkey, AddressHandle, ConnectOptions, Endpoint, QpInitAttr, QueuePair, SharedReceiveQueue,
+    MULTICAST_QPN,
 };
 pub use rxe_core::engine::mem::MwType;
 pub use rxe_core::engine::{AtomicOp, RegionMemory};

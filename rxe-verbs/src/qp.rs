@@ -6,6 +6,8 @@ use crate::device::{addr_of, gid_of};
 use crate::error::{invalid, unsupported, Error};
 use crate::mr::{MemoryRegion, MemoryWindow, PdImp, ProtectionDomain};
 use crate::native::{NQp, NSrq};
+pub use rxe_core::engine::mcast::MULTICAST_QPN;
+use rxe_core::engine::mcast::{group_of_gid, Attached, Detached};
 use rxe_core::engine::state::Connect;
 use rxe_core::engine::{QpInit, SrqId};
 use rxe_core::psn::Psn;
@@ -278,6 +280,29 @@ impl QueuePair {
         Ok(self.query()?.0.state)
     }
 
+    /// Attaches this UD QP to multicast group `gid` (`ibv_attach_mcast`;
+    /// `lid` is ignored, as on every RoCE device). UD sends to the group
+    /// (an address vector to the group's address, remote QPN
+    /// [`MULTICAST_QPN`]) then reach it. A soft device's first QP in a
+    /// group joins the group's IP address on the device's interface.
+    /// Attaching twice does nothing.
+    pub fn attach_mcast(&self, gid: [u8; 16], lid: u16) -> Result<(), Error> {
+        match &self.imp {
+            QpImp::Soft(q) => q.attach_mcast(gid),
+            QpImp::Native(n) => n.mcast(gid, lid, true),
+        }
+    }
+
+    /// Detaches this QP from multicast group `gid` (`ibv_detach_mcast`):
+    /// EINVAL if it was not attached. Dropping a QP detaches it from every
+    /// group.
+    pub fn detach_mcast(&self, gid: [u8; 16], lid: u16) -> Result<(), Error> {
+        match &self.imp {
+            QpImp::Soft(q) => q.detach_mcast(gid),
+            QpImp::Native(n) => n.mcast(gid, lid, false),
+        }
+    }
+
     /// Modifies attributes and state (`ibv_modify_qp`).
     pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), Error> {
         match &self.imp {
@@ -475,11 +500,58 @@ pub fn inc_rkey(rkey: u32) -> u32 {
     (rkey & !0xff) | (rkey.wrapping_add(1) & 0xff)
 }
 
+impl SoftQp {
+    fn attach_mcast(&self, gid: [u8; 16]) -> Result<(), Error> {
+        let sh = &self.ctx.shared;
+        // Lock order: link before engine.
+        let mut link = sh.link.lock();
+        let mut e = sh.lock();
+        if e.attach_mcast(self.qpn, gid)? != Attached::First {
+            return Ok(());
+        }
+        // A group of the other address family can be attached to (the
+        // kernel allows it) but never receives anything here.
+        let Some(g) = group_of_gid(gid).filter(|g| g.is_ipv4() == link.addr().is_ipv4()) else {
+            return Ok(());
+        };
+        link.join_group(g).map_err(|source| {
+            let _ = e.detach_mcast(self.qpn, gid);
+            Error::Io {
+                what: format!("join IP multicast group {g} on {}", link.addr()),
+                source,
+            }
+        })
+    }
+
+    fn detach_mcast(&self, gid: [u8; 16]) -> Result<(), Error> {
+        let sh = &self.ctx.shared;
+        let mut link = sh.link.lock();
+        let mut e = sh.lock();
+        if e.detach_mcast(self.qpn, gid)? == Detached::Last {
+            if let Some(g) = group_of_gid(gid) {
+                link.leave_group(g);
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Drop for SoftQp {
-    /// Destroying a QP first moves it to ERR, so that whatever was posted
-    /// completes with a flush error, then removes it.
+    /// Destroying a QP first detaches it from its multicast groups and
+    /// moves it to ERR, so that whatever was posted completes with a flush
+    /// error, then removes it.
     fn drop(&mut self) {
         let qpn = self.qpn;
+        {
+            let sh = &self.ctx.shared;
+            let mut link = sh.link.lock();
+            let mut e = sh.lock();
+            for gid in e.detach_all_mcast(qpn) {
+                if let Some(g) = group_of_gid(gid) {
+                    link.leave_group(g);
+                }
+            }
+        }
         self.ctx.shared.with_engine(|e| {
             let to_err = QpAttr {
                 state: QpState::Err,

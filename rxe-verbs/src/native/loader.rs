@@ -68,6 +68,8 @@ pub struct Verbs {
     pub ack_cq_events: unsafe extern "C" fn(*mut ibv_cq, c_uint),
     pub create_qp: unsafe extern "C" fn(*mut ibv_pd, *mut ibv_qp_init_attr) -> *mut ibv_qp,
     pub modify_qp: unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int) -> c_int,
+    pub attach_mcast: Option<unsafe extern "C" fn(*mut ibv_qp, *const ibv_gid, u16) -> c_int>,
+    pub detach_mcast: Option<unsafe extern "C" fn(*mut ibv_qp, *const ibv_gid, u16) -> c_int>,
     pub query_qp:
         unsafe extern "C" fn(*mut ibv_qp, *mut ibv_qp_attr, c_int, *mut ibv_qp_init_attr) -> c_int,
     pub destroy_qp: unsafe extern "C" fn(*mut ibv_qp) -> c_int,
@@ -175,6 +177,8 @@ pub fn load(path: &str) -> Result<Verbs, String> {
         ack_cq_events: required!(h, "ibv_ack_cq_events"),
         create_qp: required!(h, "ibv_create_qp"),
         modify_qp: required!(h, "ibv_modify_qp"),
+        attach_mcast: optional!(h, "ibv_attach_mcast"),
+        detach_mcast: optional!(h, "ibv_detach_mcast"),
         query_qp: required!(h, "ibv_query_qp"),
         destroy_qp: required!(h, "ibv_destroy_qp"),
         create_srq: required!(h, "ibv_create_srq"),

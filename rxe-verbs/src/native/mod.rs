@@ -1520,6 +1520,24 @@ impl NQp {
         }
     }
 
+    /// `ibv_attach_mcast` (`attach` true) or `ibv_detach_mcast`.
+    pub fn mcast(&self, gid: [u8; 16], lid: u16, attach: bool) -> Result<(), Error> {
+        let (f, name) = match attach {
+            true => (self.ctx.v.attach_mcast, "ibv_attach_mcast"),
+            false => (self.ctx.v.detach_mcast, "ibv_detach_mcast"),
+        };
+        let f =
+            f.ok_or_else(|| unsupported(format!("{name} (the system's libibverbs lacks it)")))?;
+        let g = ibv_gid { raw: gid };
+        // SAFETY: live QP; the GID outlives the call.
+        let rc = unsafe { f(self.qp, &g, lid) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(os_error(name, self.ctx.name(), rc_errno(rc)))
+        }
+    }
+
     pub fn query(&self) -> Result<(QpAttr, QpCap), Error> {
         let mut a = ibv_qp_attr::default();
         // SAFETY: zeroed plain struct with null pointers as out-parameter.
