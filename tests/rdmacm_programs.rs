@@ -12,7 +12,10 @@
 //! * perftest over rdma_cm: `ib_send_bw -R`, `ib_write_bw -R`,
 //!   `ib_send_lat -R`: both sides print the result table;
 //! * `udaddy` (UD through SIDR): the client resolves the server's UD QP,
-//!   both exchange UD messages (one id and 4 ids of 20 messages).
+//!   both exchange UD messages (one id and 4 ids of 20 messages);
+//! * `mckey` (UD multicast): two receivers in two processes (one with two
+//!   ids) join a group, a sender joins it send-only and sends; each
+//!   receiving id gets every message.
 //!
 //! Each run is bounded (a hung program is killed and fails the test). A
 //! missing program or library fails the test unless
@@ -400,4 +403,77 @@ fn udaddy_four_ids_twenty_messages_of_1000_bytes() {
     );
     udaddy_ok(&s, UDADDY_SERVER);
     udaddy_ok(&c, UDADDY_CLIENT);
+}
+
+/// Waits until the host is a member of IPv4 group `group` on some
+/// interface (`/proc/net/igmp` lists it, in the kernel's hex): a
+/// receiver's join, made when its QP was attached.
+fn wait_for_group(group: std::net::Ipv4Addr, members: usize) {
+    let hex = format!("{:08X}", u32::from_le_bytes(group.octets()));
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let igmp = std::fs::read_to_string("/proc/net/igmp").unwrap_or_default();
+        // One line per group and interface, with its number of users.
+        let users: usize = igmp
+            .lines()
+            .filter(|l| l.trim_start().starts_with(&hex))
+            .filter_map(|l| l.split_whitespace().nth(1)?.parse::<usize>().ok())
+            .sum();
+        if users >= members {
+            return;
+        }
+        assert!(Instant::now() < until, "nobody joined {group}:\n{igmp}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+const MCKEY_RECEIVER: &[&str] = &[
+    "mckey: starting server",
+    "mckey: joining",
+    "mckey: joined dgid: ::ffff:239.77.6.150 mlid 0x0 sl 0",
+    "receiving data transfers",
+    "data transfers complete",
+    "test complete",
+    "return status 0",
+];
+
+const MCKEY_SENDER: &[&str] = &[
+    "mckey: starting client",
+    "mckey: joining",
+    "mckey: joined dgid: ::ffff:239.77.6.150 mlid 0x0 sl 0",
+    "initiating data transfers",
+    "data transfers complete",
+    "test complete",
+    "return status 0",
+];
+
+#[test]
+fn mckey_receivers_in_two_processes_get_every_message() {
+    if !have(&["mckey"]) {
+        return;
+    }
+    let group = "239.77.6.150";
+    let common = ["-m", group, "-C", "10", "-S", "500"];
+    let args = |extra: &[&'static str]| -> Vec<&'static str> {
+        extra.iter().chain(&common).copied().collect()
+    };
+    let r1 = start("127.0.6.150", "mckey", &args(&["-b", "127.0.6.150"]));
+    let r2 = start(
+        "127.0.6.152",
+        "mckey",
+        &args(&["-b", "127.0.6.152", "-c", "2"]),
+    );
+    // Three ids' QPs, in two processes (one socket each): two members.
+    wait_for_group(group.parse().unwrap(), 2);
+    let sender = start(
+        "127.0.6.151",
+        "mckey",
+        &args(&["-b", "127.0.6.151", "-s", "-o"]),
+    )
+    .wait(LIMIT);
+    let (r1, r2) = (r1.wait(LIMIT), r2.wait(LIMIT));
+    eprintln!("{}\n{}\n{}", sender.whole, r1.whole, r2.whole);
+    udaddy_ok(&sender, MCKEY_SENDER);
+    udaddy_ok(&r1, MCKEY_RECEIVER);
+    udaddy_ok(&r2, MCKEY_RECEIVER);
 }

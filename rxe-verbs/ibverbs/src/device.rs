@@ -285,6 +285,12 @@ pub fn device_attr(d: &rxe_verbs::DeviceAttr) -> ibv_device_attr {
     a.max_srq_wr = c.max_qp_wr as c_int;
     a.max_srq_sge = c.max_srq_sge as c_int;
     a.max_pkeys = c.max_pkeys;
+    {
+        use rxe_core::engine::mcast::*;
+        a.max_mcast_grp = MAX_MCAST_GRP as c_int;
+        a.max_mcast_qp_attach = MAX_MCAST_QP_ATTACH as c_int;
+        a.max_total_mcast_qp_attach = MAX_TOTAL_MCAST_QP_ATTACH as c_int;
+    }
     a.local_ca_ack_delay = 15;
     a.phys_port_cnt = d.phys_port_cnt;
     a

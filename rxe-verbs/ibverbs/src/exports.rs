@@ -26,7 +26,7 @@
 #[allow(unused_imports)]
 use crate::rdmacm::{
     addrinfo as cm_addrinfo, channel as cm_channel, connect as cm_connect, id as cm_id,
-    qp as cm_qp, rsocket as cm_rsocket,
+    mcast as cm_mcast, qp as cm_qp, rsocket as cm_rsocket,
 };
 #[allow(unused_imports)]
 use crate::*;
@@ -297,7 +297,7 @@ export! {
     native::ibv_ack_async_event => "ibv_ack_async_event@@IBVERBS_1.1",
     cq::ibv_ack_cq_events => "ibv_ack_cq_events@@IBVERBS_1.1" via obj,
     mem::ibv_alloc_pd => "ibv_alloc_pd@@IBVERBS_1.1" via ctx,
-    unsupported::ibv_attach_mcast => "ibv_attach_mcast@@IBVERBS_1.1" via obj,
+    mcast::ibv_attach_mcast => "ibv_attach_mcast@@IBVERBS_1.1" via obj,
     context::ibv_close_device => "ibv_close_device@@IBVERBS_1.1" via ctx,
     kern::ibv_copy_ah_attr_from_kern => "ibv_copy_ah_attr_from_kern@@IBVERBS_1.1",
     qp::ibv_create_ah => "ibv_create_ah@@IBVERBS_1.1" via obj,
@@ -311,7 +311,7 @@ export! {
     cq::ibv_destroy_cq => "ibv_destroy_cq@@IBVERBS_1.1" via obj,
     qp::ibv_destroy_qp => "ibv_destroy_qp@@IBVERBS_1.1" via obj,
     qp::ibv_destroy_srq => "ibv_destroy_srq@@IBVERBS_1.1" via obj,
-    unsupported::ibv_detach_mcast => "ibv_detach_mcast@@IBVERBS_1.1" via obj,
+    mcast::ibv_detach_mcast => "ibv_detach_mcast@@IBVERBS_1.1" via obj,
     device::ibv_dofork_range => "ibv_dofork_range@@IBVERBS_1.1" via always,
     device::ibv_dontfork_range => "ibv_dontfork_range@@IBVERBS_1.1" via always,
     strings::ibv_event_type_str => "ibv_event_type_str@@IBVERBS_1.1",
@@ -462,8 +462,8 @@ export! {
     cm_id::rdma_get_request => "rdma_get_request@@RDMACM_1.0",
     cm_id::rdma_get_src_port => "rdma_get_src_port@@RDMACM_1.0",
     cm_addrinfo::rdma_getaddrinfo => "rdma_getaddrinfo@@RDMACM_1.0",
-    cm_connect::rdma_join_multicast => "rdma_join_multicast@@RDMACM_1.0",
-    cm_connect::rdma_leave_multicast => "rdma_leave_multicast@@RDMACM_1.0",
+    cm_mcast::rdma_join_multicast => "rdma_join_multicast@@RDMACM_1.0",
+    cm_mcast::rdma_leave_multicast => "rdma_leave_multicast@@RDMACM_1.0",
     cm_connect::rdma_listen => "rdma_listen@@RDMACM_1.0",
     cm_id::rdma_migrate_id => "rdma_migrate_id@@RDMACM_1.0",
     cm_connect::rdma_notify => "rdma_notify@@RDMACM_1.0",
@@ -494,7 +494,7 @@ export! {
     cm_rsocket::rsocket => "rsocket@@RDMACM_1.0",
     cm_rsocket::rwrite => "rwrite@@RDMACM_1.0",
     cm_rsocket::rwritev => "rwritev@@RDMACM_1.0",
-    cm_connect::rdma_join_multicast_ex => "rdma_join_multicast_ex@@RDMACM_1.1",
+    cm_mcast::rdma_join_multicast_ex => "rdma_join_multicast_ex@@RDMACM_1.1",
     cm_connect::rdma_establish => "rdma_establish@@RDMACM_1.2",
     cm_id::rdma_init_qp_attr => "rdma_init_qp_attr@@RDMACM_1.2",
     cm_id::rdma_get_remote_ece => "rdma_get_remote_ece@@RDMACM_1.3",

@@ -52,6 +52,7 @@ mod exports;
 mod ffi;
 mod kern;
 mod live;
+mod mcast;
 mod mem;
 mod mw;
 mod native;

@@ -40,6 +40,8 @@ pub struct Qp {
     /// The `ibv_qp_attr_mask` bits some `ibv_modify_qp` has set:
     /// `ibv_query_qp` shows the others as the kernel's rxe does, as zeroes.
     pub applied: AtomicU32,
+    /// The multicast groups attached, as (GID, LID) ([`crate::mcast`]).
+    pub mcast: Mutex<Vec<([u8; 16], u16)>>,
 }
 
 /// An extended-posting batch: the WRs so far, or the first error.
@@ -177,6 +179,7 @@ fn create_qp(pd: *mut ibv_pd, a: QpArgs) -> Result<*mut Qp, Fail> {
         async_events: async_events.clone(),
         batch: Mutex::new(Batch::default()),
         applied: AtomicU32::new(0),
+        mcast: Mutex::new(Vec::new()),
     }));
     p.users.fetch_add(1, Ordering::AcqRel);
     scq.users.fetch_add(1, Ordering::AcqRel);
@@ -484,7 +487,17 @@ pub unsafe extern "C" fn ibv_query_qp(
 
 pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
     guard("ibv_destroy_qp", libc::EIO, || {
-        let r = qp_of(qp).map(|q| {
+        let r = qp_of(qp).and_then(|q| {
+            if !q.mcast.lock().is_empty() {
+                // As the kernel's uverbs: detach first.
+                return Err(Fail::new(
+                    libc::EBUSY,
+                    "qp: still attached to a multicast group (ibv_detach_mcast first)",
+                ));
+            }
+            Ok(q)
+        });
+        let r = r.map(|q| {
             let route = q.open.routes.lock().qps.remove(&q.rx.qp_num());
             if let Some(r) = route {
                 r.forget();

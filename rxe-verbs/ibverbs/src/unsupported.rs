@@ -19,22 +19,6 @@ fn refuse(verb: &str, why: &str) -> c_int {
     libc::EOPNOTSUPP
 }
 
-pub unsafe extern "C" fn ibv_attach_mcast(
-    _qp: *mut ibv_qp,
-    _gid: *const ibv_gid,
-    _lid: u16,
-) -> c_int {
-    refuse("ibv_attach_mcast", "multicast groups")
-}
-
-pub unsafe extern "C" fn ibv_detach_mcast(
-    _qp: *mut ibv_qp,
-    _gid: *const ibv_gid,
-    _lid: u16,
-) -> c_int {
-    refuse("ibv_detach_mcast", "multicast groups")
-}
-
 pub unsafe extern "C" fn ibv_import_device(_cmd_fd: c_int) -> *mut ibv_context {
     refuse(
         "ibv_import_device",

@@ -42,6 +42,9 @@ pub struct UdParam {
     pub ah_attr: ibv_ah_attr,
     pub qp_num: u32,
     pub qkey: u32,
+    /// A multicast event's `private_data`: the context the program gave
+    /// `rdma_join_multicast`, passed back as the pointer itself.
+    pub context: Option<usize>,
 }
 
 impl std::fmt::Debug for UdParam {
@@ -219,8 +222,16 @@ pub fn get_event(ch: &Channel) -> Result<*mut rdma_cm_event, Fail> {
             e.private_data[..n].copy_from_slice(&u.private_data[..n]);
             // SAFETY: the union is zeroed plain data; ud is the member written.
             let ud = unsafe { &mut e.ev.param.ud };
-            ud.private_data = if n > 0 { data.cast() } else { std::ptr::null() };
-            ud.private_data_len = n.min(255) as u8;
+            ud.private_data = match u.context {
+                Some(c) => c as *const std::ffi::c_void,
+                None if n > 0 => data.cast(),
+                None => std::ptr::null(),
+            };
+            ud.private_data_len = if u.context.is_some() {
+                0
+            } else {
+                n.min(255) as u8
+            };
             ud.ah_attr = u.ah_attr;
             ud.qp_num = u.qp_num;
             ud.qkey = u.qkey;

@@ -83,6 +83,8 @@ pub struct IdState {
     /// rxe-verbs id once connecting or a connection request's, and a
     /// listener's ids (one per soft device it listens on).
     pub cm: super::connect::CmSide,
+    /// The multicast groups joined (`mcast.rs`).
+    pub mcast: Vec<super::mcast::Joined>,
 }
 
 impl std::fmt::Debug for IdState {
@@ -381,6 +383,7 @@ pub fn create_on(
             local_ece: (0, 0),
             remote_ece: (0, 0),
             cm: Default::default(),
+            mcast: Vec::new(),
         }),
         events: Arc::new(EventCount::default()),
         qp_type,
@@ -567,6 +570,16 @@ fn route_to(dst: IpAddr) -> Result<&'static CmaDev, (c_int, String)> {
     })
 }
 
+/// For a multicast group the host's routes do not send from a soft
+/// device: the first soft device of its family, which sends to the group
+/// on its own interface.
+fn any_device_for(group: IpAddr) -> Option<&'static CmaDev> {
+    group.is_multicast().then_some(())?;
+    cma_devices()
+        .iter()
+        .find(|d| canonical(d.addr()).is_ipv4() == group.is_ipv4())
+}
+
 /// `a` in the address family of `like` (an IPv4 device address for an
 /// IPv6 id is IPv4-mapped).
 fn in_family(a: IpAddr, like: &SocketAddr) -> IpAddr {
@@ -605,7 +618,10 @@ fn resolve_addr(cm: &CmId, src: Option<SocketAddr>, dst: SocketAddr) -> Result<(
     let found: Result<&'static CmaDev, (c_int, String)> = match st.dev {
         Some(d) => {
             let dev_ip = canonical(d.addr());
+            // A multicast group is reached from any device (its QPs
+            // send to the group on the device's own interface).
             if dev_ip == dst_ip
+                || dst_ip.is_multicast()
                 || is_loopback(dev_ip) == (dst_ip.is_loopback() || dst_ip.is_unspecified())
             {
                 Ok(d)
@@ -616,7 +632,7 @@ fn resolve_addr(cm: &CmId, src: Option<SocketAddr>, dst: SocketAddr) -> Result<(
                 ))
             }
         }
-        None => route_to(dst_ip),
+        None => route_to(dst_ip).or_else(|e| any_device_for(dst_ip).ok_or(e)),
     };
     let (event, status) = match found {
         Ok(d) => {

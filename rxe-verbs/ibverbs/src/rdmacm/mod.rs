@@ -24,13 +24,14 @@
 //! owns or reaches an address, and the GIDs of both ends, are known at
 //! once, so `rdma_resolve_addr` and `rdma_resolve_route` queue their event
 //! before they return. What needs the connection manager's MADs on QP 1
-//! (connect, listen, accept, reject, disconnect; multicast, which fails)
-//! is in [`connect`], over `rxe_verbs::cm`, and rsockets in [`rsocket`].
+//! (connect, listen, accept, reject, disconnect) is in [`connect`]; multicast
+//! joins are in [`mcast`], over `rxe_verbs::cm`, and rsockets in [`rsocket`].
 
 pub mod addrinfo;
 pub mod channel;
 pub mod connect;
 pub mod id;
+pub mod mcast;
 pub mod qp;
 pub mod rsocket;
 
