@@ -41,7 +41,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1535,6 +1537,178 @@ static void cases_data(struct ibv_pd *pd)
 	ibv_dereg_mr(rr);
 }
 
+/* ---- UD multicast ---------------------------------------------------------- */
+
+/* A UD QP moved to RTS (0 on failure). */
+static struct ibv_qp *ud_rts(struct ibv_pd *pd, struct ibv_cq *cq)
+{
+	struct ibv_qp_init_attr ia = { .send_cq = cq, .recv_cq = cq, .cap = { 4, 4, 1, 1, 0 },
+				       .qp_type = IBV_QPT_UD };
+	struct ibv_qp *q = ibv_create_qp(pd, &ia);
+	struct ibv_qp_attr a;
+	if (!q)
+		return NULL;
+	attr_init(&a, IBV_QPT_UD);
+	int ok = !ibv_modify_qp(q, &a, mask_init(IBV_QPT_UD));
+	memset(&a, 0, sizeof a);
+	a.qp_state = IBV_QPS_RTR;
+	ok = ok && !ibv_modify_qp(q, &a, IBV_QP_STATE);
+	attr_rts(&a);
+	ok = ok && !ibv_modify_qp(q, &a, mask_rts(IBV_QPT_UD));
+	if (!ok) {
+		ibv_destroy_qp(q);
+		return NULL;
+	}
+	return q;
+}
+
+/* The IPv4-mapped GID of group 239.0.0.n. */
+static union ibv_gid mgid(int n)
+{
+	union ibv_gid g = { 0 };
+	g.raw[10] = g.raw[11] = 0xff;
+	g.raw[12] = 239;
+	g.raw[15] = (uint8_t)n;
+	return g;
+}
+
+static void cases_mcast(struct ibv_pd *pd, void *buf, struct ibv_mr *mr)
+{
+	struct ibv_cq *cq = ibv_create_cq(ctx, 64, NULL, NULL, 0);
+	struct ibv_qp_init_attr ia = { .send_cq = cq, .recv_cq = cq, .cap = { 4, 4, 1, 1, 0 },
+				       .qp_type = IBV_QPT_UD };
+	struct ibv_qp *q = ibv_create_qp(pd, &ia);
+	union ibv_gid g1 = mgid(1), zero = { 0 }, v6 = { 0 };
+	v6.raw[0] = 0xff;
+	v6.raw[1] = 0x0e;
+	v6.raw[15] = 1;
+	rc_line("mcast.attach.reset_qp", ibv_attach_mcast(q, &g1, 0));
+	rc_line("mcast.attach.again", ibv_attach_mcast(q, &g1, 0));
+	rc_line("mcast.attach.other_lid", ibv_attach_mcast(q, &g1, 5));
+	rc_line("mcast.detach.other_lid", ibv_detach_mcast(q, &g1, 5));
+	rc_line("mcast.destroy_qp.attached", ibv_destroy_qp(q));
+	rc_line("mcast.detach", ibv_detach_mcast(q, &g1, 0));
+	rc_line("mcast.detach.again", ibv_detach_mcast(q, &g1, 0));
+	rc_line("mcast.detach.never", ibv_detach_mcast(q, &v6, 0));
+	rc_line("mcast.attach.unicast_gid", ibv_attach_mcast(q, &gid, 0));
+	rc_line("mcast.attach.zero_gid", ibv_attach_mcast(q, &zero, 0));
+	rc_line("mcast.attach.ipv6_gid", ibv_attach_mcast(q, &v6, 0));
+	rc_line("mcast.detach.ipv6_gid", ibv_detach_mcast(q, &v6, 0));
+	rc_line("mcast.destroy_qp.detached", ibv_destroy_qp(q));
+	ia.qp_type = IBV_QPT_RC;
+	q = ibv_create_qp(pd, &ia);
+	rc_line("mcast.attach.rc_qp", ibv_attach_mcast(q, &g1, 0));
+	ibv_destroy_qp(q);
+	ia.qp_type = IBV_QPT_UC;
+	q = ibv_create_qp(pd, &ia);
+	rc_line("mcast.attach.uc_qp", ibv_attach_mcast(q, &g1, 0));
+	ibv_destroy_qp(q);
+
+	/* max_mcast_qp_attach QPs in one group, then one more */
+	{
+		struct ibv_qp *qs[64];
+		int n = 0, rc = 0;
+		ia.qp_type = IBV_QPT_UD;
+		ia.cap = (struct ibv_qp_cap){ 1, 1, 1, 1, 0 };
+		while (n < 64 && (qs[n] = ibv_create_qp(pd, &ia)) && !(rc = ibv_attach_mcast(qs[n], &g1, 0)))
+			n++;
+		line("mcast.attach.group_full", "attached=%s then %s",
+		     n == dattr.max_mcast_qp_attach ? "max_mcast_qp_attach" : "other", rc ? ename(rc) : "none");
+		if (n < 64 && qs[n])
+			ibv_destroy_qp(qs[n]);
+		for (int k = 0; k < n; k++) {
+			ibv_detach_mcast(qs[k], &g1, 0);
+			ibv_destroy_qp(qs[k]);
+		}
+	}
+
+	/* a datagram to a group: to the attached QPs, the sender's included,
+	 * not to the others. The harness joins the group's IP address itself,
+	 * as rdma_cm's join does (kernel rxe's attach alone joins no IP group). */
+	{
+		uint8_t *b = buf;
+		struct in_addr ifa;
+		memcpy(&ifa, &gid.raw[12], 4);
+		int sock = socket(AF_INET, SOCK_DGRAM, 0);
+		struct ip_mreq mr_ = { .imr_multiaddr.s_addr = htonl(0xef000002), .imr_interface = ifa };
+		int joined = sock >= 0 && !setsockopt(sock, IPPROTO_IP, IP_ADD_MEMBERSHIP, &mr_, sizeof mr_);
+		struct ibv_qp *qa = ud_rts(pd, cq), *qb = ud_rts(pd, cq), *qc = ud_rts(pd, cq);
+		union ibv_gid g2 = mgid(2);
+		struct ibv_ah_attr aa = { .is_global = 1, .port_num = 1 };
+		aa.grh.dgid = g2;
+		aa.grh.sgid_index = gidx;
+		aa.grh.hop_limit = 64;
+		struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+		int ok = joined && qa && qb && qc && ah && !ibv_attach_mcast(qa, &g2, 0) &&
+			 !ibv_attach_mcast(qb, &g2, 0);
+		memset(b, 0, 1024);
+		for (int k = 0; k < 3 && ok; k++) {
+			struct ibv_sge rs = { (uintptr_t)b + 256 * k, 40 + 64, mr->lkey };
+			struct ibv_recv_wr r = { .wr_id = 10 + k, .sg_list = &rs, .num_sge = 1 }, *rbad;
+			ok = !ibv_post_recv(k == 0 ? qa : k == 1 ? qb : qc, &r, &rbad);
+		}
+		memcpy(b + 900, "multicast!", 10);
+		struct ibv_sge ss = { (uintptr_t)b + 900, 10, mr->lkey };
+		struct ibv_send_wr w = { .wr_id = 1, .sg_list = &ss, .num_sge = 1, .opcode = IBV_WR_SEND,
+					 .send_flags = IBV_SEND_SIGNALED }, *bad;
+		if (ah) {
+			w.wr.ud.ah = ah;
+			w.wr.ud.remote_qpn = 0xffffff;
+			w.wr.ud.remote_qkey = 0x11111111;
+		}
+		if (!ok || ibv_post_send(qa, &w, &bad)) {
+			line("mcast.data", "setup failed %s", ename(errno));
+		} else {
+			struct ibv_wc wc;
+			char got[3][64] = { "none", "none", "none" };
+			char sent[64] = "none";
+			/* the send and two receives; the third QP's is not to come */
+			int n = 0;
+			for (int k = 0; k < 2000 && n < 3; k++) {
+				if (ibv_poll_cq(cq, 1, &wc) <= 0) {
+					usleep(1000);
+					continue;
+				}
+				n++;
+				if (wc.opcode == IBV_WC_SEND) {
+					snprintf(sent, sizeof sent, "%s", ibv_wc_status_str(wc.status));
+					continue;
+				}
+				int i = (int)wc.wr_id - 10;
+				if (i >= 0 && i < 3)
+					snprintf(got[i], sizeof got[i], "%s len=%u src=%s data=%d", ibv_wc_status_str(wc.status),
+						 wc.byte_len, wc.src_qp == qa->qp_num ? "a" : "other",
+						 !memcmp(b + 256 * i + 40, "multicast!", 10));
+			}
+			usleep(100000);
+			while (ibv_poll_cq(cq, 1, &wc) > 0)
+				if (wc.wr_id == 12)
+					snprintf(got[2], sizeof got[2], "%s", ibv_wc_status_str(wc.status));
+			line("mcast.data.send", "%s", sent);
+			line("mcast.data.sender_attached", "%s", got[0]);
+			line("mcast.data.other_attached", "%s", got[1]);
+			line("mcast.data.not_attached", "%s", got[2]);
+			/* the GRH's destination: the group */
+			line("mcast.data.grh_dst", "%u.%u.%u.%u", b[256 + 36], b[256 + 37], b[256 + 38], b[256 + 39]);
+		}
+		if (qa)
+			ibv_detach_mcast(qa, &g2, 0);
+		if (qb)
+			ibv_detach_mcast(qb, &g2, 0);
+		if (ah)
+			ibv_destroy_ah(ah);
+		if (qa)
+			ibv_destroy_qp(qa);
+		if (qb)
+			ibv_destroy_qp(qb);
+		if (qc)
+			ibv_destroy_qp(qc);
+		if (sock >= 0)
+			close(sock);
+	}
+	ibv_destroy_cq(cq);
+}
+
 /* ---- the randomised mode --------------------------------------------------- */
 
 static uint64_t rng_state;
@@ -1854,6 +2028,12 @@ int main(int argc, char **argv)
 		cases_ah(pd);
 		cases_mw(pd);
 		cases_data(pd);
+		{
+			static uint8_t mbuf[1024] __attribute__((aligned(64)));
+			struct ibv_mr *mmr = ibv_reg_mr(pd, mbuf, sizeof mbuf, IBV_ACCESS_LOCAL_WRITE);
+			cases_mcast(pd, mbuf, mmr);
+			ibv_dereg_mr(mmr);
+		}
 		ibv_destroy_srq(srq);
 		ibv_destroy_cq(scq);
 		ibv_destroy_cq(rcq);

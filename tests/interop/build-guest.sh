@@ -1,7 +1,7 @@
 #!/bin/bash
 # build-guest.sh - build the interop test guest: a stock Debian kernel (with
 # the rdma_rxe module) and a small initramfs holding busybox, rdma-core's
-# tools, perftest, rdmacm-utils (rping, ucmatose, udaddy), tcpdump and our own verbs
+# tools, perftest, rdmacm-utils (rping, ucmatose, udaddy, mckey), tcpdump and our own verbs
 # programs (guest/rxe_peer.c, ../c/verbs_diff.c).
 #
 # Everything comes from Debian packages: the kernel .deb is fetched with
@@ -80,7 +80,7 @@ depmod -b "$R" "$KVER"
 # --- 4. userspace -----------------------------------------------------------------
 BINS="ibv_devinfo ibv_devices ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong
       ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat
-      rping ucmatose udaddy
+      rping ucmatose udaddy mckey
       rdma ip kmod tcpdump bash timeout"
 for b in $BINS; do
     p=$(command -v "$b") || { echo "build-guest: $b is not installed on the host" >&2; exit 1; }

@@ -535,7 +535,7 @@ guest_reboot() {  # power the guest off (kill qemu if it does not stop) and boot
 }
 # end every test program in the guest
 gkill() {  # JOB
-    grun "$1" 20 'killall -q ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong rxe_peer ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat backend_exchange rxe rping ucmatose udaddy; true' >/dev/null 2>&1
+    grun "$1" 20 'killall -q ibv_rc_pingpong ibv_uc_pingpong ibv_ud_pingpong ibv_srq_pingpong rxe_peer ib_write_bw ib_read_bw ib_send_bw ib_atomic_bw ib_write_lat ib_read_lat ib_send_lat ib_atomic_lat backend_exchange rxe rping ucmatose udaddy mckey; true' >/dev/null 2>&1
 }
 reset_opts() { ALLOW="" EXPECT="" ONLY_OPS="" ONE_WAY="" MAXLEN="" MAXLEN_EQ="" HOSTCHK="" GTIMEOUT="" HTIMEOUT="" GLISTEN="" CM_LISTEN="" EXTRA_NOTE="" CM_WAIT="" RETRY_IF="" RETRIES="" TRY="" REBOOTED=""; }
 reset_opts
@@ -983,6 +983,17 @@ $HOST_IP|ServiceIDResReqResp"
 scenario di-cm-udaddy-rs "drop-in: udaddy (UD through SIDR) drop-in-server→kernel-client" host \
     "udaddy -s $HOST_IP -b $GUEST_IP" \
     "${DROPIN_EXEC[@]}" udaddy -b "$HOST_IP"
+# UD multicast through rdma_cm: the receiver joins the group (IGMP on
+# the kernel, an IP membership on rxe-rs) and waits; the sender joins
+# (send-only from the drop-in) and sends 10 messages of 500 bytes to it
+CM_WAIT=3 ONE_WAY=1 HOSTCHK=check_status0 GTIMEOUT=60 HTIMEOUT=60
+scenario di-cm-mckey-kr "drop-in: mckey kernel-receiver←drop-in-sender, send-only" guest \
+    "mckey -m 239.77.7.1 -b $GUEST_IP -C 10 -S 500" \
+    "${DROPIN_EXEC[@]}" mckey -m 239.77.7.1 -b "$HOST_IP" -s -o -C 10 -S 500
+CM_WAIT=3 ONE_WAY=1 HOSTCHK=check_status0 GTIMEOUT=60 HTIMEOUT=60
+scenario di-cm-mckey-rr "drop-in: mckey drop-in-receiver←kernel-sender" host \
+    "mckey -m 239.77.7.2 -b $GUEST_IP -s -C 10 -S 500" \
+    "${DROPIN_EXEC[@]}" mckey -m 239.77.7.2 -b "$HOST_IP" -C 10 -S 500
 # perftest makes two rdma_cm connections to one port (the data exchange,
 # then the test QP) and its server listens again in between; a client that
 # comes first is rejected (REJ 8) and perftest's retry reuses the ids it

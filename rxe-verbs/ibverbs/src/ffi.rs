@@ -75,7 +75,7 @@ impl From<EngineError> for Fail {
 
 fn engine_errno(e: &EngineError) -> i32 {
     match e {
-        EngineError::QueueFull { .. } => libc::ENOMEM,
+        EngineError::QueueFull { .. } | EngineError::TooMany { .. } => libc::ENOMEM,
         EngineError::Busy(_) => libc::EBUSY,
         // A region with bound windows: the kernel's rxe answers EBUSY too.
         EngineError::Mem(rxe_core::engine::MemError::InUse { .. }) => libc::EBUSY,

@@ -55,11 +55,9 @@ pub unsafe extern "C" fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, 
                 ));
             };
             list.remove(i);
-            // The same group under another LID shares the attachment (as
-            // on kernel rxe, whose group is the GID alone).
-            if list.iter().any(|&(o, _)| o == g) {
-                return Ok(());
-            }
+            // The device's group is the GID alone, as kernel rxe's: after
+            // a detach under one LID the QP is out of the group, and a
+            // detach under another LID it was attached with is EINVAL.
             q.rx.detach_mcast(g, lid)?;
             Ok(())
         })();
