@@ -48,6 +48,12 @@ pub unsafe extern "C" fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, 
             let q = qp_of(qp)?;
             let g = gid_at(gid)?;
             let mut list = q.mcast.lock();
+            // As Linux 6.1's uverbs: the device first, then the list. The
+            // device's group is the GID alone (kernel rxe's), so after a
+            // detach under one LID the QP is out of the group, a detach
+            // under another LID it was attached with is EINVAL, and that
+            // pair stays on the list: the QP is then EBUSY to destroy.
+            q.rx.detach_mcast(g, lid)?;
             let Some(i) = list.iter().position(|&e| e == (g, lid)) else {
                 return Err(Fail::inval(
                     "gid",
@@ -55,10 +61,6 @@ pub unsafe extern "C" fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, 
                 ));
             };
             list.remove(i);
-            // The device's group is the GID alone, as kernel rxe's: after
-            // a detach under one LID the QP is out of the group, and a
-            // detach under another LID it was attached with is EINVAL.
-            q.rx.detach_mcast(g, lid)?;
             Ok(())
         })();
         int_result("ibv_detach_mcast", r)

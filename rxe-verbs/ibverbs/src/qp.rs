@@ -815,18 +815,21 @@ pub unsafe extern "C" fn ibv_modify_srq(
             let a = unsafe { attr.as_ref() }.ok_or_else(|| Fail::inval("srq_attr", "NULL"))?;
             // Other mask bits are ignored, as the kernel's rxe_modify_srq does.
             let mask = mask as u32;
+            // Both checked before either applies, as rxe_srq_chk_attr does:
+            // the limit against the queue as it is, even when the same call
+            // grows it (found by random seed 984939643).
+            let max = s.attr.lock().max_wr;
+            if mask & IBV_SRQ_LIMIT != 0 && a.srq_limit > max {
+                return Err(Fail::inval(
+                    "srq_attr->srq_limit",
+                    format!("{} is more than max_wr {max}", a.srq_limit),
+                ));
+            }
             if mask & IBV_SRQ_MAX_WR != 0 {
                 let n = s.rx.resize(a.max_wr)?;
                 s.attr.lock().max_wr = n;
             }
             if mask & IBV_SRQ_LIMIT != 0 {
-                let max = s.attr.lock().max_wr;
-                if a.srq_limit > max {
-                    return Err(Fail::inval(
-                        "srq_attr->srq_limit",
-                        format!("{} is more than max_wr {max}", a.srq_limit),
-                    ));
-                }
                 s.rx.set_limit(a.srq_limit)?;
                 s.limit.store(a.srq_limit, Ordering::Release);
             }
