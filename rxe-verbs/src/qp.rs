@@ -620,6 +620,23 @@ impl SharedReceiveQueue {
         }
     }
 
+    /// [`Self::resize`] and [`Self::set_limit`] in one `ibv_modify_srq`,
+    /// as the kernel does it: the limit is checked against the queue as it
+    /// is before the resize. Returns the new size.
+    pub fn resize_and_set_limit(&self, max_wr: u32, limit: u32) -> Result<u32, Error> {
+        match &self.imp {
+            SrqImp::Soft(s) => Ok(s
+                .ctx
+                .shared
+                .with_engine(|e| e.resize_srq_and_limit(s.id, max_wr, limit))?),
+            SrqImp::Native(n) => {
+                let got = n.resize(max_wr)?;
+                n.set_limit(limit)?;
+                Ok(got)
+            }
+        }
+    }
+
     /// Resizes the SRQ to hold at least `max_wr` receives (`ibv_modify_srq`
     /// with `IBV_SRQ_MAX_WR`), keeping those posted; returns the new size.
     pub fn resize(&self, max_wr: u32) -> Result<u32, Error> {

@@ -34,6 +34,7 @@
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -44,6 +45,7 @@
 #include <netinet/in.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -1537,6 +1539,54 @@ static void cases_data(struct ibv_pd *pd)
 	ibv_dereg_mr(rr);
 }
 
+/* ---- cmd_fd and the import verbs ---------------------------------------------- */
+
+static void import_line(const char *id, struct ibv_context *ic)
+{
+	if (!ic) {
+		null_line(id);
+		return;
+	}
+	line(id, "ok");
+	ibv_close_device(ic);
+}
+
+static void cases_import(struct ibv_pd *pd)
+{
+	struct stat st;
+	line("ctx.cmd_fd.fstat", "%s", fstat(ctx->cmd_fd, &st) ? ename(errno) : S_ISCHR(st.st_mode) ? "chr" : "other");
+	line("ctx.cmd_fd.fcntl", "%s", fcntl(ctx->cmd_fd, F_GETFD) < 0 ? ename(errno) : "ok");
+	import_line("import.device.own_cmd_fd", ibv_import_device(ctx->cmd_fd));
+	import_line("import.device.fd=-1", ibv_import_device(-1));
+	int fd = open("/dev/null", O_RDWR);
+	import_line("import.device.dev_null", ibv_import_device(fd));
+	close(fd);
+	int p[2];
+	if (!pipe(p)) {
+		import_line("import.device.pipe", ibv_import_device(p[0]));
+		close(p[0]);
+		close(p[1]);
+	}
+	struct ibv_pd *ip = ibv_import_pd(ctx, pd->handle);
+	if (ip) {
+		line("import.pd", "ok");
+		ibv_unimport_pd(ip);
+	} else {
+		null_line("import.pd");
+	}
+	static uint8_t b[64];
+	struct ibv_mr *mr = ibv_reg_mr(pd, b, sizeof b, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_mr *im = mr ? ibv_import_mr(pd, mr->handle) : NULL;
+	if (im) {
+		line("import.mr", "ok");
+		ibv_unimport_mr(im);
+	} else {
+		null_line("import.mr");
+	}
+	if (mr)
+		ibv_dereg_mr(mr);
+}
+
 /* ---- UD multicast ---------------------------------------------------------- */
 
 /* A UD QP moved to RTS (0 on failure). */
@@ -2028,6 +2078,7 @@ int main(int argc, char **argv)
 		cases_ah(pd);
 		cases_mw(pd);
 		cases_data(pd);
+		cases_import(pd);
 		{
 			static uint8_t mbuf[1024] __attribute__((aligned(64)));
 			struct ibv_mr *mmr = ibv_reg_mr(pd, mbuf, sizeof mbuf, IBV_ACCESS_LOCAL_WRITE);

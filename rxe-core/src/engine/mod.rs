@@ -764,6 +764,27 @@ impl Engine {
         Ok(())
     }
 
+    /// `ibv_modify_srq` with `IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT`, as kernel
+    /// rxe does it: the limit is checked against the queue as it is, then
+    /// the queue resized and the limit armed (which may leave it above a
+    /// queue that shrank). Returns the new capacity.
+    pub fn resize_srq_and_limit(
+        &mut self,
+        srq: SrqId,
+        max_wr: u32,
+        limit: u32,
+    ) -> Result<u32, EngineError> {
+        let s = self.srqs.get(&srq).ok_or(EngineError::UnknownSrq(srq))?;
+        if limit as usize > s.max_wr {
+            return Err(invalid("srq_limit", "larger than max_wr"));
+        }
+        let n = self.resize_srq(srq, max_wr)?;
+        if let Some(s) = self.srqs.get_mut(&srq) {
+            s.limit = limit;
+        }
+        Ok(n)
+    }
+
     /// Resizes an SRQ to hold at least `max_wr` receives
     /// (`ibv_modify_srq` with `IBV_SRQ_MAX_WR`), keeping those it holds
     /// (never fewer than those); returns the new capacity.

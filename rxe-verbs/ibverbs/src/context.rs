@@ -144,6 +144,8 @@ pub struct Ctx {
     pub dev: &'static Dev,
     pub open: Arc<DevOpen>,
     pub events: Arc<CtxEvents>,
+    /// `cmd_fd` ([`crate::import`]), closed with the context.
+    pub cmd: crate::import::CmdFd,
 }
 
 /// Our context behind a program's `ibv_context` pointer, checked to be a
@@ -200,7 +202,13 @@ fn open_device(device: *mut ibv_device) -> Result<*mut ibv_context, Fail> {
     crate::mw::fill_ops(&mut v);
     let c = &mut v.context;
     c.device = std::ptr::from_ref(&d.dev).cast_mut();
-    c.cmd_fd = -1;
+    let cmd = crate::import::CmdFd::open().map_err(|e| {
+        Fail::new(
+            e.raw_os_error().unwrap_or(libc::EMFILE),
+            format!("cmd_fd: {e}"),
+        )
+    })?;
+    c.cmd_fd = cmd.fd();
     c.async_fd = events.q.fd().fd();
     c.num_comp_vectors = 1;
     c.abi_compat = usize::MAX as *mut c_void; // __VERBS_ABI_IS_EXTENDED
@@ -209,6 +217,7 @@ fn open_device(device: *mut ibv_device) -> Result<*mut ibv_context, Fail> {
         dev: d,
         open,
         events,
+        cmd,
     });
     let p = Box::into_raw(ctx);
     live::add(Kind::Context, p as usize);

@@ -50,6 +50,7 @@ mod events;
 #[cfg(not(test))]
 mod exports;
 mod ffi;
+mod import;
 mod kern;
 mod live;
 mod mcast;

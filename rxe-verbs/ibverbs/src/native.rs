@@ -516,15 +516,15 @@ pub unsafe extern "C" fn ibv_is_fork_initialized() -> ibv_fork_status {
     })
 }
 
-/// `ibv_import_device(cmd_fd)`: a kernel device's file descriptor, so the
-/// system library's when it is loaded; no soft device has one.
+/// `ibv_import_device(cmd_fd)`: a kernel device's file descriptor goes to
+/// the system library when it is loaded; a soft device's is ours
+/// ([`crate::import`]).
 pub unsafe extern "C" fn ibv_import_device(cmd_fd: c_int) -> *mut ibv_context {
     guard("ibv_import_device", std::ptr::null_mut(), || {
         match lib().and_then(|l| l.import_device) {
             // SAFETY: the system library's ibv_import_device.
-            Some(f) => bridged(|| unsafe { f(cmd_fd) }),
-            // SAFETY: ours only reads its argument.
-            None => unsafe { crate::unsupported::ibv_import_device(cmd_fd) },
+            Some(f) if !crate::import::is_cmd_fd(cmd_fd) => bridged(|| unsafe { f(cmd_fd) }),
+            _ => crate::import::import_device(cmd_fd),
         }
     })
 }

@@ -825,6 +825,15 @@ pub unsafe extern "C" fn ibv_modify_srq(
                     format!("{} is more than max_wr {max}", a.srq_limit),
                 ));
             }
+            let both = IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT;
+            if mask & both == both {
+                // (and the limit stays armed above a queue that shrank,
+                // as on the kernel: seeds 537743389, 538028340)
+                let n = s.rx.resize_and_set_limit(a.max_wr, a.srq_limit)?;
+                s.attr.lock().max_wr = n;
+                s.limit.store(a.srq_limit, Ordering::Release);
+                return Ok(());
+            }
             if mask & IBV_SRQ_MAX_WR != 0 {
                 let n = s.rx.resize(a.max_wr)?;
                 s.attr.lock().max_wr = n;

@@ -19,14 +19,6 @@ fn refuse(verb: &str, why: &str) -> c_int {
     libc::EOPNOTSUPP
 }
 
-pub unsafe extern "C" fn ibv_import_device(_cmd_fd: c_int) -> *mut ibv_context {
-    refuse(
-        "ibv_import_device",
-        "sharing a device with another process through its command fd",
-    );
-    std::ptr::null_mut()
-}
-
 pub unsafe extern "C" fn ibv_import_pd(_context: *mut ibv_context, _pd_handle: u32) -> *mut ibv_pd {
     refuse("ibv_import_pd", "importing objects of another process");
     std::ptr::null_mut()
