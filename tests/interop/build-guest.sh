@@ -90,6 +90,12 @@ for l in modprobe insmod rmmod lsmod modinfo depmod; do ln -sf /usr/bin/kmod "$R
 # libibverbs dlopen()s its provider: rxe.driver names "rxe", the code is librxe-*.so
 put /etc/libibverbs.d/rxe.driver
 for so in /usr/lib/x86_64-linux-gnu/libibverbs/librxe-*.so; do put_elf "$so"; done
+# UCX (ucx-utils): ucx_perftest and the transport modules it dlopen()s
+# from its module directory (rc_verbs is in libuct_ib)
+if command -v ucx_perftest >/dev/null 2>&1; then
+    put_elf "$(command -v ucx_perftest)"
+    for so in /usr/lib/x86_64-linux-gnu/ucx/libuct_*.so.0; do put_elf "$so"; done
+fi
 # glibc dlopen()s libgcc_s for pthread_exit/cancellation; ldd cannot see it
 put_elf /usr/lib/x86_64-linux-gnu/libgcc_s.so.1
 
