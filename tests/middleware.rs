@@ -439,105 +439,181 @@ fn mpich_over_ucx_two_ranks_on_one_address_and_four_over_two() {
     mpi_job(&["127.0.6.45", "127.0.6.46"], &four, 4);
 }
 
-/// Open MPI across two "hosts": two network namespaces of this test's own
-/// joined by a veth pair, mpirun in the first reaching both through a
-/// launcher agent (`plm_rsh_agent`) that runs orted in the host's
-/// namespace with that host's soft device. Each rank must run in its own
-/// namespace on its own device, and the job must pass over rc_verbs.
+/// Two "hosts" for an MPI job: two network namespaces of the test's own
+/// joined by a veth pair (10.81.0.1 in the first, 10.81.0.2 in the
+/// second), a launcher agent that runs its command in host h1's or h2's
+/// namespace with that host's soft device (as ssh would run it on the
+/// host), and a program that says where it runs. The first interface's
+/// name is for launchers that want one.
+struct TwoHosts {
+    n1: rxe_tests::netns::Netns,
+    _n2: rxe_tests::netns::Netns,
+    veth1: String,
+    agent: PathBuf,
+    where_sh: PathBuf,
+}
+
+impl TwoHosts {
+    fn new(what: &str) -> Option<TwoHosts> {
+        use rxe_tests::netns::Netns;
+        use std::os::unix::fs::PermissionsExt;
+        let (Some(n1), Some(n2)) = (
+            Netns::new(&format!("{what}1"), &[]),
+            Netns::new(&format!("{what}2"), &[]),
+        ) else {
+            eprintln!("skipped: cannot create network namespaces (not root?)");
+            return None;
+        };
+        let tag = std::process::id() % 100_000;
+        let (v1, v2) = (format!("rx{what}{tag}a"), format!("rx{what}{tag}b"));
+        let ip = |args: &[&str]| {
+            let st = Command::new("ip").args(args).status().unwrap();
+            assert!(st.success(), "ip {args:?}");
+        };
+        ip(&["link", "add", &v1, "type", "veth", "peer", "name", &v2]);
+        ip(&["link", "set", &v1, "netns", n1.name()]);
+        ip(&["link", "set", &v2, "netns", n2.name()]);
+        n1.ip(&["addr", "add", "10.81.0.1/24", "dev", &v1]);
+        n2.ip(&["addr", "add", "10.81.0.2/24", "dev", &v2]);
+        n1.ip(&["link", "set", &v1, "up"]);
+        n2.ip(&["link", "set", &v2, "up"]);
+        // Open MPI quotes every -mca value it passes on and its URI holds
+        // ';': the agent hands the command line to a shell, as ssh would
+        let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
+        let agent = dir.join(format!("{what}-agent-{tag}.sh"));
+        std::fs::write(
+            &agent,
+            format!(
+                "#!/bin/sh\nhost=$1; shift\ncase $host in\n\
+                 h1) ns={}; ip=10.81.0.1;;\nh2) ns={}; ip=10.81.0.2;;\n\
+                 *) echo \"agent: no host $host\" >&2; exit 1;;\nesac\n\
+                 exec ip netns exec \"$ns\" env RXE_DEVICES=rxe0=$ip /bin/sh -c \"$*\"\n",
+                n1.name(),
+                n2.name()
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let where_sh = dir.join(format!("{what}-where-{tag}.sh"));
+        std::fs::write(
+            &where_sh,
+            "#!/bin/sh\necho \"rank on $RXE_DEVICES in $(ip -o -4 addr show | grep -o '10\\.81\\.0\\.[0-9]')\"\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&where_sh, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Some(TwoHosts {
+            n1,
+            _n2: n2,
+            veth1: v1,
+            agent,
+            where_sh,
+        })
+    }
+
+    /// `rxe exec -d 10.81.0.1 -- LAUNCHER...` in the first namespace.
+    fn launch(&self, launcher: &[&str]) -> Command {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", self.n1.name()])
+            .arg(rxe_bin())
+            .args(["exec", "-d", "10.81.0.1", "--"])
+            .args(launcher);
+        c
+    }
+
+    /// Checks a job of `where_sh` ran one rank in each namespace, on its
+    /// own device, and a job of mpi_check passed over rc_verbs.
+    fn check(&self, job: impl Fn(&Path) -> String, exe: &Path) {
+        let text = job(&self.where_sh);
+        for a in ["10.81.0.1", "10.81.0.2"] {
+            assert!(text.contains(&format!("rank on rxe0={a} in {a}")), "{text}");
+        }
+        let text = job(exe);
+        for r in 0..2 {
+            assert!(
+                text.contains(&format!("mpi_check: rank {r} of 2 ok")),
+                "{text}"
+            );
+        }
+        assert!(text.contains("rc_verbs/rxe0:1"), "{text}");
+    }
+}
+
+/// Open MPI across two "hosts" ([`TwoHosts`]): mpirun in the first
+/// reaches both through the launcher agent (`plm_rsh_agent`), which runs
+/// orted in each host's namespace with that host's soft device. Each rank
+/// must run in its own namespace on its own device, and the job must pass
+/// over rc_verbs.
 #[test]
 fn open_mpi_ranks_in_two_network_namespaces() {
     let Some(exe) = mpi_program("mpicc.openmpi") else {
         return;
     };
-    use rxe_tests::netns::Netns;
-    let (Some(n1), Some(n2)) = (Netns::new("mpi1", &[]), Netns::new("mpi2", &[])) else {
-        eprintln!("skipped: cannot create network namespaces (not root?)");
+    let Some(h) = TwoHosts::new("ompi") else {
         return;
     };
-    let tag = std::process::id() % 100_000;
-    let (v1, v2) = (format!("rxm{tag}a"), format!("rxm{tag}b"));
-    let ip = |args: &[&str]| {
-        let st = Command::new("ip").args(args).status().unwrap();
-        assert!(st.success(), "ip {args:?}");
-    };
-    ip(&["link", "add", &v1, "type", "veth", "peer", "name", &v2]);
-    ip(&["link", "set", &v1, "netns", n1.name()]);
-    ip(&["link", "set", &v2, "netns", n2.name()]);
-    n1.ip(&["addr", "add", "10.81.0.1/24", "dev", &v1]);
-    n2.ip(&["addr", "add", "10.81.0.2/24", "dev", &v2]);
-    n1.ip(&["link", "set", &v1, "up"]);
-    n2.ip(&["link", "set", &v2, "up"]);
-    // Open MPI quotes every -mca value it passes on and its URI holds ';':
-    // the agent hands orted's command line to a shell, as ssh would
-    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"));
-    let agent = dir.join(format!("mpi-agent-{tag}.sh"));
-    std::fs::write(
-        &agent,
-        format!(
-            "#!/bin/sh\nhost=$1; shift\ncase $host in\n\
-             h1) ns={}; ip=10.81.0.1;;\nh2) ns={}; ip=10.81.0.2;;\n\
-             *) echo \"agent: no host $host\" >&2; exit 1;;\nesac\n\
-             exec ip netns exec \"$ns\" env RXE_DEVICES=rxe0=$ip /bin/sh -c \"$*\"\n",
-            n1.name(),
-            n2.name()
-        ),
-    )
-    .unwrap();
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::set_permissions(&agent, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let where_sh = dir.join(format!("mpi-where-{tag}.sh"));
-    std::fs::write(
-        &where_sh,
-        "#!/bin/sh\necho \"rank on $RXE_DEVICES in $(ip -o -4 addr show | grep -o '10\\.81\\.0\\.[0-9]')\"\n",
-    )
-    .unwrap();
-    std::fs::set_permissions(&where_sh, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let agent = h.agent.to_str().unwrap().to_string();
     let job = |prog: &Path| {
-        let mut c = Command::new("ip");
-        c.args(["netns", "exec", n1.name()])
-            .arg(rxe_bin())
-            .args([
-                "exec",
-                "-d",
-                "10.81.0.1",
-                "--",
-                "mpirun",
-                "--allow-run-as-root",
-            ])
-            .args(["--oversubscribe", "--mca", "plm_rsh_agent"])
-            .arg(&agent)
-            .args(["--mca", "plm_rsh_no_tree_spawn", "1"])
-            .args([
-                "--mca",
-                "oob_tcp_if_include",
-                "10.81.0.0/24",
-                "-H",
-                "h1,h2",
-                "-np",
-                "2",
-            ])
-            .args([
-                "-x",
-                "UCX_TLS",
-                "-x",
-                "UCX_NET_DEVICES",
-                "-x",
-                "UCX_LOG_LEVEL",
-            ])
-            .arg(prog)
-            .env("UCX_NET_DEVICES", "rxe0:1");
+        let mut c = h.launch(&[
+            "mpirun",
+            "--allow-run-as-root",
+            "--oversubscribe",
+            "--mca",
+            "plm_rsh_agent",
+            &agent,
+            "--mca",
+            "plm_rsh_no_tree_spawn",
+            "1",
+            "--mca",
+            "oob_tcp_if_include",
+            "10.81.0.0/24",
+            "-H",
+            "h1,h2",
+            "-np",
+            "2",
+            "-x",
+            "UCX_TLS",
+            "-x",
+            "UCX_NET_DEVICES",
+            "-x",
+            "UCX_LOG_LEVEL",
+        ]);
+        c.arg(prog).env("UCX_NET_DEVICES", "rxe0:1");
         run_mpi(c, "mpirun over two namespaces")
     };
-    let text = job(&where_sh);
-    for a in ["10.81.0.1", "10.81.0.2"] {
-        assert!(text.contains(&format!("rank on rxe0={a} in {a}")), "{text}");
-    }
-    let text = job(&exe);
-    for r in 0..2 {
-        assert!(
-            text.contains(&format!("mpi_check: rank {r} of 2 ok")),
-            "{text}"
-        );
-    }
-    assert!(text.contains("rc_verbs/rxe0:1"), "{text}");
+    h.check(job, &exe);
+}
+
+/// MPICH across the same two "hosts": hydra's rsh launcher is the agent,
+/// its proxies reach mpiexec over the veth (`-iface`), and only UCX's
+/// variables are passed on (`-genvlist`), so that each rank keeps the soft
+/// device of its host that the agent gave its proxy.
+#[test]
+fn mpich_ranks_in_two_network_namespaces() {
+    let Some(exe) = mpi_program("mpicc.mpich") else {
+        return;
+    };
+    let Some(h) = TwoHosts::new("mpich") else {
+        return;
+    };
+    let agent = h.agent.to_str().unwrap().to_string();
+    let job = |prog: &Path| {
+        let mut c = h.launch(&[
+            "mpiexec.mpich",
+            "-launcher",
+            "rsh",
+            "-launcher-exec",
+            &agent,
+            "-iface",
+            &h.veth1,
+            "-hosts",
+            "h1,h2",
+            "-genvlist",
+            "UCX_TLS,UCX_NET_DEVICES,UCX_LOG_LEVEL",
+            "-n",
+            "2",
+        ]);
+        c.arg(prog).env("UCX_NET_DEVICES", "rxe0:1");
+        run_mpi(c, "mpiexec.mpich over two namespaces")
+    };
+    h.check(job, &exe);
 }
