@@ -145,7 +145,12 @@ impl Groups {
                 s.bind(&at.into())?;
                 s.join_multicast_v6(&g, self.ifindex)?;
             }
-            _ => unreachable!("families checked by join"),
+            _ => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "an IPv4 group on an IPv6 device",
+                ))
+            }
         }
         Ok(s.into())
     }

@@ -719,11 +719,6 @@ impl UdpTransport {
         self.groups.leave(group)
     }
 
-    /// Whether `group` is joined.
-    pub fn in_group(&self, group: IpAddr) -> bool {
-        self.groups.is_joined(group)
-    }
-
     /// Turns UDP segmentation offload for sending on for every destination
     /// ([`GsoSend::On`]) or off ([`GsoSend::Off`]); the default is
     /// [`GsoSend::Loopback`] (see [`gso_from_env`]). With it on,

@@ -955,9 +955,6 @@ impl Engine {
 
     /// Destroys a queue pair. Outstanding work is dropped without completions.
     pub fn destroy_qp(&mut self, qpn: u32) -> Result<(), EngineError> {
-        if !self.qps.contains_key(&qpn) {
-            return Err(EngineError::UnknownQp(qpn));
-        }
         if self.groups.has_qp(qpn) {
             // As the kernel's uverbs: detach first.
             return Err(EngineError::Busy("qp: attached to a multicast group; it"));
@@ -1286,11 +1283,6 @@ impl Engine {
     /// with no QP.
     pub fn detach_all_mcast(&mut self, qpn: u32) -> Vec<mcast::Mgid> {
         self.groups.detach_all(qpn)
-    }
-
-    /// The QPs attached to group `gid`.
-    pub fn mcast_members(&self, gid: &mcast::Mgid) -> &[u32] {
-        self.groups.members(gid)
     }
 
     /// Brings the device's view of QP `qpn` up to date after the QP's code
