@@ -49,83 +49,7 @@
 #include <time.h>
 #include <unistd.h>
 
-/* ---- output -------------------------------------------------------------- */
-
-static const char *ename(int e)
-{
-	switch (e) {
-	case 0: return "0";
-	case EPERM: return "EPERM";
-	case ENOENT: return "ENOENT";
-	case EINTR: return "EINTR";
-	case EIO: return "EIO";
-	case E2BIG: return "E2BIG";
-	case EBADF: return "EBADF";
-	case EAGAIN: return "EAGAIN";
-	case ENOMEM: return "ENOMEM";
-	case EACCES: return "EACCES";
-	case EFAULT: return "EFAULT";
-	case EBUSY: return "EBUSY";
-	case EEXIST: return "EEXIST";
-	case ENODEV: return "ENODEV";
-	case EINVAL: return "EINVAL";
-	case ENOSPC: return "ENOSPC";
-	case ERANGE: return "ERANGE";
-	case ENOSYS: return "ENOSYS";
-	case EOPNOTSUPP: return "EOPNOTSUPP";
-	case EPROTONOSUPPORT: return "EPROTONOSUPPORT";
-	case EADDRNOTAVAIL: return "EADDRNOTAVAIL";
-	case ENETUNREACH: return "ENETUNREACH";
-	case ETIMEDOUT: return "ETIMEDOUT";
-	case EOVERFLOW: return "EOVERFLOW";
-	default: {
-		static char buf[16];
-		snprintf(buf, sizeof buf, "E%d", e);
-		return buf;
-	}
-	}
-}
-
-__attribute__((format(printf, 2, 3))) static void line(const char *id, const char *fmt, ...)
-{
-	va_list ap;
-
-	printf("%s: ", id);
-	va_start(ap, fmt);
-	vprintf(fmt, ap);
-	va_end(ap);
-	printf("\n");
-	fflush(stdout);
-}
-
-/* The id buffer cases are named in. */
-static char idb[256];
-__attribute__((format(printf, 1, 2))) static const char *ID(const char *fmt, ...)
-{
-	va_list ap;
-
-	va_start(ap, fmt);
-	vsnprintf(idb, sizeof idb, fmt, ap);
-	va_end(ap);
-	return idb;
-}
-
-/* A verb that returns 0 or an errno value (ibv_modify_qp, ibv_post_*, ...),
- * or -1 with errno set (some of the query helpers). */
-static void rc_line(const char *id, int rc)
-{
-	if (rc == 0)
-		line(id, "ok");
-	else if (rc < 0)
-		line(id, "err %s", ename(errno));
-	else
-		line(id, "err %s", ename(rc));
-}
-
-static void null_line(const char *id)
-{
-	line(id, "null %s", ename(errno));
-}
+#include "diff_lines.h"
 
 static const char *opname(enum ibv_wc_opcode op)
 {
@@ -155,21 +79,6 @@ static struct ibv_device_attr dattr;
 static struct ibv_port_attr pattr;
 static int gidx = -1;
 static union ibv_gid gid;
-
-static void hang(int sig)
-{
-	(void)sig;
-	static const char msg[] = "HANG: a verb did not return within the watchdog's time\n";
-	if (write(1, msg, sizeof msg - 1) < 0) {
-	}
-	_exit(3);
-}
-
-static void watchdog(unsigned secs)
-{
-	signal(SIGALRM, hang);
-	alarm(secs);
-}
 
 /* The RoCE v2 GID holding an IPv4 address: the one both stacks use. */
 static void find_gid(void)
