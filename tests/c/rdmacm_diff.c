@@ -337,9 +337,8 @@ static void cases_listen(void)
 	rdma_destroy_id(b);
 }
 
-static void cases_resolve(struct ibv_pd *pd)
+static void cases_resolve(void)
 {
-	(void)pd;
 	struct sockaddr_storage dst = v4(NULL, 7477);
 	/* librdmacm reads id->verbs in rdma_resolve_route: an id with no
 	 * device would crash it, so the early case is on a bound id */
@@ -509,7 +508,7 @@ static struct rdma_cm_id *client(struct side *c, int ps, uint16_t port, const ch
 	return c->id;
 }
 
-static void cases_connect(struct ibv_pd *pd)
+static void cases_connect(void)
 {
 	struct side s = { rdma_create_event_channel(), NULL }, c = { rdma_create_event_channel(), NULL };
 	struct sockaddr_storage p = v4(NULL, 7480);
@@ -755,9 +754,9 @@ int main(int argc, char **argv)
 	cases_bind();
 	cases_option();
 	cases_listen();
-	cases_resolve(pd);
+	cases_resolve();
 	cases_qp(pd);
-	cases_connect(pd);
+	cases_connect();
 	cases_getaddrinfo();
 	rdma_destroy_event_channel(ch);
 	if (pd)

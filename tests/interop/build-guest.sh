@@ -35,7 +35,7 @@ fi
 [ -n "$KPKG" ] || { echo "build-guest: cannot find the kernel package (apt-cache depends linux-image-amd64)" >&2; exit 1; }
 KVER=${KPKG#linux-image-}
 
-stamp=$( { echo "$KPKG"; cat "$HERE/build-guest.sh" "$HERE/guest/init.sh" "$HERE/guest/rxe_peer.c" "$HERE/../c/verbs_diff.c"; } | sha256sum | cut -c1-16)
+stamp=$( { echo "$KPKG"; cat "$HERE/build-guest.sh" "$HERE/guest/init.sh" "$HERE/guest/rxe_peer.c" "$HERE/../c/verbs_diff.c" "$HERE/../c/rdmacm_diff.c" "$HERE/../c/diff_lines.h"; } | sha256sum | cut -c1-16)
 if [ -z "${FORCE:-}" ] && [ -f "$OUT/stamp" ] && [ "$(cat "$OUT/stamp")" = "$stamp" ] &&
    [ -f "$OUT/vmlinuz" ] && [ -f "$OUT/initramfs.cpio.gz" ]; then
     echo "build-guest: up to date ($KVER, $OUT)"
@@ -107,6 +107,9 @@ cp "$WORK/bin/rxe_peer" "$R/usr/bin/rxe_peer"
 # the differential harness (tests/c/verbs_diff.c; tests/interop/verbs_diff.sh runs it on both stacks)
 gcc -O1 -Wall -Wextra -Wno-missing-field-initializers -o "$WORK/bin/verbs_diff" "$HERE/../c/verbs_diff.c" -libverbs
 cp "$WORK/bin/verbs_diff" "$R/usr/bin/verbs_diff"
+gcc -O1 -Wall -Wextra -Wno-missing-field-initializers -o "$WORK/bin/rdmacm_diff" "$HERE/../c/rdmacm_diff.c" -lrdmacm -libverbs
+put_elf "$WORK/bin/rdmacm_diff"
+cp "$WORK/bin/rdmacm_diff" "$R/usr/bin/rdmacm_diff"
 
 # busybox for the rest, never shadowing the real binaries copied above
 cp /bin/busybox "$R/usr/bin/busybox"

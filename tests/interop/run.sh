@@ -780,6 +780,18 @@ if [ -z "$ONLY" ] || [[ verbs-diff =~ $ONLY ]]; then
     R_SECS+=($(( $(date +%s) - t0 ))) R_NOTE+=("$(grep -m1 '^verbs_diff: [0-9]' "$LOGS/verbs-diff.log"); $LOGS/verbs-diff/")
     say "$v verbs_diff (see $LOGS/verbs-diff/)"
 fi
+if [ -z "$ONLY" ] || [[ rdmacm-diff =~ $ONLY ]]; then
+    say "== rdmacm_diff: the same librdmacm calls on kernel rdma_cm and rxe-rs ($(elapsed)s)"
+    # shellcheck source=tests/interop/verbs_diff.sh
+    source "$HERE/verbs_diff.sh"
+    t0=$(date +%s)
+    rdmacm_diff_run >"$LOGS/rdmacm-diff.log" 2>&1
+    case $? in 0) v=PASS ;; 2) v=KNOWN; KNOWN_SEEN=$((KNOWN_SEEN+1)) ;; *) v=FAIL; FAILED=$((FAILED+1)) ;; esac
+    sed 's/^/  /' "$LOGS/rdmacm-diff.log" | head -60
+    R_ID+=(rdmacm-diff) R_LABEL+=("rdmacm_diff: librdmacm calls on kernel rdma_cm and the drop-in, compared") R_VERDICT+=("$v")
+    R_SECS+=($(( $(date +%s) - t0 ))) R_NOTE+=("$(grep -m1 '^verbs_diff: [0-9]' "$LOGS/verbs-diff/rdmacm.diff" 2>/dev/null); $LOGS/verbs-diff/rdmacm.*")
+    say "$v rdmacm_diff (see $LOGS/verbs-diff/rdmacm.*)"
+fi
 
 say "== pingpong, path MTU 1024 ($(elapsed)s)"
 for s in 1 1024 4096 65536; do pp_pair rc "$s" 1024 20; done

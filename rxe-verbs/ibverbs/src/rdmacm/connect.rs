@@ -82,6 +82,12 @@ pub struct CmSide {
     /// `rdma_establish` was called: the ESTABLISHED that follows is not
     /// reported (the kernel reports none for an RTU it sends).
     pub quiet_established: bool,
+    /// The id was made for a connection request (the passive side).
+    pub passive: bool,
+    /// The id had a connection of the CM's (it listened, connected or
+    /// was made for a request): rdma_disconnect then succeeds, as the
+    /// kernel's does for any id with an IB CM id.
+    pub had_cm: bool,
 }
 
 // ---------------------------------------------------------------------------
@@ -283,12 +289,23 @@ fn dispatch(b: &Bridge, ev: rcm::Event) {
         EventKind::Established | EventKind::Unreachable if qp_type == IBV_QPT_UD => {
             Param::Ud(ud_param(&ev))
         }
+        // The passive side's ESTABLISHED (the RTU) carries no private
+        // data in the kernel's event.
+        EventKind::Established if st.cm.passive => Param::Conn(CParam {
+            private_data: Vec::new(),
+            ..conn_param(&ev.param)
+        }),
         EventKind::ConnectResponse
         | EventKind::Established
         | EventKind::Rejected
         | EventKind::Disconnected => Param::Conn(conn_param(&ev.param)),
         _ => Param::None,
     };
+    // librdmacm moves the QP of a rejected connection to ERR before it
+    // hands the program the event.
+    if ev.kind == EventKind::Rejected {
+        qp_to_err(cm);
+    }
     cm.queue(&st, event, ev.status, param);
 }
 
@@ -327,6 +344,8 @@ fn connect_request(listener: &CmId, ev: &rcm::Event) -> Result<(), Fail> {
         return Err(f);
     }
     st.cm.rx = Some(ev.id.clone());
+    st.cm.passive = true;
+    st.cm.had_cm = true;
     st.cm.req_depths = (ev.param.initiator_depth, ev.param.responder_resources);
     drop(st);
     let param = if qp_type == IBV_QPT_UD {
@@ -438,6 +457,20 @@ fn qp_of_id<'a>(cm: &CmId) -> Result<Option<&'a crate::qp::Qp>, Fail> {
     crate::qp::qp_of(qp).map(Some)
 }
 
+/// Moves the id's QP, if it has one, to ERR (librdmacm's
+/// `ucma_modify_qp_err`).
+fn qp_to_err(cm: &CmId) {
+    if let Ok(Some(q)) = qp_of_id(cm) {
+        let a = rxe_core::types::QpAttr {
+            state: rxe_core::types::QpState::Err,
+            ..Default::default()
+        };
+        let _ = q.rx.modify(&a, rxe_core::types::QpAttrMask::STATE);
+        // SAFETY: the QP's own state field, as ibv_modify_qp sets it.
+        unsafe { (*q.qp.get()).qp_base.state = IBV_QPS_ERR };
+    }
+}
+
 /// librdmacm's `ucma_valid_param`.
 fn valid_param(
     cm: &CmId,
@@ -499,13 +532,13 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_
                 }
                 match st.phase {
                     Phase::AddrBound => {}
-                    // The kernel takes a second listen as a new backlog.
-                    Phase::Listen => return Ok(()),
+                    Phase::Listen => return Err(Fail::inval("id", "listening already")),
                     _ => return Err(Fail::inval(
                         "id",
                         "not bound (or resolved, connecting or connected: listen on a bound id)",
                     )),
                 }
+                super::id::check_listen(ps, cm.addr())?;
                 let devs: Vec<&'static CmaDev> = match st.dev {
                     Some(d) => vec![d],
                     None => cma_devices().iter().collect(),
@@ -547,6 +580,7 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_
         }
         let mut st = cm.lock();
         st.phase = Phase::Listen;
+        st.cm.had_cm = true;
         st.cm.listeners = rxs;
         Ok(())
     })
@@ -640,6 +674,7 @@ pub unsafe extern "C" fn rdma_connect(
         {
             let mut st = cm.lock();
             st.cm.rx = Some(rx);
+            st.cm.had_cm = true;
             st.phase = Phase::Connect;
         }
         complete(cm)
@@ -809,19 +844,33 @@ pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
 pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
     entry("rdma_disconnect", || {
         let cm = id_of(id)?;
-        let rx = conn_rx(cm)?;
+        let (rx, had_cm, has_dev) = {
+            let st = cm.lock();
+            (st.cm.rx.clone(), st.cm.had_cm, st.dev.is_some())
+        };
+        if !has_dev {
+            return Err(Fail::inval(
+                "id",
+                "has no device (librdmacm's ucma_shutdown)",
+            ));
+        }
         // librdmacm moves the id's QP to ERR first (the rxe-verbs id does
         // too, for a QP it moved; this covers one the program moved).
-        if let Some(q) = qp_of_id(cm)? {
-            let a = rxe_core::types::QpAttr {
-                state: rxe_core::types::QpState::Err,
-                ..Default::default()
-            };
-            let _ = q.rx.modify(&a, rxe_core::types::QpAttrMask::STATE);
-            // SAFETY: the QP's own state field, as ibv_modify_qp sets it.
-            unsafe { (*q.qp.get()).qp_base.state = IBV_QPS_ERR };
+        qp_to_err(cm);
+        match rx {
+            // UD ids have no connection to end: the kernel's answer is 0.
+            Some(rx) if cm.kind().0 != IBV_QPT_UD => rx.disconnect()?,
+            // A listener, an id whose connection ended or a UD id: the
+            // kernel sends a DREQ (or DREP) its CM refuses and answers 0;
+            // an id that never had a CM connection gets EINVAL.
+            _ if had_cm => {}
+            _ => {
+                return Err(Fail::inval(
+                    "id",
+                    "has no connection (a connection request's id, or one rdma_connect or rdma_listen was called on)",
+                ))
+            }
         }
-        rx.disconnect()?;
         complete(cm)
     })
 }

@@ -155,9 +155,11 @@ impl CmId {
                 (&raw mut (*c).route.addr.__bindgen_anon_1.src_storage).cast(),
                 st.src,
             );
+            // A bound id's destination is its family's wildcard, as the
+            // kernel reports it.
             write_sockaddr(
                 (&raw mut (*c).route.addr.__bindgen_anon_2.dst_storage).cast(),
-                st.dst,
+                st.dst.or(st.src.map(|a| any_of(&a))),
             );
             let ib = &mut (*c).route.addr.addr.ibaddr;
             if st.dev.is_some() {
@@ -290,11 +292,11 @@ fn claim(
             .any(|u| u.ps == ps && u.port == port && conflicts(u, addr, reuse, afonly))
     };
     let port = if port != 0 {
-        if taken(port, &p) {
-            return Err(Fail::new(
-                libc::EADDRINUSE,
-                format!("port {port} on {addr} is bound by another rdma_cm_id of this process"),
-            ));
+        if let Some(u) = p
+            .iter()
+            .find(|u| u.ps == ps && u.port == port && conflicts(u, addr, reuse, afonly))
+        {
+            return Err(in_use(u, addr, port));
         }
         port
     } else {
@@ -317,6 +319,42 @@ fn claim(
         id,
     });
     Ok(port)
+}
+
+/// The kernel's answer to a port that `u` holds (`cma_check_port`):
+/// EADDRNOTAVAIL when either address is a wildcard, else EADDRINUSE.
+fn in_use(u: &PortUse, addr: IpAddr, port: u16) -> Fail {
+    let e = if u.addr.is_unspecified() || addr.is_unspecified() {
+        libc::EADDRNOTAVAIL
+    } else {
+        libc::EADDRINUSE
+    };
+    Fail::new(
+        e,
+        format!(
+            "port {port} on {addr} conflicts with another rdma_cm_id of this process on {}",
+            u.addr
+        ),
+    )
+}
+
+/// rdma_listen on an id bound with REUSEADDR: the kernel checks its port
+/// again as if without (`cma_bind_listen`), so another id bound to it, even
+/// one not listening, makes the listen fail.
+pub fn check_listen(ps: rdma_port_space, id: usize) -> Result<(), Fail> {
+    let p = ports().lock();
+    let Some(me) = p.iter().find(|u| u.id == id && u.ps == ps) else {
+        return Ok(());
+    };
+    if !me.reuse {
+        return Ok(());
+    }
+    match p.iter().find(|u| {
+        u.id != id && u.ps == ps && u.port == me.port && conflicts(u, me.addr, false, me.afonly)
+    }) {
+        Some(u) => Err(in_use(u, me.addr, me.port)),
+        None => Ok(()),
+    }
 }
 
 fn release(id: usize) {
@@ -478,8 +516,30 @@ pub fn bind(cm: &CmId, st: &mut IdState, sa: SocketAddr) -> Result<(), Fail> {
     if st.phase != Phase::Idle {
         return Err(Fail::inval("id", "bound already"));
     }
+    let (_, ps) = cm.kind();
+    // The kernel looks an IPv6 address up as IPv6: no interface has a
+    // v4-mapped one.
+    if let IpAddr::V6(v6) = sa.ip() {
+        if v6.to_ipv4_mapped().is_some() {
+            return Err(Fail::new(
+                libc::EADDRNOTAVAIL,
+                format!(
+                    "{v6} is v4-mapped: no interface has it (bind {})",
+                    canonical(sa.ip())
+                ),
+            ));
+        }
+    }
     let ip = canonical(sa.ip());
-    let dev = if ip.is_unspecified() {
+    if ps == RDMA_PS_IPOIB && !ip.is_unspecified() {
+        return Err(Fail::inval(
+            "addr",
+            "RDMA_PS_IPOIB binds only on InfiniBand",
+        ));
+    }
+    // A loopback address no soft device has binds with no device, as
+    // the kernel binds it (libfabric's verbs provider relies on it).
+    let dev = if ip.is_unspecified() || (ip.is_loopback() && dev_by_addr(ip).is_none()) {
         None
     } else {
         Some(dev_by_addr(ip).ok_or_else(|| {
@@ -496,7 +556,6 @@ pub fn bind(cm: &CmId, st: &mut IdState, sa: SocketAddr) -> Result<(), Fail> {
             }
         })?)
     };
-    let (_, ps) = cm.kind();
     let port = claim(ps, ip, sa.port(), st.reuseaddr, st.afonly, cm.addr())?;
     if let Some(d) = dev {
         if let Err(e) = cm.attach(st, d) {
@@ -590,7 +649,21 @@ fn in_family(a: IpAddr, like: &SocketAddr) -> IpAddr {
 }
 
 fn resolve_addr(cm: &CmId, src: Option<SocketAddr>, dst: SocketAddr) -> Result<(), Fail> {
+    // The kernel routes an IPv6 destination as IPv6: a v4-mapped one has
+    // no route.
+    if let IpAddr::V6(v6) = dst.ip() {
+        if v6.to_ipv4_mapped().is_some() {
+            return Err(Fail::new(
+                libc::ENETUNREACH,
+                format!(
+                    "{v6} is v4-mapped: no IPv6 route reaches it (resolve {})",
+                    canonical(dst.ip())
+                ),
+            ));
+        }
+    }
     let mut st = cm.lock();
+    let was_idle = st.phase == Phase::Idle;
     match st.phase {
         Phase::Idle => {
             if let Some(s) = src {
@@ -632,6 +705,15 @@ fn resolve_addr(cm: &CmId, src: Option<SocketAddr>, dst: SocketAddr) -> Result<(
                 ))
             }
         }
+        // Bound to a loopback address no soft device has: the kernel
+        // finds no device for it (ADDR_ERROR, -ENODEV).
+        None if canonical(bound.ip()).is_loopback() && !dst_ip.is_loopback() => Err((
+            -libc::ENODEV,
+            format!(
+                "bound to {} (loopback), which no soft device has",
+                bound.ip()
+            ),
+        )),
         None => route_to(dst_ip).or_else(|e| any_device_for(dst_ip).ok_or(e)),
     };
     let (event, status) = match found {
@@ -664,6 +746,17 @@ fn resolve_addr(cm: &CmId, src: Option<SocketAddr>, dst: SocketAddr) -> Result<(
         }
     };
     cm.write_route(&st);
+    if event == RDMA_CM_EVENT_ADDR_ERROR && was_idle {
+        // librdmacm learns the address the kernel bound only from a
+        // resolved address: after an error the program sees none.
+        // SAFETY: the id is ours and locked; a plain data field.
+        unsafe {
+            write_sockaddr(
+                (&raw mut (*cm.c()).route.addr.__bindgen_anon_1.src_storage).cast(),
+                None,
+            );
+        }
+    }
     cm.queue(&st, event, status, Param::None);
     drop(st);
     complete(cm)
@@ -792,10 +885,26 @@ pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_
     })
 }
 
+/// The port of the id's address as the program sees it (librdmacm reads
+/// `id->route.addr`), in network order; 0 when there is none.
 fn port_of(id: *mut rdma_cm_id, src: bool) -> u16 {
     let Ok(cm) = id_of(id) else { return 0 };
-    let st = cm.lock();
-    let a = if src { st.src } else { st.dst };
+    let _st = cm.lock();
+    let c = cm.c();
+    // SAFETY: a live id, locked; its own address fields.
+    let a = unsafe {
+        if src {
+            read_sockaddr(
+                (&raw mut (*c).route.addr.__bindgen_anon_1.src_storage).cast(),
+                "src",
+            )
+        } else {
+            read_sockaddr(
+                (&raw mut (*c).route.addr.__bindgen_anon_2.dst_storage).cast(),
+                "dst",
+            )
+        }
+    };
     a.map_or(0, |a| a.port().to_be())
 }
 
