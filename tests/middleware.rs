@@ -447,7 +447,7 @@ fn mpich_over_ucx_two_ranks_on_one_address_and_four_over_two() {
 /// name is for launchers that want one.
 struct TwoHosts {
     n1: rxe_tests::netns::Netns,
-    _n2: rxe_tests::netns::Netns,
+    n2: rxe_tests::netns::Netns,
     veth1: String,
     agent: PathBuf,
     where_sh: PathBuf,
@@ -503,11 +503,45 @@ impl TwoHosts {
         std::fs::set_permissions(&where_sh, std::fs::Permissions::from_mode(0o755)).unwrap();
         Some(TwoHosts {
             n1,
-            _n2: n2,
+            n2,
             veth1: v1,
             agent,
             where_sh,
         })
+    }
+
+    /// `rxe exec -d 10.81.0.N -- ARGS` in namespace N (1 or 2), started,
+    /// with `env` added.
+    fn exec_in(&self, n: u8, env: &[(&str, &str)], args: &[&str]) -> Child {
+        let ns = if n == 1 { &self.n1 } else { &self.n2 };
+        Command::new("ip")
+            .args(["netns", "exec", ns.name()])
+            .arg(rxe_bin())
+            .args(["exec", "-d", &format!("10.81.0.{n}"), "--", "env"])
+            .args(env.iter().map(|(k, v)| format!("{k}={v}")))
+            .args(args)
+            .env_remove("RXE_DEVICES")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {args:?}: {e}"))
+    }
+
+    /// Waits until something in namespace 1 listens on TCP `port`.
+    fn wait_listen(&self, port: u16) {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(20) {
+            let out = Command::new("ip")
+                .args(["netns", "exec", self.n1.name(), "ss", "-Hltn"])
+                .output()
+                .unwrap();
+            if String::from_utf8_lossy(&out.stdout).contains(&format!(":{port} ")) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("nothing listens on TCP port {port} in {}", self.n1.name());
     }
 
     /// `rxe exec -d 10.81.0.1 -- LAUNCHER...` in the first namespace.
@@ -616,4 +650,50 @@ fn mpich_ranks_in_two_network_namespaces() {
         run_mpi(c, "mpiexec.mpich over two namespaces")
     };
     h.check(job, &exe);
+}
+
+/// libfabric's verbs provider between two "hosts" ([`TwoHosts`]): a
+/// device on a veth address has the RC (`FI_EP_MSG`) domain in `fi_info`
+/// (libfabric leaves loopback interfaces out of it), and `fi_pingpong`
+/// runs over MSG and over RDM (`verbs;ofi_rxm`) with its data checks (-c),
+/// every size from 64 bytes to 1 MiB. RDM needs `FI_UNIVERSE_SIZE`: rxm
+/// sizes its CQ as (rx + tx queue) * universe size, 262144 by default,
+/// above the 32767 CQEs kernel rxe and rxe-rs allow (docs/drop-in.md).
+#[test]
+fn libfabric_verbs_msg_and_rdm_across_two_network_namespaces() {
+    if !have("fi_pingpong") || !have("fi_info") {
+        return;
+    }
+    let Some(h) = TwoHosts::new("fab") else {
+        return;
+    };
+    let (ok, text) = finish(
+        h.exec_in(1, &[], &["fi_info", "-p", "verbs"]),
+        Duration::from_secs(30),
+    );
+    assert!(ok, "{text}");
+    assert!(
+        text.contains("domain: rxe0\n") && text.contains("type: FI_EP_MSG"),
+        "no RC domain for rxe0: {text}"
+    );
+    for (ep, env) in [("msg", &[][..]), ("rdm", &[("FI_UNIVERSE_SIZE", "16")][..])] {
+        let args = ["fi_pingpong", "-p", "verbs", "-e", ep, "-c", "-I", "20"];
+        let server = h.exec_in(1, env, &args);
+        h.wait_listen(47592);
+        let mut cargs = args.to_vec();
+        cargs.push("10.81.0.1");
+        let (cok, ctext) = finish(h.exec_in(2, env, &cargs), Duration::from_secs(60));
+        let (sok, stext) = finish(server, Duration::from_secs(20));
+        assert!(
+            cok && sok,
+            "fi_pingpong -e {ep}: client: {ctext}\nserver: {stext}"
+        );
+        for size in ["64 ", "4k ", "1m "] {
+            let row = ctext
+                .lines()
+                .find(|l| l.starts_with(size))
+                .unwrap_or_else(|| panic!("-e {ep}: no {size}row: {ctext}"));
+            assert!(row.contains(" =20 "), "-e {ep}: {row}");
+        }
+    }
 }

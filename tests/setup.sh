@@ -30,7 +30,7 @@ cd "$(dirname "$0")/.."   # not tests/: its scapy/ folder is not the package
 PY=${RXE_PYTHON:-python3}
 DEB_PACKAGES=(ibverbs-utils perftest libibverbs-dev librdmacm-dev python3-pyverbs
               rdmacm-utils binutils gcc chromium chromium-driver ucx-utils
-              openmpi-bin libopenmpi-dev mpich libmpich-dev)
+              openmpi-bin libopenmpi-dev mpich libmpich-dev libfabric-bin)
 
 say() { echo "setup: $*" >&2; }
 

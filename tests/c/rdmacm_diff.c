@@ -405,6 +405,8 @@ static void dqp(struct rdma_cm_id *id)
 		rdma_destroy_qp(id);
 }
 
+/* Fresh attributes for each rdma_create_qp: librdmacm writes the CQs it
+ * made back into them, and rdma_destroy_qp frees those CQs. */
 static void qp_caps(struct ibv_qp_init_attr *a, enum ibv_qp_type t)
 {
 	memset(a, 0, sizeof *a);
@@ -437,6 +439,7 @@ static void cases_qp(struct ibv_pd *pd)
 	rc_line("cm.qp.unbound", rdma_create_qp(id, pd, &a));
 	struct sockaddr_storage any = v4("0.0.0.0", 0);
 	rdma_bind_addr(id, SA(any));
+	qp_caps(&a, IBV_QPT_RC);
 	rc_line("cm.qp.bound_any", rdma_create_qp(id, pd, &a));
 	rdma_destroy_id(id);
 
@@ -444,6 +447,7 @@ static void cases_qp(struct ibv_pd *pd)
 	struct sockaddr_storage dev = v4(NULL, 0);
 	rdma_bind_addr(id, SA(dev));
 	line("cm.qp.bound_dev.context", "%s", id->verbs == pd->context ? "rdma_get_devices'" : "another");
+	qp_caps(&a, IBV_QPT_RC);
 	int r = rdma_create_qp(id, NULL, &a);
 	if (r)
 		line("cm.qp.bound_dev.pd_null", "err %s", ename(errno));
@@ -453,10 +457,11 @@ static void cases_qp(struct ibv_pd *pd)
 		rdma_destroy_qp(id);
 		line("cm.qp.bound_dev.destroyed", "qp=%s", id->qp ? "set" : "NULL");
 	}
+	qp_caps(&a, IBV_QPT_RC);
 	r = rdma_create_qp(id, pd, &a);
 	line("cm.qp.bound_dev.pd", r ? "err %s" : "ok %s", r ? ename(errno) : qpstate(id->qp));
 	dqp(id);
-	a.qp_type = IBV_QPT_UD;
+	qp_caps(&a, IBV_QPT_UD);
 	r = rdma_create_qp(id, pd, &a);
 	line("cm.qp.tcp_id.ud_qp", r ? "err %s" : "ok %s", r ? ename(errno) : qpstate(id->qp));
 	if (!r)
@@ -480,6 +485,7 @@ static void cases_qp(struct ibv_pd *pd)
 	/* an id destroyed with its QP still there */
 	id = new_id(RDMA_PS_TCP);
 	rdma_bind_addr(id, SA(dev));
+	qp_caps(&a, IBV_QPT_RC);
 	rc_line("cm.qp.destroy_id_with_qp.create", rdma_create_qp(id, NULL, &a));
 	struct ibv_qp *qp = id->qp;
 	rc_line("cm.qp.destroy_id_with_qp", rdma_destroy_id(id));

@@ -56,10 +56,8 @@ verbs_diff_run() {
 # Differences not yet resolved (issue 37), by case id: the kernel resolves a
 # loopback or wildcard destination to its first active device and connects
 # to itself (cma_bind_loopback); the drop-in does not route such an id yet.
-# The kernel answers rdma_create_qp on a bound-only id with ENOENT after the
-# first such QP, and for a PD of the program's own (not understood yet; the
-# drop-in says EINVAL). Any other difference fails.
-RDMACM_DIFF_PENDING='^cm\.resolve\.(lo|any|dev_to_lo)\.(event|state)$|^cm\.qp\.(bound_dev\.pd|tcp_id\.ud_qp|destroy_id_with_qp\.create)$'
+# Any other difference fails.
+RDMACM_DIFF_PENDING='^cm\.resolve\.(lo|any|dev_to_lo)\.(event|state)$'
 
 rdmacm_diff_compile() {
     mkdir -p "$WORK/bin"
