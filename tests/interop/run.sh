@@ -1235,7 +1235,7 @@ done
 say "captures: $PCAPS  (each with its 'rxe dump' text: <id>.txt)"
 say "logs:     $LOGS   results: $OUT/results.tsv"
 say "interop: $(( ${#R_ID[@]} - FAILED - KNOWN_SEEN )) passed, $FAILED failed"
-[ "$KNOWN_SEEN" = 0 ] || say "interop: $KNOWN_SEEN failed as known issues (listed in KNOWN in tests/interop/run.sh)"
+[ "$KNOWN_SEEN" = 0 ] || say "interop: $KNOWN_SEEN failed as known issues (KNOWN in tests/interop/run.sh, RDMACM_DIFF_PENDING in tests/interop/verbs_diff.sh)"
 [ "$GUEST_BOOTS" = 1 ] || say "interop: the guest was booted $GUEST_BOOTS times: its NIC died $((GUEST_BOOTS - 1)) times (console logs: $LOGS/console.boot*.log)"
 [ "$FAILED" = 0 ] && [ "${#R_ID[@]}" -gt 0 ]
 exit $?
