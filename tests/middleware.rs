@@ -697,3 +697,128 @@ fn libfabric_verbs_msg_and_rdm_across_two_network_namespaces() {
         }
     }
 }
+
+/// A rank killed mid-run (SIGKILL, while ranks 0 and 1 ping-pong over
+/// rc_verbs: `mpi_check --loop`) leaves the job an error, not a hang:
+/// Open MPI's mpirun and MPICH's mpiexec must end nonzero within 60 s,
+/// name the killed process, and leave no rank of the job running.
+#[test]
+fn a_rank_killed_mid_run_ends_the_job_with_an_error() {
+    // mpicc, the launcher's command line for a program, the address, and
+    // what the launcher says of the killed rank
+    type Job = (
+        &'static str,
+        fn(&str) -> Vec<String>,
+        &'static str,
+        &'static str,
+    );
+    let jobs: [Job; 2] = [
+        (
+            "mpicc.openmpi",
+            |exe| {
+                [
+                    "mpirun",
+                    "--allow-run-as-root",
+                    "--oversubscribe",
+                    "-np",
+                    "2",
+                    "-x",
+                    "UCX_TLS",
+                    "-x",
+                    "UCX_NET_DEVICES=rxe0:1",
+                    exe,
+                    "--loop",
+                ]
+                .map(String::from)
+                .to_vec()
+            },
+            "127.0.6.47",
+            "exited on signal 9",
+        ),
+        (
+            "mpicc.mpich",
+            |exe| {
+                [
+                    "mpiexec.mpich",
+                    "-n",
+                    "2",
+                    "-env",
+                    "UCX_NET_DEVICES",
+                    "rxe0:1",
+                    exe,
+                    "--loop",
+                ]
+                .map(String::from)
+                .to_vec()
+            },
+            "127.0.6.48",
+            "BAD TERMINATION",
+        ),
+    ];
+    for (mpicc, args, addr, says) in jobs {
+        let Some(exe) = mpi_program(mpicc) else {
+            return;
+        };
+        let exe = exe.to_str().unwrap();
+        let mut child = Command::new(rxe_bin())
+            .args(["exec", "-d", addr, "--"])
+            .args(args(exe))
+            .env_remove("RXE_DEVICES")
+            .env("OMPI_MCA_pml", "ucx")
+            .env("OMPI_MCA_pml_ucx_devices", "any")
+            .env("UCX_TLS", "^sm,tcp")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // rank 1 names its pid once the job runs
+        let mut out = child.stdout.take().unwrap();
+        let mut seen = String::new();
+        let mut byte = [0u8; 1];
+        let pid = loop {
+            assert_eq!(
+                out.read(&mut byte).unwrap(),
+                1,
+                "{mpicc}: ended early: {seen}"
+            );
+            seen.push(byte[0] as char);
+            if let Some(rest) = seen.strip_prefix("mpi_check: rank 1 pid ") {
+                if let Some(p) = rest.strip_suffix('\n') {
+                    break p.trim().parse::<u32>().unwrap();
+                }
+            } else if seen.ends_with('\n') {
+                seen.clear();
+            }
+        };
+        // let the ping-pong run, then kill rank 1
+        std::thread::sleep(Duration::from_millis(500));
+        let st = Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status()
+            .unwrap();
+        assert!(st.success(), "{mpicc}: kill {pid}");
+        let killed = Instant::now();
+        child.stdout = Some(out);
+        let (ok, text) = finish(child, Duration::from_secs(60));
+        assert!(
+            killed.elapsed() < Duration::from_secs(59),
+            "{mpicc}: the job hung after its rank was killed: {text}"
+        );
+        assert!(!ok, "{mpicc}: the job did not fail: {text}");
+        assert!(text.contains(says), "{mpicc}: {text}");
+        assert!(
+            !text.contains("looped to its end"),
+            "{mpicc}: a rank ran out its time instead: {text}"
+        );
+        let left = Command::new("pgrep")
+            .args(["-f", &format!("{exe} --loop")])
+            .output()
+            .unwrap();
+        assert!(
+            left.stdout.is_empty(),
+            "{mpicc}: ranks left running: {}",
+            String::from_utf8_lossy(&left.stdout)
+        );
+    }
+}

@@ -8,11 +8,16 @@
  * It prints "mpi_check: rank R of N ok" per rank, rank 0 also the half
  * round trip of the 8-byte ping-pong ("pingpong 8 B: X us") and the
  * bandwidth, and exits nonzero (MPI_Abort) on any wrong byte.
+ *
+ * With "--loop", ranks 0 and 1 only ping-pong 4 KiB for up to 120 s, and
+ * rank 1 first prints "mpi_check: rank 1 pid P": the test that kills a
+ * rank mid-run kills that one.
  */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int rank, size;
 
@@ -43,6 +48,25 @@ int main(int argc, char **argv)
 	const size_t sizes[] = { 8, 4096, 1 << 20 };
 	unsigned char *buf = malloc(1 << 20);
 	const int iters = 200;
+
+	if (argc > 1 && !strcmp(argv[1], "--loop")) {
+		if (rank == 1)
+			printf("mpi_check: rank 1 pid %ld\n", (long)getpid());
+		fflush(stdout);
+		double t0 = MPI_Wtime();
+		while (MPI_Wtime() - t0 < 120 && rank < 2 && size > 1) {
+			if (rank == 0) {
+				MPI_Send(buf, 4096, MPI_BYTE, 1, 1, MPI_COMM_WORLD);
+				MPI_Recv(buf, 4096, MPI_BYTE, 1, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+			} else {
+				MPI_Recv(buf, 4096, MPI_BYTE, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+				MPI_Send(buf, 4096, MPI_BYTE, 0, 2, MPI_COMM_WORLD);
+			}
+		}
+		printf("mpi_check: rank %d looped to its end\n", rank);
+		MPI_Finalize();
+		return 0;
+	}
 
 	for (int peer = 1; peer < size; peer++) {
 		for (unsigned s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
