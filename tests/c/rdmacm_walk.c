@@ -392,6 +392,7 @@ static void walk_ids(struct rdma_event_channel *ch)
 	OK0("a loopback address no soft device has binds with no device, as on the kernel",
 	    rdma_bind_addr(id2, SA(b)));
 	check(id2->verbs == NULL, "a loopback bind gives no device", "verbs %p", (void *)id2->verbs);
+	OK0("and listens, as on the kernel (for that address only)", rdma_listen(id2, 1));
 	rdma_destroy_id(id2);
 	OK0("rdma_create_id", rdma_create_id(ch, &id2, NULL, RDMA_PS_TCP));
 	b = sin4("192.0.2.1", 19603);

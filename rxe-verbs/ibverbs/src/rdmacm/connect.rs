@@ -520,7 +520,7 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_
     entry("rdma_listen", || {
         let cm = id_of(id)?;
         let (_, ps) = cm.kind();
-        let (devs, port) =
+        let (devs, port, loopback) =
             {
                 let mut st = cm.lock();
                 if st.phase == Phase::Idle {
@@ -539,11 +539,19 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_
                     )),
                 }
                 super::id::check_listen(ps, cm.addr())?;
+                // An id bound to a loopback address no soft device has
+                // listens as on the kernel, for connections to that
+                // address only: no soft device carries them (the kernel
+                // loops them back inside; see docs/drop-in.md), so it
+                // hears none, and never one from another host.
+                let loopback =
+                    st.dev.is_none() && st.src.is_some_and(|a| canonical(a.ip()).is_loopback());
                 let devs: Vec<&'static CmaDev> = match st.dev {
                     Some(d) => vec![d],
+                    None if loopback => Vec::new(),
                     None => cma_devices().iter().collect(),
                 };
-                (devs, st.src.map_or(0, |a| a.port()))
+                (devs, st.src.map_or(0, |a| a.port()), loopback)
             };
         let mut rxs = Vec::new();
         let result = (|| {
@@ -566,7 +574,7 @@ pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_
                 rx.bind(&ctx, port)?;
                 rx.listen()?;
             }
-            if rxs.is_empty() {
+            if rxs.is_empty() && !loopback {
                 return Err(Fail::new(libc::ENODEV, "no soft device to listen on"));
             }
             Ok(())
@@ -660,7 +668,14 @@ pub unsafe extern "C" fn rdma_connect(
                 rx.set_ack_timeout(t)?;
             }
             rx.bind(&ctx, src.port())?;
-            let dst = SocketAddr::new(canonical(dst.ip()), dst.port());
+            // a loopback destination from a device not on loopback is the
+            // device itself (see `to_self`)
+            let dst_ip = if super::id::to_self(d, dst.ip()) {
+                canonical(d.addr())
+            } else {
+                canonical(dst.ip())
+            };
+            let dst = SocketAddr::new(dst_ip, dst.port());
             match qp {
                 Some(q) => rx.connect(&ctx, dst, &q.rx, &param),
                 None => rx.connect_without_qp(&ctx, dst, &param),

@@ -589,24 +589,38 @@ fn any_of(a: &SocketAddr) -> SocketAddr {
     }
 }
 
+/// Whether `dst` from device `d` means the device itself: a loopback or
+/// wildcard destination from a device that is not on loopback. The kernel
+/// resolves such a destination to the device (`cma_bind_loopback`) and
+/// its CM loops the connection back; here it goes to the device's own
+/// address.
+pub fn to_self(d: &CmaDev, dst: IpAddr) -> bool {
+    let dst = canonical(dst);
+    (dst.is_loopback() || dst.is_unspecified()) && !is_loopback(d.addr())
+}
+
 /// The soft device that reaches `dst` from an unbound id: the device with
 /// that address; for a loopback (or wildcard) destination, the first
-/// device on loopback; otherwise the device on the address the host's
-/// routing table would send from. Err is the negative errno of
-/// RDMA_CM_EVENT_ADDR_ERROR.
+/// device on loopback, else the first device of its family (the device
+/// itself, as the kernel's `cma_bind_loopback` picks its first device);
+/// otherwise the device on the address the host's routing table would
+/// send from. Err is the negative errno of RDMA_CM_EVENT_ADDR_ERROR.
 fn route_to(dst: IpAddr) -> Result<&'static CmaDev, (c_int, String)> {
     let dst = canonical(dst);
     if let Some(d) = dev_by_addr(dst) {
         return Ok(d);
     }
     if dst.is_loopback() || dst.is_unspecified() {
+        let family = |d: &&CmaDev| canonical(d.addr()).is_ipv4() == dst.is_ipv4();
         return cma_devices()
             .iter()
-            .find(|d| is_loopback(d.addr()) && canonical(d.addr()).is_ipv4() == dst.is_ipv4())
+            .filter(family)
+            .find(|d| is_loopback(d.addr()))
+            .or_else(|| cma_devices().iter().find(family))
             .ok_or_else(|| {
                 (
                     -libc::ENODEV,
-                    format!("{dst} is on loopback and no soft device is"),
+                    format!("{dst} is on loopback and no soft device of its family exists"),
                 )
             });
     }
@@ -695,6 +709,7 @@ fn resolve_addr(cm: &CmId, src: Option<SocketAddr>, dst: SocketAddr) -> Result<(
             // send to the group on the device's own interface).
             if dev_ip == dst_ip
                 || dst_ip.is_multicast()
+                || to_self(d, dst_ip)
                 || is_loopback(dev_ip) == (dst_ip.is_loopback() || dst_ip.is_unspecified())
             {
                 Ok(d)
@@ -721,7 +736,13 @@ fn resolve_addr(cm: &CmId, src: Option<SocketAddr>, dst: SocketAddr) -> Result<(
             if st.dev.is_none() {
                 match cm.attach(&mut st, d) {
                     Ok(()) => {
-                        let ip = in_family(d.addr(), &bound);
+                        // To the device itself the kernel's source is the
+                        // loopback address (`cma_set_loopback`).
+                        let ip = match (to_self(d, dst_ip), bound) {
+                            (true, SocketAddr::V4(_)) => IpAddr::V4(Ipv4Addr::LOCALHOST),
+                            (true, SocketAddr::V6(_)) => IpAddr::V6(Ipv6Addr::LOCALHOST),
+                            (false, _) => in_family(d.addr(), &bound),
+                        };
                         st.src = Some(SocketAddr::new(ip, bound.port()));
                         rebind(cm.addr(), canonical(ip));
                     }
@@ -833,9 +854,11 @@ fn flow_label(src: SocketAddr, dst: SocketAddr) -> u32 {
 fn path(st: &IdState) -> Option<ibv_sa_path_rec> {
     let (src, dst, d) = (st.src?, st.dst?, st.dev?);
     let tos = st.tos.unwrap_or(0);
+    // a loopback end that is the device itself has the device's GID
+    let end = |a: SocketAddr| if to_self(d, a.ip()) { d.addr() } else { a.ip() };
     Some(ibv_sa_path_rec {
-        dgid: gid(dst.ip()),
-        sgid: gid(src.ip()),
+        dgid: gid(end(dst)),
+        sgid: gid(end(src)),
         dlid: 0,
         slid: 0,
         raw_traffic: 0,
