@@ -477,3 +477,88 @@ fn mckey_receivers_in_two_processes_get_every_message() {
     udaddy_ok(&r1, MCKEY_RECEIVER);
     udaddy_ok(&r2, MCKEY_RECEIVER);
 }
+
+/// rping to 127.0.0.1 from a device that is not on loopback reaches a
+/// wildcard listener on that same device, as the kernel's
+/// `cma_bind_loopback` connects an id to its own device
+/// (docs/divergences.md, "A connection to a loopback address"). The
+/// device sits on a veth interface in a namespace of the test's own.
+#[test]
+fn rping_to_127_0_0_1_reaches_the_device_itself() {
+    if !have(&["rping"]) {
+        return;
+    }
+    let Some(ns) = rxe_tests::netns::Netns::new("loopcm", &[]) else {
+        eprintln!("skipped: cannot create a network namespace (not root?)");
+        return;
+    };
+    // (a veth pair with both ends inside: not every kernel has `dummy`)
+    ns.ip(&[
+        "link", "add", "rxd0", "type", "veth", "peer", "name", "rxd1",
+    ]);
+    ns.ip(&["addr", "add", "10.83.0.1/24", "dev", "rxd0"]);
+    ns.ip(&["link", "set", "rxd0", "up"]);
+    ns.ip(&["link", "set", "rxd1", "up"]);
+    let run = |args: &[&str]| {
+        let mut c = Command::new("ip");
+        c.args(["netns", "exec", ns.name()])
+            .arg(rxe_bin())
+            .args(["exec", "-d", "10.83.0.1", "--"]);
+        c.args(args)
+            .env_remove("RXE_DEVICES")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c.spawn().unwrap()
+    };
+    let server = run(&["rping", "-s", "-a", "0.0.0.0", "-p", "19690", "-C", "3"]);
+    // the listener's service claim (see wait_for_listener), in the
+    // namespace's own /proc/net/unix
+    let until = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < until
+        && !Command::new("ip")
+            .args(["netns", "exec", ns.name(), "cat", "/proc/net/unix"])
+            .output()
+            .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("@rxe-rs/v1/10.83.0.1/svc/"))
+    {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let client = run(&[
+        "rping",
+        "-c",
+        "-a",
+        "127.0.0.1",
+        "-p",
+        "19690",
+        "-C",
+        "3",
+        "-V",
+        "-v",
+    ]);
+    let wait = |c: Child, what: &str| {
+        let start = Instant::now();
+        let mut c = c;
+        while c.try_wait().unwrap().is_none() {
+            if start.elapsed() > Duration::from_secs(30) {
+                let _ = c.kill();
+                panic!("{what} did not end");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let out = c.wait_with_output().unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "{what}: {text}");
+        text
+    };
+    let ctext = wait(client, "rping -c -a 127.0.0.1");
+    wait(server, "rping -s -a 0.0.0.0");
+    let pings = ctext
+        .lines()
+        .filter(|l| l.starts_with("ping data: rdma-ping-"))
+        .count();
+    assert_eq!(pings, 3, "{ctext}");
+}
