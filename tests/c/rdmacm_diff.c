@@ -431,6 +431,20 @@ static const char *qpstate(struct ibv_qp *qp)
 	return b;
 }
 
+/* rdma_create_qp of type t on id (pd NULL: the id's own), printed as case
+ * c with the QP's state; the QP stays for the caller. Returns its result. */
+static int qp_case(const char *c, struct rdma_cm_id *id, struct ibv_pd *pd, enum ibv_qp_type t)
+{
+	struct ibv_qp_init_attr a;
+	qp_caps(&a, t);
+	int r = rdma_create_qp(id, pd, &a);
+	if (r)
+		line(c, "err %s", ename(errno));
+	else
+		line(c, "ok %s", qpstate(id->qp));
+	return r;
+}
+
 static void cases_qp(struct ibv_pd *pd)
 {
 	struct ibv_qp_init_attr a;
@@ -457,29 +471,18 @@ static void cases_qp(struct ibv_pd *pd)
 		rdma_destroy_qp(id);
 		line("cm.qp.bound_dev.destroyed", "qp=%s", id->qp ? "set" : "NULL");
 	}
-	qp_caps(&a, IBV_QPT_RC);
-	r = rdma_create_qp(id, pd, &a);
-	line("cm.qp.bound_dev.pd", r ? "err %s" : "ok %s", r ? ename(errno) : qpstate(id->qp));
+	qp_case("cm.qp.bound_dev.pd", id, pd, IBV_QPT_RC);
 	dqp(id);
-	qp_caps(&a, IBV_QPT_UD);
-	r = rdma_create_qp(id, pd, &a);
-	line("cm.qp.tcp_id.ud_qp", r ? "err %s" : "ok %s", r ? ename(errno) : qpstate(id->qp));
-	if (!r)
-		dqp(id);
+	qp_case("cm.qp.tcp_id.ud_qp", id, pd, IBV_QPT_UD);
+	dqp(id);
 	rdma_destroy_id(id);
 
 	id = new_id(RDMA_PS_UDP);
 	rdma_bind_addr(id, SA(dev));
-	qp_caps(&a, IBV_QPT_UD);
-	r = rdma_create_qp(id, pd, &a);
-	line("cm.qp.udp_id.ud_qp", r ? "err %s" : "ok %s", r ? ename(errno) : qpstate(id->qp));
-	if (!r)
-		dqp(id);
-	qp_caps(&a, IBV_QPT_RC);
-	r = rdma_create_qp(id, pd, &a);
-	line("cm.qp.udp_id.rc_qp", r ? "err %s" : "ok %s", r ? ename(errno) : qpstate(id->qp));
-	if (!r)
-		dqp(id);
+	qp_case("cm.qp.udp_id.ud_qp", id, pd, IBV_QPT_UD);
+	dqp(id);
+	qp_case("cm.qp.udp_id.rc_qp", id, pd, IBV_QPT_RC);
+	dqp(id);
 	rdma_destroy_id(id);
 
 	/* an id destroyed with its QP still there */
@@ -507,10 +510,7 @@ static struct rdma_cm_id *client(struct side *c, int ps, uint16_t port, const ch
 	take(ID("%s.addr_event", tag), c->ch, 3000);
 	rc_line(ID("%s.resolve_route", tag), rdma_resolve_route(c->id, 2000));
 	take(ID("%s.route_event", tag), c->ch, 3000);
-	struct ibv_qp_init_attr a;
-	qp_caps(&a, ps == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC);
-	int r = rdma_create_qp(c->id, NULL, &a);
-	line(ID("%s.create_qp", tag), r ? "err %s" : "ok %s", r ? ename(errno) : qpstate(c->id->qp));
+	qp_case(ID("%s.create_qp", tag), c->id, NULL, ps == RDMA_PS_UDP ? IBV_QPT_UD : IBV_QPT_RC);
 	return c->id;
 }
 
@@ -545,10 +545,7 @@ static void cases_connect(void)
 	struct rdma_cm_id *n = take("cm.conn.a.request", s.ch, 3000);
 	if (n) {
 		line("cm.conn.a.request.id", "new=%s %s", n == s.id ? "listener" : "new", idstate(n, 7480));
-		struct ibv_qp_init_attr a;
-		qp_caps(&a, IBV_QPT_RC);
-		int r = rdma_create_qp(n, NULL, &a);
-		line("cm.conn.a.server_qp", r ? "err %s" : "ok %s", r ? ename(errno) : qpstate(n->qp));
+		qp_case("cm.conn.a.server_qp", n, NULL, IBV_QPT_RC);
 		struct rdma_conn_param ap = { .private_data = rep, .private_data_len = sizeof rep,
 					      .responder_resources = 1, .initiator_depth = 1,
 					      .rnr_retry_count = 7 };
@@ -640,10 +637,7 @@ static void cases_connect(void)
 	rc_line("cm.ud.connect", rdma_connect(c.id, &cp));
 	n = take("cm.ud.request", s.ch, 3000);
 	if (n) {
-		struct ibv_qp_init_attr a;
-		qp_caps(&a, IBV_QPT_UD);
-		int r = rdma_create_qp(n, NULL, &a);
-		line("cm.ud.server_qp", r ? "err %s" : "ok %s", r ? ename(errno) : qpstate(n->qp));
+		qp_case("cm.ud.server_qp", n, NULL, IBV_QPT_UD);
 		struct rdma_conn_param ap = { .private_data = rep, .private_data_len = sizeof rep,
 					      .qp_num = n->qp ? n->qp->qp_num : 0 };
 		rc_line("cm.ud.accept", rdma_accept(n, &ap));

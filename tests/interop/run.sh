@@ -768,30 +768,25 @@ icrc_selftest
 # ---- 4a. the verbs surface, call by call, against the kernel (issue 37) -------------
 # tests/c/verbs_diff.c in the guest and over the drop-in, table mode and seeded
 # random sequences; any difference that docs/divergences.md does not list fails.
-if [ -z "$ONLY" ] || [[ verbs-diff =~ $ONLY ]]; then
-    say "== verbs_diff: the same calls on kernel rxe and rxe-rs ($(elapsed)s)"
+# diff_step ID RUN LABEL: one harness of tests/interop/verbs_diff.sh (RUN) as
+# a scenario, its log in $LOGS/ID.log, its outputs in $LOGS/verbs-diff/
+diff_step() {
+    local id=$1 run=$2 label=$3 t0 v
+    [ -z "$ONLY" ] || [[ $id =~ $ONLY ]] || return 0
+    say "== $id: the same calls on the kernel and rxe-rs ($(elapsed)s)"
     # shellcheck source=tests/interop/verbs_diff.sh
     source "$HERE/verbs_diff.sh"
     t0=$(date +%s)
-    verbs_diff_run >"$LOGS/verbs-diff.log" 2>&1
-    if [ $? = 0 ]; then v=PASS; elif k=$(known_issue verbs-diff); then v=KNOWN; KNOWN_SEEN=$((KNOWN_SEEN+1)); else v=FAIL; FAILED=$((FAILED+1)); fi
-    sed 's/^/  /' "$LOGS/verbs-diff.log" | head -60
-    R_ID+=(verbs-diff) R_LABEL+=("verbs_diff: libibverbs calls on kernel rxe and the drop-in, table + random, compared") R_VERDICT+=("$v")
-    R_SECS+=($(( $(date +%s) - t0 ))) R_NOTE+=("$(grep -m1 '^verbs_diff: [0-9]' "$LOGS/verbs-diff.log"); $LOGS/verbs-diff/")
-    say "$v verbs_diff (see $LOGS/verbs-diff/)"
-fi
-if [ -z "$ONLY" ] || [[ rdmacm-diff =~ $ONLY ]]; then
-    say "== rdmacm_diff: the same librdmacm calls on kernel rdma_cm and rxe-rs ($(elapsed)s)"
-    # shellcheck source=tests/interop/verbs_diff.sh
-    source "$HERE/verbs_diff.sh"
-    t0=$(date +%s)
-    rdmacm_diff_run >"$LOGS/rdmacm-diff.log" 2>&1
-    if [ $? = 0 ]; then v=PASS; elif k=$(known_issue rdmacm-diff); then v=KNOWN; KNOWN_SEEN=$((KNOWN_SEEN+1)); else v=FAIL; FAILED=$((FAILED+1)); fi
-    sed 's/^/  /' "$LOGS/rdmacm-diff.log" | head -60
-    R_ID+=(rdmacm-diff) R_LABEL+=("rdmacm_diff: librdmacm calls on kernel rdma_cm and the drop-in, compared") R_VERDICT+=("$v")
-    R_SECS+=($(( $(date +%s) - t0 ))) R_NOTE+=("$(grep -m1 '^verbs_diff: [0-9]' "$LOGS/verbs-diff/rdmacm.diff" 2>/dev/null); $LOGS/verbs-diff/rdmacm.*")
-    say "$v rdmacm_diff (see $LOGS/verbs-diff/rdmacm.*)"
-fi
+    if "$run" >"$LOGS/$id.log" 2>&1; then v=PASS
+    elif known_issue "$id" >/dev/null; then v=KNOWN; KNOWN_SEEN=$((KNOWN_SEEN+1))
+    else v=FAIL; FAILED=$((FAILED+1)); fi
+    sed 's/^/  /' "$LOGS/$id.log" | head -60
+    R_ID+=("$id") R_LABEL+=("$label") R_VERDICT+=("$v")
+    R_SECS+=($(( $(date +%s) - t0 ))) R_NOTE+=("$(grep -m1 '^verbs_diff: [0-9]' "$LOGS/$id.log"); $LOGS/verbs-diff/")
+    say "$v $id (see $LOGS/verbs-diff/)"
+}
+diff_step verbs-diff verbs_diff_run "verbs_diff: libibverbs calls on kernel rxe and the drop-in, table + random, compared"
+diff_step rdmacm-diff rdmacm_diff_run "rdmacm_diff: librdmacm calls on kernel rdma_cm and the drop-in, compared"
 
 say "== pingpong, path MTU 1024 ($(elapsed)s)"
 for s in 1 1024 4096 65536; do pp_pair rc "$s" 1024 20; done

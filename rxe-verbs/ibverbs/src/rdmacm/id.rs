@@ -519,16 +519,15 @@ pub fn bind(cm: &CmId, st: &mut IdState, sa: SocketAddr) -> Result<(), Fail> {
     let (_, ps) = cm.kind();
     // The kernel looks an IPv6 address up as IPv6: no interface has a
     // v4-mapped one.
-    if let IpAddr::V6(v6) = sa.ip() {
-        if v6.to_ipv4_mapped().is_some() {
-            return Err(Fail::new(
-                libc::EADDRNOTAVAIL,
-                format!(
-                    "{v6} is v4-mapped: no interface has it (bind {})",
-                    canonical(sa.ip())
-                ),
-            ));
-        }
+    if is_v4_mapped(sa.ip()) {
+        return Err(Fail::new(
+            libc::EADDRNOTAVAIL,
+            format!(
+                "{} is v4-mapped: no interface has it (bind {})",
+                sa.ip(),
+                canonical(sa.ip())
+            ),
+        ));
     }
     let ip = canonical(sa.ip());
     if ps == RDMA_PS_IPOIB && !ip.is_unspecified() {
@@ -599,6 +598,11 @@ pub fn to_self(d: &CmaDev, dst: IpAddr) -> bool {
     (dst.is_loopback() || dst.is_unspecified()) && !is_loopback(d.addr())
 }
 
+/// Whether `a` is an IPv4-mapped IPv6 address (`::ffff:a.b.c.d`).
+fn is_v4_mapped(a: IpAddr) -> bool {
+    matches!(a, IpAddr::V6(v6) if v6.to_ipv4_mapped().is_some())
+}
+
 /// The soft device that reaches `dst` from an unbound id: the device with
 /// that address; for a loopback (or wildcard) destination, the first
 /// device on loopback, else the first device of its family (the device
@@ -665,16 +669,15 @@ fn in_family(a: IpAddr, like: &SocketAddr) -> IpAddr {
 fn resolve_addr(cm: &CmId, src: Option<SocketAddr>, dst: SocketAddr) -> Result<(), Fail> {
     // The kernel routes an IPv6 destination as IPv6: a v4-mapped one has
     // no route.
-    if let IpAddr::V6(v6) = dst.ip() {
-        if v6.to_ipv4_mapped().is_some() {
-            return Err(Fail::new(
-                libc::ENETUNREACH,
-                format!(
-                    "{v6} is v4-mapped: no IPv6 route reaches it (resolve {})",
-                    canonical(dst.ip())
-                ),
-            ));
-        }
+    if is_v4_mapped(dst.ip()) {
+        return Err(Fail::new(
+            libc::ENETUNREACH,
+            format!(
+                "{} is v4-mapped: no IPv6 route reaches it (resolve {})",
+                dst.ip(),
+                canonical(dst.ip())
+            ),
+        ));
     }
     let mut st = cm.lock();
     let was_idle = st.phase == Phase::Idle;
