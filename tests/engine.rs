@@ -94,6 +94,98 @@ fn link_down_gives_retry_exceeded_after_retry_cnt_plus_one_transmissions() {
     }
 }
 
+/// What one side sent, in order: (virtual time, whether it came from A,
+/// PSN, opcode).
+type Sent = std::sync::Arc<std::sync::Mutex<Vec<(Duration, bool, u32, u8)>>>;
+
+fn record_sent(net: &mut rxe_net::sim::SimNet, a: &Node) -> Sent {
+    let sent: Sent = Default::default();
+    let (s, addr) = (sent.clone(), a.addr);
+    net.set_tap(move |at, t| {
+        let p = rxe_core::wire::packet::Packet::new_checked(&t.payload[..]).unwrap();
+        let b = p.bth();
+        s.lock()
+            .unwrap()
+            .push((at, t.src == addr, b.psn().value(), t.payload[0]));
+    });
+    sent
+}
+
+/// After a transport timeout the requester sends the oldest unacknowledged
+/// packet alone and the rest only once the responder has answered it: a
+/// 16-packet WRITE whose first transmission is lost goes out again as one
+/// packet, B's ACK of it, then the other 15, and completes byte-exact.
+/// Before, the timeout sent all 16 again at once (a slow responder got a
+/// duplicate in its backlog for each).
+#[test]
+fn after_a_timeout_one_packet_goes_first_and_the_rest_when_it_is_answered() {
+    let (mut net, nodes) = network(21, Faults::none(), 2, 1 << 16);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let (qa, _qb) = connect(&mut net, a, b, &rc(7, 7));
+    let data: Vec<u8> = (0..16384u32).map(|i| (i * 13 / 5) as u8).collect();
+    a.mem.write(0, &data);
+    let sent = record_sent(&mut net, a);
+    net.faults.loss = 1.0;
+    net.engines[a.idx]
+        .post_send(qa, write_wr(1, a, b, 16384, 0))
+        .unwrap();
+    net.flush();
+    net.faults.loss = 0.0;
+    net.run(Duration::from_secs(1));
+    let c = completions(&mut net, a);
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_eq!(c[0].status, WcStatus::Success);
+    assert_eq!(&b.mem.snapshot()[..16384], &data[..]);
+    let sent = sent.lock().unwrap().clone();
+    let first = sent[0].2;
+    let a_psns: Vec<u32> = sent.iter().filter(|p| p.1).map(|p| p.2 - first).collect();
+    let expect: Vec<u32> = (0..16).chain(0..16).collect();
+    assert_eq!(a_psns, expect, "A's PSNs, from the first");
+    // The probe (the 17th packet of A's) asks for an ACK, and the next
+    // packet of A's comes after B's ACK of the probe.
+    let probe = sent.iter().filter(|p| p.1).nth(16).unwrap();
+    let next = sent.iter().filter(|p| p.1).nth(17).unwrap();
+    let ack = sent
+        .iter()
+        .find(|p| !p.1 && p.0 >= probe.0)
+        .expect("B answered the probe");
+    assert_eq!(ack.2, first, "B's ACK is for the probe's PSN");
+    assert!(
+        ack.0 < next.0,
+        "A sent its 18th packet at {:?}, before B's ACK of the probe at {:?}",
+        next.0,
+        ack.0
+    );
+    let ca = net.engines[a.idx].counters();
+    assert_eq!(ca.retry_timeouts, 1);
+    assert_eq!(ca.retransmitted_pkts, 16);
+}
+
+/// A probe that is lost too goes again at the next timeout, one retry
+/// each: on a dead link a 4-packet WRITE with `retry_cnt` 3 is sent whole
+/// once and then probed 3 times (its first packet), before
+/// `RETRY_EXC_ERR`.
+#[test]
+fn a_lost_probe_is_sent_again_at_each_timeout_until_the_retries_run_out() {
+    let (mut net, nodes) = network(22, Faults::none(), 2, 1 << 16);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let (qa, _qb) = connect(&mut net, a, b, &rc(3, 7));
+    let sent = record_sent(&mut net, a);
+    net.faults.loss = 1.0;
+    net.engines[a.idx]
+        .post_send(qa, write_wr(1, a, b, 4096, 0))
+        .unwrap();
+    net.run(Duration::from_secs(10));
+    let c = completions(&mut net, a);
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_eq!(c[0].status, WcStatus::RetryExcErr);
+    let sent = sent.lock().unwrap().clone();
+    let first = sent[0].2;
+    let a_psns: Vec<u32> = sent.iter().filter(|p| p.1).map(|p| p.2 - first).collect();
+    assert_eq!(a_psns, vec![0, 1, 2, 3, 0, 0, 0]);
+    assert_eq!(net.engines[a.idx].counters().retry_timeouts, 4);
+}
+
 #[test]
 fn no_receive_buffer_gives_rnr_naks_then_success() {
     let (mut net, nodes) = network(3, Faults::none(), 2, 1 << 16);

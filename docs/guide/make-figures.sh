@@ -96,7 +96,7 @@ rxe dump -q --explain --frames 2 read.pcap > read-explain-2.txt
 rxe dump -q --explain --frames 1,3 atomic.pcap > atomic-explain-1-3.txt
 rxe dump -q --explain --frames 3,10,11 loss.pcap > loss-explain-3-10-11.txt
 rxe dump -q --explain --frames 2 rnr.pcap > rnr-explain-2.txt
-rxe dump -q --explain --frames 4,7,10 duplicate.pcap > duplicate-explain-4-7-10.txt
+rxe dump -q --explain --frames 4,5,10 duplicate.pcap > duplicate-explain-4-5-10.txt
 rxe dump -q --explain --frames 5 bad-rkey.pcap > bad-rkey-explain-5.txt
 rxe dump -q --explain --frames 2 window.pcap > window-explain-2.txt
 rxe dump -q --explain --frames 2 ud.pcap > ud-explain-2.txt

@@ -322,9 +322,9 @@ pub(crate) struct Ctx<'a> {
     /// has `max_in_flight` packets in flight.
     pub over_budget: bool,
     /// Set by the engine when the requester's next packet ends the QP's
-    /// turn (see `Engine::poll_transmit`): the packet asks for an ACK, so
-    /// that no packet waits unacknowledged while the QP waits for its next
-    /// turn.
+    /// burst with other QPs waiting (see `Engine::poll_transmit`): the
+    /// packet asks for an ACK, so that no packet waits unacknowledged while
+    /// the QP waits for its next turn.
     pub last_of_turn: bool,
 }
 
@@ -1375,12 +1375,12 @@ impl Engine {
             let qpn = self.active.pop_front()?;
             let turn_ends = self.burst_sent + 1 >= BUDGET_BURST;
             // The turn ends after this packet if the burst is over and
-            // another QP wants to send, or if the packet fills the budget.
+            // another QP wants to send (the requester also ends it when a
+            // new packet fills the budget).
             let others = !self.active.is_empty()
                 || !self.budget_waiters.is_empty()
                 || !self.stranded.is_empty();
-            let last_of_turn =
-                (turn_ends && others) || self.in_flight + 1 >= self.config.max_in_flight;
+            let last_of_turn = turn_ends && others;
             // The QP is looked up once for the poll and the settling after.
             let Some(q) = self.qps.get_mut(&qpn) else {
                 continue;

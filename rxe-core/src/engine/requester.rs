@@ -115,6 +115,9 @@ pub(crate) struct Requester {
     /// start another go-back; if the new copy is lost too, the transport
     /// timer recovers.
     pub round: Option<(Psn, Psn)>,
+    /// After a transport timeout, the one PSN sent again until the
+    /// responder answers (see `handle_timeout`).
+    pub probe: Option<Psn>,
 }
 
 impl Requester {
@@ -133,10 +136,12 @@ impl Requester {
             sqd_notified: false,
             acked: psn.sub(1),
             round: None,
+            probe: None,
         }
     }
 
     pub fn set_psn(&mut self, psn: Psn) {
+        self.probe = None;
         self.psn = psn;
         self.sent_high = psn;
         self.acked = psn.sub(1);
@@ -571,6 +576,10 @@ impl Qp {
         // one long message (as the kernel's rxe limits itself to 128).
         let w = &self.req.sq[i];
         let cursor = w.first_psn.add(self.req.next_pkt);
+        // After a timeout only the probe goes until the responder answers.
+        if self.req.probe.is_some_and(|p| p != cursor) {
+            return false;
+        }
         let fresh = !cursor.is_before(self.req.sent_high);
         // A READ request asks for its whole chunk at once: all of it must
         // fit in the window, and the responder's resources must have room
@@ -632,15 +641,24 @@ impl Qp {
                 .ack_every
                 .min((ctx.config.max_unacked_psns / 2).max(1));
             // The last packet of the QP's turn asks too (the engine sets
-            // `last_of_turn` when its burst ends with others waiting, or
-            // when the packet fills the device's budget), so that no packet
-            // waits unacknowledged while the QP waits for its next turn.
-            // So does the last packet of a resend: the budget may hold the
-            // QP's next new packet back.
+            // `last_of_turn` when its burst ends with others waiting), and
+            // a new packet that fills the device's budget, so that no
+            // packet waits unacknowledged while the QP waits for its next
+            // turn. So does the last packet of a resend: the budget may
+            // hold the QP's next new packet back. A resent packet inside
+            // the round does not ask because the budget is full: it takes
+            // no room, the round goes on, and on a full budget every one
+            // of them asking doubled the work of a peer already too slow
+            // to acknowledge in time (every duplicate that asks gets its
+            // own ACK).
             let ends_resend = psn.add(1) == self.req.sent_high;
+            let fresh = !psn.is_before(self.req.sent_high);
+            let fills_budget = fresh && ctx.in_flight + 1 >= ctx.config.max_in_flight;
             ack_req = is_last
+                || self.req.probe.is_some()
                 || w.is_rd_atomic()
                 || ctx.last_of_turn
+                || fills_budget
                 || ends_resend
                 || self.req.since_ackreq >= every;
             if ack_req {
@@ -800,6 +818,7 @@ impl Qp {
     fn go_back(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
         let mtu = self.mtu() as u64;
         let mut psn = psn;
+        self.req.probe = None;
         match self
             .req
             .sq
@@ -857,10 +876,20 @@ impl Qp {
         true
     }
 
-    /// Forward progress resets the retry counters and the transport timer.
+    /// Forward progress resets the retry counters and the transport timer,
+    /// and ends a probe: the rest goes again from the first PSN the
+    /// responder has not acknowledged (what it acknowledged beyond the
+    /// probe, it had received before: no need to send that again).
     fn progress(&mut self, ctx: &mut Ctx<'_>) {
         self.req.retry_left = self.attr.retry_cnt;
         self.req.rnr_left = self.attr.rnr_retry;
+        if self.req.probe.is_some() {
+            let next = self.req.acked.next();
+            if self.req.cursor_psn().is_before(next) {
+                self.go_back(ctx, next);
+            }
+            self.req.probe = None;
+        }
         // The timer runs while packets are on the network unanswered, not
         // while a started message waits to send its next packet (for the
         // device's budget of packets in flight: that is no loss).
@@ -1167,6 +1196,16 @@ impl Qp {
             ctx.counters.retry_timeouts += 1;
             if self.consume_retry(ctx) {
                 self.go_back(ctx, oldest);
+                // A timeout says nothing came back: the packets or their
+                // ACKs were lost, or the responder is too slow to answer in
+                // time. Send the oldest unacknowledged packet alone, asking
+                // for an ACK, and the rest once the responder answers: a
+                // whole window sent again to a responder that is only slow
+                // (kernel rxe in a busy VM) adds a duplicate to its backlog
+                // for every packet, each of which it acknowledges, and with
+                // a few QPs doing so at once it never catches up (as TCP
+                // sends one segment after its retransmission timeout).
+                self.req.probe = Some(self.req.cursor_psn());
             }
         }
     }

@@ -792,7 +792,7 @@ fn duplicate(lab: &mut Lab) -> Result<(), String> {
         })
     })?;
     lab.say(format!(
-        "the requests arrive; every one of B's {lost} answers is lost; A's transport timer (code {TIMEOUT}: 67 ms) fires and A sends all three again"
+        "the requests arrive; every one of B's {lost} answers is lost; A's transport timer (code {TIMEOUT}: 67 ms) fires and A sends the oldest, the WRITE, alone; B's answer to it sends the READ and the fetch-and-add again"
     ));
     lab.run();
     let a = lab.completions(A)?;
