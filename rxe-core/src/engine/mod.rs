@@ -25,6 +25,7 @@
 //! (IPv4 identification 0, don't fragment); see [`crate::wire::icrc::compute_udp`].
 //! A transport that builds its own IP headers must write them that way.
 
+mod completer;
 pub mod counters;
 mod cq;
 mod deadlines;
