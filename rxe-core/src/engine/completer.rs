@@ -4,7 +4,8 @@
 //! requester ([`super::requester`]) builds the packets these decisions send
 //! again.
 
-use super::qp::{scatter, Qp};
+use super::qp::Qp;
+use super::slices::scatter;
 use super::timers::{ack_timeout, rnr_delay, RNR_RETRY_INFINITE};
 use super::Ctx;
 use crate::psn::Psn;

@@ -3,7 +3,7 @@
 //! responder ([`super::responder`]) halves.
 
 use super::counters::{Counters, DropReason};
-use super::mem::{MemSlice, PdId};
+use super::mem::PdId;
 use super::requester::Requester;
 use super::responder::Responder;
 use super::{AsyncEvent, CqId, Ctx, IcrcStatus, QpInit, RecvMeta, SrqId, Transmit};
@@ -524,69 +524,4 @@ pub(crate) enum BuildError {
     Emit,
     /// The payload could not be read (the memory went away or is short).
     Fill,
-}
-
-/// Why [`scatter`] wrote nothing (or stopped).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum ScatterError {
-    /// The data does not fit: the buffers end before it does.
-    TooLong,
-    /// A buffer's key went away (its MR was deregistered or its window
-    /// unbound) while the message was in progress.
-    Revoked,
-}
-
-/// Writes `data` at byte `offset` of the concatenation of `slices`.
-/// Writes nothing if it does not fit; stops at a revoked slice.
-pub(crate) fn scatter(slices: &[MemSlice], offset: u64, data: &[u8]) -> Result<(), ScatterError> {
-    let total: u64 = slices.iter().map(|s| s.len() as u64).sum();
-    if offset
-        .checked_add(data.len() as u64)
-        .is_none_or(|end| end > total)
-    {
-        return Err(ScatterError::TooLong);
-    }
-    let (mut off, mut data) = (offset, data);
-    for s in slices {
-        if data.is_empty() {
-            break;
-        }
-        let len = s.len() as u64;
-        if off >= len {
-            off -= len;
-            continue;
-        }
-        let n = ((len - off) as usize).min(data.len());
-        if s.write(off as usize, &data[..n]).is_err() {
-            return Err(ScatterError::Revoked);
-        }
-        data = &data[n..];
-        off = 0;
-    }
-    Ok(())
-}
-
-/// Fills `out` from byte `offset` of the concatenation of `slices`; false
-/// if they end before it is full or a read fails.
-pub(crate) fn gather(slices: &[MemSlice], offset: u64, out: &mut [u8]) -> bool {
-    let len = out.len();
-    let mut off = offset;
-    let mut done = 0;
-    for s in slices {
-        if done == len {
-            break;
-        }
-        let slen = s.len() as u64;
-        if off >= slen {
-            off -= slen;
-            continue;
-        }
-        let n = ((slen - off) as usize).min(len - done);
-        if s.read(off as usize, &mut out[done..done + n]).is_err() {
-            return false;
-        }
-        done += n;
-        off = 0;
-    }
-    done == len
 }

@@ -18,8 +18,8 @@
 //! chunk is an ordinary READ request on the wire (RETH with the chunk's
 //! address and length, PSN of its first response), as any responder serves.
 
-use super::qp::{gather, BuildError, Qp, DEFAULT_PKEY};
-use super::slices::Slices;
+use super::qp::{BuildError, Qp, DEFAULT_PKEY};
+use super::slices::{gather, Slices};
 use super::timers::ack_timeout;
 use super::{Ctx, Transmit};
 use crate::psn::Psn;

@@ -13,8 +13,9 @@
 
 use super::counters::DropReason;
 use super::mem::{AtomicOp, MemSlice};
-use super::qp::{scatter, BuildError, Qp, ScatterError, DEFAULT_PKEY};
+use super::qp::{BuildError, Qp, DEFAULT_PKEY};
 use super::slices::Slices;
+use super::slices::{scatter, ScatterError};
 use super::{Ctx, RecvMeta, TestFault, Transmit};
 use crate::psn::Psn;
 use crate::types::*;
