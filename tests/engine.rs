@@ -543,6 +543,106 @@ fn atomics_are_executed_once_and_return_the_original_value() {
     );
 }
 
+fn atomic_write_wr(id: u64, a: &Node, b: &Node, src: u64, len: u32, dst: u64) -> SendWr {
+    let mut wr = SendWr::new(id, SendOpcode::AtomicWrite);
+    wr.sg_list = vec![sge(a, src, len)];
+    wr.remote_addr = IOVA + dst;
+    wr.rkey = b.mr.rkey;
+    wr
+}
+
+/// RDMA ATOMIC WRITE, as the kernel's rxe has it since 6.2: the 8 bytes of
+/// the gather list land at the remote address as they are, the request is
+/// an RC_ATOMIC_WRITE with a RETH and 8 bytes of payload, the answer an
+/// RDMA READ response only without payload, and the completion an
+/// `AtomicWrite` of 8 bytes. When the answer is lost, the resent request
+/// is answered from the responder's resources and not stored again: B's
+/// word, changed by B in between, keeps B's value.
+#[test]
+fn atomic_write_stores_eight_bytes_once_and_is_answered_by_an_empty_read_response() {
+    let (mut net, nodes) = network(23, Faults::none(), 2, 4096);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let (qa, _qb) = connect(&mut net, a, b, &rc(7, 7));
+    let sent = record_sent(&mut net, a);
+    a.mem.write(0, &0x1122_3344_5566_7788u64.to_ne_bytes());
+    net.engines[a.idx]
+        .post_send(qa, atomic_write_wr(1, a, b, 0, 8, 64))
+        .unwrap();
+    net.run(Duration::from_secs(1));
+    let c = completions(&mut net, a);
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_eq!(c[0].status, WcStatus::Success);
+    assert_eq!(c[0].opcode, WcOpcode::AtomicWrite);
+    assert_eq!(c[0].byte_len, 8);
+    assert_eq!(&b.mem.snapshot()[64..72], &a.mem.snapshot()[0..8]);
+    let opcodes: Vec<(bool, u8)> = sent.lock().unwrap().iter().map(|p| (p.1, p.3)).collect();
+    assert_eq!(
+        opcodes,
+        vec![
+            (true, rxe_core::wire::Opcode::RC_ATOMIC_WRITE.0),
+            (false, rxe_core::wire::Opcode::RC_RDMA_READ_RESPONSE_ONLY.0)
+        ]
+    );
+
+    // The answer to the next one is lost; B changes the word before A's
+    // resend arrives.
+    a.mem.write(8, &7u64.to_ne_bytes());
+    net.engines[a.idx]
+        .post_send(qa, atomic_write_wr(2, a, b, 8, 8, 64))
+        .unwrap();
+    net.flush();
+    net.faults.loss = 1.0;
+    net.run_until(Duration::from_secs(1), |n| {
+        n.engines[b.idx].counters().rcvd_pkts >= 2
+    });
+    net.flush();
+    net.faults.loss = 0.0;
+    assert_eq!(&b.mem.snapshot()[64..72], &7u64.to_ne_bytes());
+    b.mem.write(64, &9u64.to_ne_bytes());
+    net.run(Duration::from_secs(1));
+    let c = completions(&mut net, a);
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_eq!(c[0].status, WcStatus::Success);
+    assert_eq!(net.engines[b.idx].counters().duplicate_request, 1);
+    assert_eq!(
+        &b.mem.snapshot()[64..72],
+        &9u64.to_ne_bytes(),
+        "the duplicate was stored again"
+    );
+}
+
+/// An ATOMIC WRITE of other than 8 bytes fails locally (LOC_LEN_ERR); one
+/// to an address that is not 8-byte aligned is refused by the responder
+/// with a NAK invalid request (REM_INV_REQ_ERR), as the kernel's rxe
+/// refuses it (RESPST_ERR_MISALIGNED_ATOMIC), and B's memory is untouched.
+#[test]
+fn atomic_write_needs_eight_bytes_and_an_aligned_address() {
+    let (mut net, nodes) = network(24, Faults::none(), 2, 4096);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let (qa, _qb) = connect(&mut net, a, b, &rc(7, 7));
+    net.engines[a.idx]
+        .post_send(qa, atomic_write_wr(1, a, b, 0, 7, 64))
+        .unwrap();
+    net.run(Duration::from_secs(1));
+    let c = completions(&mut net, a);
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_eq!(c[0].status, WcStatus::LocLenErr);
+
+    let (mut net, nodes) = network(25, Faults::none(), 2, 4096);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let (qa, _qb) = connect(&mut net, a, b, &rc(7, 7));
+    a.mem.write(0, &[0xab; 8]);
+    let before = b.mem.snapshot();
+    net.engines[a.idx]
+        .post_send(qa, atomic_write_wr(1, a, b, 0, 8, 68))
+        .unwrap();
+    net.run(Duration::from_secs(1));
+    let c = completions(&mut net, a);
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_eq!(c[0].status, WcStatus::RemInvReqErr);
+    assert_eq!(b.mem.snapshot(), before);
+}
+
 /// A region deregistered after the responder accepted a READ but before it
 /// sent the answer: the answer cannot be read, and the requester's retry
 /// (a duplicate READ) is refused with a remote access NAK, so the READ

@@ -382,6 +382,11 @@ pub enum SendOpcode {
     AtomicCmpSwap,
     /// Atomic fetch-and-add on 8 bytes.
     AtomicFetchAdd,
+    /// RDMA ATOMIC WRITE (IBTA 1.5, the kernel's rxe since 6.2): the
+    /// 8 bytes of the gather list (or inline data) stored at
+    /// `remote_addr` in one indivisible write, after every earlier
+    /// request of the QP. RC only.
+    AtomicWrite,
     /// Invalidate a local key (memory window or region).
     LocalInv,
     /// Bind a type 2 memory window.
@@ -563,6 +568,8 @@ pub enum WcOpcode {
     CompSwap,
     /// A fetch-and-add completed.
     FetchAdd,
+    /// An ATOMIC WRITE completed (`IBV_WC_ATOMIC_WRITE`).
+    AtomicWrite,
     /// A memory-window bind completed.
     BindMw,
     /// A local invalidate completed.

@@ -111,6 +111,7 @@ impl RegionMemory for RegionBytes {
                 }
             }
             AtomicOp::FetchAdd(add) => old.wrapping_add(add),
+            AtomicOp::Store(v) => v,
         };
         b[r].copy_from_slice(&new.to_ne_bytes());
         Some(old)

@@ -2213,18 +2213,19 @@ static void test_qp_ex(void)
 	ax.pd = pd[0];
 	ax.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
 	ax.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_RDMA_WRITE |
-			    IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ;
+			    IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ |
+			    IBV_QP_EX_WITH_ATOMIC_WRITE;
 	q = ibv_create_qp_ex(ctx[0], &ax);
 	if (!check(q != NULL, "ibv_create_qp_ex", "%s", strerror(errno)))
 		goto out_cq;
 	qx = ibv_qp_to_qp_ex(q);
 	check(qx != NULL && &qx->qp_base == q, "ibv_qp_to_qp_ex", "%p", (void *)qx);
-	ax.send_ops_flags |= IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_ATOMIC_WRITE;
+	/* TSO is a raw packet QP's: refused on RC. */
+	ax.send_ops_flags |= IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_TSO;
 	errno = 0;
 	bq = ibv_create_qp_ex(ctx[0], &ax);
-	check(bq == NULL && errno == EOPNOTSUPP, "create_qp_ex_atomic_write_refused",
-	      "send_ops_flags with IBV_QP_EX_WITH_ATOMIC_WRITE: %p errno %s", (void *)bq,
-	      strerror(errno));
+	check(bq == NULL && errno == EOPNOTSUPP, "create_qp_ex_tso_refused",
+	      "send_ops_flags with IBV_QP_EX_WITH_TSO: %p errno %s", (void *)bq, strerror(errno));
 	if (bq)
 		ibv_destroy_qp(bq);
 	rq = make_qp(1, rcq, rcq, NULL, IBV_QPT_RC);
@@ -2264,6 +2265,29 @@ static void test_qp_ex(void)
 	fill(inl, sizeof inl, 61);
 	check(memcmp(inl, B + SLOT(61), sizeof inl) == 0, "ibv_wr_rdma_write_inline_data",
 	      "the written bytes differ");
+
+	/* ibv_wr_atomic_write: the 8 bytes at the pointer, read at the call,
+	 * land at the remote address in one store; the completion is
+	 * IBV_WC_ATOMIC_WRITE. */
+	{
+		uint64_t v = 0x0102030405060708ULL;
+
+		memset(B + SLOT(61), 0xee, 16);
+		ibv_wr_start(qx);
+		qx->wr_id = 7102;
+		qx->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_atomic_write(qx, mr[1]->rkey, (uintptr_t)(B + SLOT(61)), &v);
+		v = 0;
+		r = ibv_wr_complete(qx);
+		n = wait_cq(scq, 1, wc, WAIT_MS);
+		v = 0x0102030405060708ULL;
+		check(r == 0 && n == 1 && wc[0].wr_id == 7102 && wc[0].status == IBV_WC_SUCCESS &&
+			      wc[0].opcode == IBV_WC_ATOMIC_WRITE &&
+			      memcmp(B + SLOT(61), &v, 8) == 0 &&
+			      (unsigned char)B[SLOT(61) + 8] == 0xee,
+		      "ibv_wr_atomic_write", "r %d n %d status %s opcode %d", r, n,
+		      n == 1 ? ibv_wc_status_str(wc[0].status) : "-", n == 1 ? (int)wc[0].opcode : -1);
+	}
 
 	/* ibv_wr_abort drops the batch. */
 	fill(A + SLOT(62), 64, 62);

@@ -10,7 +10,7 @@ use super::timers::{ack_timeout, rnr_delay, RNR_RETRY_INFINITE};
 use super::Ctx;
 use crate::psn::Psn;
 use crate::types::*;
-use crate::wire::{AethSyndrome, NakCode, Operation, Packet};
+use crate::wire::{AethSyndrome, NakCode, Operation, Packet, Position};
 
 impl Qp {
     /// Restarts sending from `psn` (go-back-N). Inside a READ, never from
@@ -325,6 +325,9 @@ impl Qp {
         else {
             return self.unexpected(ctx);
         };
+        if self.req.sq[i].wr.opcode == SendOpcode::AtomicWrite {
+            return self.handle_atomic_write_response(ctx, pkt, psn, i);
+        }
         if self.req.sq[i].wr.opcode != SendOpcode::RdmaRead {
             return self.unexpected(ctx);
         }
@@ -373,6 +376,34 @@ impl Qp {
         if w.read_rcvd == w.len {
             w.done = Some(WcStatus::Success);
         }
+        if psn.is_after(self.req.acked) {
+            self.req.acked = psn;
+        }
+        self.progress(ctx);
+    }
+
+    /// The answer to ATOMIC WRITE `i`: an RDMA READ response only with no
+    /// payload (as the kernel's rxe sends it, `send_read_response_ack`).
+    fn handle_atomic_write_response(
+        &mut self,
+        ctx: &mut Ctx<'_>,
+        pkt: &Packet<&[u8]>,
+        psn: Psn,
+        i: usize,
+    ) {
+        if pkt.info().position != Position::Only || !pkt.payload().is_empty() {
+            return self.unexpected(ctx);
+        }
+        let (progress, lost) = self.ack_through(self.req.sq[i].first_psn.sub(1));
+        if progress {
+            self.progress(ctx);
+        }
+        if let Some(j) = lost {
+            if j < i {
+                return self.implicit_nak(ctx, j);
+            }
+        }
+        self.req.sq[i].done = Some(WcStatus::Success);
         if psn.is_after(self.req.acked) {
             self.req.acked = psn;
         }

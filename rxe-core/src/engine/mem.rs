@@ -131,6 +131,8 @@ pub enum AtomicOp {
     },
     /// Add (wrapping).
     FetchAdd(u64),
+    /// Store these 8 bytes (ATOMIC WRITE); the old value comes back.
+    Store(u64),
 }
 
 /// The bytes behind a registered region, as the engine reaches them.
@@ -630,6 +632,7 @@ impl RegionMemory for VecMemory {
                 }
             }
             AtomicOp::FetchAdd(add) => old.wrapping_add(add),
+            AtomicOp::Store(v) => v,
         };
         *cell = new.to_ne_bytes();
         Some(old)

@@ -255,7 +255,13 @@ impl Qp {
                 ),
             ));
         }
-        if let Some(d) = &wr.inline_data {
+        // (An ATOMIC WRITE's 8 bytes travel as inline data whatever the
+        // QP's inline size: `ibv_wr_atomic_write` passes them by pointer.)
+        if let Some(d) = wr
+            .inline_data
+            .as_ref()
+            .filter(|_| wr.opcode != SendOpcode::AtomicWrite)
+        {
             if d.len() > self.cap.max_inline_data as usize {
                 return Err(super::invalid(
                     "inline_data",

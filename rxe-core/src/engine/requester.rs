@@ -54,7 +54,10 @@ impl SendWqe {
     pub(super) fn is_rd_atomic(&self) -> bool {
         matches!(
             self.wr.opcode,
-            SendOpcode::RdmaRead | SendOpcode::AtomicCmpSwap | SendOpcode::AtomicFetchAdd
+            SendOpcode::RdmaRead
+                | SendOpcode::AtomicCmpSwap
+                | SendOpcode::AtomicFetchAdd
+                | SendOpcode::AtomicWrite
         )
     }
     pub(super) fn last_psn(&self) -> Psn {
@@ -207,6 +210,7 @@ fn wc_opcode(op: SendOpcode) -> WcOpcode {
         SendOpcode::RdmaRead => WcOpcode::RdmaRead,
         SendOpcode::AtomicCmpSwap => WcOpcode::CompSwap,
         SendOpcode::AtomicFetchAdd => WcOpcode::FetchAdd,
+        SendOpcode::AtomicWrite => WcOpcode::AtomicWrite,
         SendOpcode::LocalInv => WcOpcode::LocalInv,
         SendOpcode::BindMw => WcOpcode::BindMw,
     }
@@ -240,6 +244,7 @@ fn opcode_for(qp_type: QpType, op: SendOpcode, k: u32, n: u32) -> Opcode {
         (S::RdmaRead, _) => Opcode::RC_RDMA_READ_REQUEST,
         (S::AtomicCmpSwap, _) => Opcode::RC_COMPARE_SWAP,
         (S::AtomicFetchAdd, _) => Opcode::RC_FETCH_ADD,
+        (S::AtomicWrite, _) => Opcode::RC_ATOMIC_WRITE,
         // Local operations send no packets: an opcode no table row has.
         (S::LocalInv | S::BindMw, _) => Opcode(0x1f),
     };
@@ -466,6 +471,12 @@ impl Qp {
         );
         if is_atomic {
             if len < 8 {
+                return Err(WcStatus::LocLenErr);
+            }
+            w.len = 8;
+        } else if w.wr.opcode == SendOpcode::AtomicWrite {
+            // Its payload is exactly the 8 bytes it stores.
+            if len != 8 {
                 return Err(WcStatus::LocLenErr);
             }
             w.len = 8;

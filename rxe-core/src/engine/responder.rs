@@ -57,6 +57,10 @@ pub(crate) enum Resource {
         psn: Psn,
         orig: u64,
     },
+    /// An ATOMIC WRITE done: a duplicate is answered, not stored again.
+    AtomicWrite {
+        psn: Psn,
+    },
 }
 
 /// A READ response in progress.
@@ -84,6 +88,12 @@ pub(crate) enum RespOut {
     AtomicAck {
         psn: Psn,
         orig: u64,
+        msn: u32,
+    },
+    /// The answer to an ATOMIC WRITE: an RDMA READ response only without
+    /// payload, as the kernel's rxe sends it.
+    AtomicWriteAck {
+        psn: Psn,
         msn: u32,
     },
 }
@@ -227,7 +237,10 @@ impl Qp {
                 // READs and atomics are answered by their responses.
                 let answered = matches!(
                     pkt.info().operation,
-                    Operation::ReadRequest | Operation::CompareSwap | Operation::FetchAdd
+                    Operation::ReadRequest
+                        | Operation::CompareSwap
+                        | Operation::FetchAdd
+                        | Operation::AtomicWrite
                 );
                 if pkt.bth().ack_req() && !answered && self.resp.push_ack(psn) {
                     self.counters.ack_deferred += 1;
@@ -496,7 +509,10 @@ impl Qp {
                     }
                 }
             }
-            Operation::ReadRequest | Operation::CompareSwap | Operation::FetchAdd
+            Operation::ReadRequest
+            | Operation::CompareSwap
+            | Operation::FetchAdd
+            | Operation::AtomicWrite
                 if rc && self.resp.out.len() >= RESP_OUT_LIMIT =>
             {
                 return Err(Refusal::Nak(NakCode::InvalidRequest, None));
@@ -570,7 +586,44 @@ impl Qp {
                 self.resp.epsn = psn.next();
                 return Ok(());
             }
-            // FLUSH and ATOMIC WRITE are parsed but not executed.
+            Operation::AtomicWrite if rc => {
+                // As the kernel's rxe (6.2 on): it takes a responder
+                // resource and the QP's remote write right, and stores
+                // exactly 8 bytes at an 8-byte aligned address the R_Key
+                // grants writing, in one indivisible store.
+                let reth = pkt.reth().expect("ATOMIC WRITE carries a RETH");
+                if !self.attr.access.contains(Access::REMOTE_WRITE) {
+                    return Err(Refusal::Nak(NakCode::RemoteAccessError, None));
+                }
+                let Ok(value) = <[u8; 8]>::try_from(payload) else {
+                    return Err(Refusal::Nak(NakCode::InvalidRequest, None));
+                };
+                if self.attr.max_dest_rd_atomic == 0
+                    || reth.dma_len() != 8
+                    || !reth.va().is_multiple_of(8)
+                {
+                    return Err(Refusal::Nak(NakCode::InvalidRequest, None));
+                }
+                let rkey = TestFault::remote_key(ctx.config.test_fault, ctx.mem, reth.rkey());
+                let slice = ctx
+                    .mem
+                    .remote(self.pd, self.qpn, rkey, reth.va(), 8, Access::REMOTE_WRITE)
+                    .map_err(refuse_key)?;
+                // The payload's bytes land as they are (a native store of
+                // the same bytes).
+                slice
+                    .atomic(AtomicOp::Store(u64::from_ne_bytes(value)))
+                    .map_err(|_| Refusal::Nak(NakCode::RemoteAccessError, None))?;
+                self.resp.msn = self.resp.msn.wrapping_add(1);
+                self.remember(Resource::AtomicWrite { psn });
+                self.resp.out.push_back(RespOut::AtomicWriteAck {
+                    psn,
+                    msn: self.resp.msn,
+                });
+                self.resp.epsn = psn.next();
+                return Ok(());
+            }
+            // FLUSH is parsed but not executed.
             _ => return Err(Refusal::Nak(NakCode::InvalidRequest, None)),
         }
         if rc {
@@ -680,6 +733,21 @@ impl Qp {
                             .push_back(RespOut::AtomicAck { psn, orig, msn });
                     }
                     None => self.count_drop(ctx, DropReason::Sequence),
+                }
+            }
+            Operation::AtomicWrite => {
+                let done = self
+                    .resp
+                    .resources
+                    .iter()
+                    .any(|r| matches!(r, Resource::AtomicWrite { psn: p } if *p == psn));
+                if done {
+                    let msn = self.resp.msn;
+                    self.resp
+                        .out
+                        .push_back(RespOut::AtomicWriteAck { psn, msn });
+                } else {
+                    self.count_drop(ctx, DropReason::Sequence);
                 }
             }
             _ => {
@@ -792,6 +860,17 @@ impl Qp {
                     msn: *msn & 0xff_ffff,
                 });
                 r.atomic_ack_eth = Some(AtomicAckEthRepr { orig: *orig });
+                self.resp.out.pop_front();
+                self.build(ctx.pool, &r, src, dst, av.as_ref())
+            }
+            RespOut::AtomicWriteAck { psn, msn } => {
+                let mut r = PacketRepr::new(bth(Opcode::RC_RDMA_READ_RESPONSE_ONLY, *psn));
+                r.aeth = Some(AethRepr {
+                    syndrome: AethSyndrome::Ack {
+                        credits: CREDITS_INVALID,
+                    },
+                    msn: *msn & 0xff_ffff,
+                });
                 self.resp.out.pop_front();
                 self.build(ctx.pool, &r, src, dst, av.as_ref())
             }

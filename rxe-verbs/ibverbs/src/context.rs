@@ -173,6 +173,9 @@ pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_co
     })
 }
 
+/// `IB_UVERBS_DEVICE_ATOMIC_WRITE` of `<rdma/ib_user_verbs.h>` (in
+/// `device_cap_flags_ex`; verbs.h has no name for it).
+const IB_UVERBS_DEVICE_ATOMIC_WRITE: u64 = 1 << 40;
 fn open_device(device: *mut ibv_device) -> Result<*mut ibv_context, Fail> {
     let d = dev_of(device)?;
     let open = {
@@ -281,8 +284,11 @@ unsafe extern "C" fn query_device_ex(
             // SAFETY: plain data.
             let mut ex: ibv_device_attr_ex = unsafe { std::mem::zeroed() };
             ex.orig_attr = device_attr(&c.open.rx.query_device());
-            // the kernel's rxe reports its capability flags here too
-            ex.device_cap_flags_ex = u64::from(ex.orig_attr.device_cap_flags);
+            // The kernel's rxe reports its capability flags here too, with
+            // IB_UVERBS_DEVICE_ATOMIC_WRITE from 6.2 on, as we perform it
+            // (not its FLUSH bits: FLUSH is not executed here).
+            ex.device_cap_flags_ex =
+                u64::from(ex.orig_attr.device_cap_flags) | IB_UVERBS_DEVICE_ATOMIC_WRITE;
             ex.phys_port_cnt_ex = 1;
             let n = attr_size.min(size_of::<ibv_device_attr_ex>());
             // SAFETY: the program gave attr_size bytes at attr; we write n <= that.

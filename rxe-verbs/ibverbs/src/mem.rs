@@ -128,6 +128,7 @@ impl RegionMemory for ProgramMemory {
         let cell = unsafe { AtomicU64::from_ptr(a as *mut u64) };
         Some(match op {
             AtomicOp::FetchAdd(add) => cell.fetch_add(add, Ordering::SeqCst),
+            AtomicOp::Store(v) => cell.swap(v, Ordering::SeqCst),
             AtomicOp::CompareSwap { compare, swap } => {
                 match cell.compare_exchange(compare, swap, Ordering::SeqCst, Ordering::SeqCst) {
                     Ok(v) | Err(v) => v,

@@ -266,12 +266,13 @@ unsafe extern "C" fn create_qp_ex(
                 | IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD
                 | IBV_QP_EX_WITH_LOCAL_INV
                 | IBV_QP_EX_WITH_BIND_MW
-                | IBV_QP_EX_WITH_SEND_WITH_INV;
+                | IBV_QP_EX_WITH_SEND_WITH_INV
+                | IBV_QP_EX_WITH_ATOMIC_WRITE;
             if a.comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS != 0
                 && a.send_ops_flags & !u64::from(ops) != 0
             {
                 return Err(Fail::unsupported(format!(
-                    "send_ops_flags {:#x} (TSO and atomic writes)",
+                    "send_ops_flags {:#x} (TSO)",
                     a.send_ops_flags & !u64::from(ops)
                 )));
             }
@@ -1159,6 +1160,37 @@ wr_op!(wr_atomic_fetch_add(rkey: u32, remote_addr: u64, add: u64) => SendOpcode:
     w.remote_addr = remote_addr;
     w.compare_add = add;
 });
+/// `ibv_wr_atomic_write`: the 8 bytes at `atomic_wr` are read now (as
+/// rdma-core's rxe provider copies them into the WQE) and go as the
+/// request's inline payload.
+unsafe extern "C" fn wr_atomic_write(
+    qp: *mut ibv_qp_ex,
+    rkey: u32,
+    remote_addr: u64,
+    atomic_wr: *const c_void,
+) {
+    // SAFETY: the program's extended QP, and its 8 bytes at `atomic_wr`
+    // (checked for NULL).
+    unsafe {
+        with_batch(qp, |q, b| {
+            if atomic_wr.is_null() {
+                b.error.get_or_insert((
+                    libc::EINVAL,
+                    "ibv_wr_atomic_write: atomic_wr is NULL".into(),
+                ));
+                return;
+            }
+            let mut v = [0u8; 8];
+            std::ptr::copy_nonoverlapping(atomic_wr.cast::<u8>(), v.as_mut_ptr(), 8);
+            if let Some(i) = new_wr(q, b, SendOpcode::AtomicWrite) {
+                let w = &mut b.wrs[i];
+                w.rkey = rkey;
+                w.remote_addr = remote_addr;
+                w.inline_data = Some(v.to_vec());
+            }
+        })
+    }
+}
 
 /// Applies `f` to the batch's last WR (the one the setters complete).
 fn last_wr(
@@ -1349,6 +1381,7 @@ fn set_wr_ops(ex: &mut ibv_qp_ex) {
     ex.wr_rdma_read = Some(wr_rdma_read);
     ex.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
     ex.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
+    ex.wr_atomic_write = Some(wr_atomic_write);
     ex.wr_bind_mw = Some(wr_bind_mw);
     ex.wr_set_sge = Some(wr_set_sge);
     ex.wr_set_sge_list = Some(wr_set_sge_list);

@@ -35,6 +35,7 @@ pub fn wc_opcode(o: WcOpcode) -> ibv_wc_opcode {
         WcOpcode::FetchAdd => IBV_WC_FETCH_ADD,
         WcOpcode::BindMw => IBV_WC_BIND_MW,
         WcOpcode::LocalInv => IBV_WC_LOCAL_INV,
+        WcOpcode::AtomicWrite => IBV_WC_ATOMIC_WRITE,
         WcOpcode::Recv => IBV_WC_RECV,
         WcOpcode::RecvRdmaWithImm => IBV_WC_RECV_RDMA_WITH_IMM,
     }
@@ -218,6 +219,7 @@ pub unsafe fn send_wr(w: &ibv_send_wr, q: SendLimits) -> Result<SendWr, Fail> {
         IBV_WR_LOCAL_INV => SendOpcode::LocalInv,
         IBV_WR_SEND_WITH_INV => SendOpcode::SendWithInv,
         IBV_WR_BIND_MW => SendOpcode::BindMw,
+        IBV_WR_ATOMIC_WRITE => SendOpcode::AtomicWrite,
         o => {
             return Err(Fail::inval(
                 "opcode",
@@ -254,6 +256,7 @@ pub unsafe fn send_wr(w: &ibv_send_wr, q: SendLimits) -> Result<SendWr, Fail> {
                 | SendOpcode::SendWithInv
                 | SendOpcode::RdmaWrite
                 | SendOpcode::RdmaWriteWithImm
+                | SendOpcode::AtomicWrite
         )
     {
         // SAFETY: the caller's contract.
@@ -273,7 +276,10 @@ pub unsafe fn send_wr(w: &ibv_send_wr, q: SendLimits) -> Result<SendWr, Fail> {
             _ => {}
         }
         match opcode {
-            SendOpcode::RdmaWrite | SendOpcode::RdmaWriteWithImm | SendOpcode::RdmaRead => {
+            SendOpcode::RdmaWrite
+            | SendOpcode::RdmaWriteWithImm
+            | SendOpcode::RdmaRead
+            | SendOpcode::AtomicWrite => {
                 wr.remote_addr = w.wr.rdma.remote_addr;
                 wr.rkey = w.wr.rdma.rkey;
             }

@@ -297,6 +297,7 @@ pub mod wc_opcode {
     pub const FETCH_ADD: u32 = 4;
     pub const BIND_MW: u32 = 5;
     pub const LOCAL_INV: u32 = 6;
+    pub const ATOMIC_WRITE: u32 = 9;
     pub const RECV: u32 = 1 << 7;
     pub const RECV_RDMA_WITH_IMM: u32 = RECV + 1;
 }
@@ -501,6 +502,7 @@ pub mod wr_opcode {
     pub const LOCAL_INV: u32 = 7;
     pub const BIND_MW: u32 = 8;
     pub const SEND_WITH_INV: u32 = 9;
+    pub const ATOMIC_WRITE: u32 = 15;
 }
 
 /// `enum ibv_send_flags`.

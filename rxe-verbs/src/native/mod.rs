@@ -1000,6 +1000,7 @@ fn completion(w: &ibv_wc) -> Completion {
         o::FETCH_ADD => WcOpcode::FetchAdd,
         o::BIND_MW => WcOpcode::BindMw,
         o::LOCAL_INV => WcOpcode::LocalInv,
+        o::ATOMIC_WRITE => WcOpcode::AtomicWrite,
         o::RECV_RDMA_WITH_IMM => WcOpcode::RecvRdmaWithImm,
         // "consumers can test if a completion is a receive by testing
         // (opcode & IBV_WC_RECV)" (verbs.h).
@@ -1362,6 +1363,7 @@ fn wr_opcode(op: SendOpcode) -> u32 {
         SendOpcode::RdmaRead => w::RDMA_READ,
         SendOpcode::AtomicCmpSwap => w::ATOMIC_CMP_AND_SWP,
         SendOpcode::AtomicFetchAdd => w::ATOMIC_FETCH_AND_ADD,
+        SendOpcode::AtomicWrite => w::ATOMIC_WRITE,
         SendOpcode::LocalInv => w::LOCAL_INV,
         SendOpcode::BindMw => w::BIND_MW,
     }
