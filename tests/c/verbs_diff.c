@@ -61,6 +61,7 @@ static const char *opname(enum ibv_wc_opcode op)
 	case IBV_WC_FETCH_ADD: return "FETCH_ADD";
 	case IBV_WC_BIND_MW: return "BIND_MW";
 	case IBV_WC_LOCAL_INV: return "LOCAL_INV";
+	case IBV_WC_ATOMIC_WRITE: return "ATOMIC_WRITE";
 	case IBV_WC_TSO: return "TSO";
 	case IBV_WC_RECV: return "RECV";
 	case IBV_WC_RECV_RDMA_WITH_IMM: return "RECV_RDMA_WITH_IMM";
@@ -1236,6 +1237,71 @@ static void cases_data(struct ibv_pd *pd)
 		line(ID("%s.landed", idr), "fnv=%08x first8=%016llx", h, (unsigned long long)*(uint64_t *)dst);
 		line(ID("%s.states", idr), "a=%d b=%d", qp_state(p.a), qp_state(p.b));
 		free_pair(&p);
+	}
+
+	/* ATOMIC WRITE (Linux 6.2 on) through ibv_wr_atomic_write on an
+	 * extended QP: aligned, unaligned, a bad rkey, a region and a QP
+	 * without remote write. */
+	{
+		struct {
+			const char *n;
+			int bad; /* 1 rkey, 4 remote-read-only region, 5 unaligned, 6 QP b without rights */
+		} aw[] = { { "ok", 0 }, { "unaligned", 5 }, { "bad_rkey", 1 },
+			   { "no_remote_write_mr", 4 }, { "qp_without_rights", 6 } };
+		for (unsigned i = 0; i < sizeof aw / sizeof aw[0]; i++) {
+			const char *id = ID("data.rc.atomic_write.%s", aw[i].n);
+			struct pair p = { 0 };
+			p.cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+			struct ibv_qp_init_attr_ex ax = {
+				.send_cq = p.cq, .recv_cq = p.cq, .cap = cap, .qp_type = IBV_QPT_RC,
+				.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS,
+				.pd = pd, .send_ops_flags = IBV_QP_EX_WITH_ATOMIC_WRITE | IBV_QP_EX_WITH_SEND
+			};
+			p.a = ibv_create_qp_ex(ctx, &ax);
+			if (!p.a) {
+				line(id, "create_qp_ex err %s", ename(errno));
+				ibv_destroy_cq(p.cq);
+				continue;
+			}
+			struct ibv_qp_init_attr ia = { .send_cq = p.cq, .recv_cq = p.cq, .cap = cap,
+						       .qp_type = IBV_QPT_RC };
+			p.b = ibv_create_qp(pd, &ia);
+			int all = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+			if (!p.b || connect_rc(p.a, p.b->qp_num, all) ||
+			    connect_rc(p.b, p.a->qp_num, aw[i].bad == 6 ? 0 : all)) {
+				line(id, "setup failed %s", ename(errno));
+				free_pair(&p);
+				continue;
+			}
+			memset(dst, 0xee, sizeof dst);
+			uint64_t v = 0x1122334455667788ULL + i;
+			uint64_t raddr = (uintptr_t)dst + 64;
+			uint32_t rkey = dmr->rkey;
+			switch (aw[i].bad) {
+			case 1: rkey ^= 0x5a5a00; break;
+			case 4: rkey = rr->rkey; break;
+			case 5: raddr += 4; break;
+			}
+			struct ibv_qp_ex *qx = ibv_qp_to_qp_ex(p.a);
+			ibv_wr_start(qx);
+			qx->wr_id = 1;
+			qx->wr_flags = IBV_SEND_SIGNALED;
+			ibv_wr_atomic_write(qx, rkey, raddr, &v);
+			int rc = ibv_wr_complete(qx);
+			if (rc) {
+				line(id, "wr_complete err %s", ename(rc));
+				free_pair(&p);
+				continue;
+			}
+			wcs_line(id, &p, 1, NULL);
+			uint32_t h = 2166136261u;
+			for (unsigned k = 0; k < sizeof dst; k++)
+				h = (h ^ dst[k]) * 16777619u;
+			line(ID("%s.landed", id), "fnv=%08x at64=%016llx", h,
+			     (unsigned long long)*(uint64_t *)(dst + 64));
+			line(ID("%s.states", id), "a=%d b=%d", qp_state(p.a), qp_state(p.b));
+			free_pair(&p);
+		}
 	}
 
 	/* UD: a datagram to a second UD QP of the device, through an AH */

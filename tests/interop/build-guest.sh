@@ -15,7 +15,9 @@
 # guest/init.sh, guest/rxe_peer.c, ../c/verbs_diff.c or this script); the kernel .deb is kept.
 #
 # Env: KPKG=linux-image-...   another kernel (default: what linux-image-amd64
-#                             depends on); FORCE=1 rebuilds regardless.
+#                             depends on; one the host's suites lack is fetched
+#                             from bookworm-backports, e.g. 6.12); FORCE=1
+#                             rebuilds regardless.
 # Needs root on the host only for apt-get (the caller installs packages).
 set -euo pipefail
 
@@ -45,6 +47,18 @@ fi
 KDIR="$WORK/kernel-$KVER"
 if [ ! -f "$KDIR/boot/vmlinuz-$KVER" ]; then
     ( cd "$WORK/debs" && { ls "${KPKG}"_*.deb >/dev/null 2>&1 || apt-get download -q "$KPKG" 2>&1 | grep -v 'unsandboxed' || true; } )
+    if ! ls "$WORK/debs/${KPKG}"_*.deb >/dev/null 2>&1; then
+        # Not in the host's suites: try bookworm-backports (Linux 6.12, for
+        # KPKG=linux-image-6.12.*-amd64), with a package list of its own so
+        # that the host's apt configuration stays as it is.
+        A="$WORK/apt-backports"
+        mkdir -p "$A/lists/partial"
+        echo "deb http://deb.debian.org/debian bookworm-backports main" >"$A/sources.list"
+        aopt=(-o "Dir::Etc::SourceList=$A/sources.list" -o Dir::Etc::SourceParts=/dev/null
+              -o "Dir::State::Lists=$A/lists" -o "Dir::Cache=$A/cache")
+        apt-get "${aopt[@]}" update -q >/dev/null 2>&1 || true
+        ( cd "$WORK/debs" && apt-get "${aopt[@]}" download -q "$KPKG" 2>&1 | grep -v 'unsandboxed' || true )
+    fi
     ls "$WORK/debs/${KPKG}"_*.deb >/dev/null 2>&1 || { echo "build-guest: apt-get download $KPKG failed" >&2; exit 1; }
     rm -rf "$KDIR"; mkdir -p "$KDIR"
     dpkg -x "$WORK/debs/${KPKG}"_*.deb "$KDIR"
