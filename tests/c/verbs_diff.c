@@ -1249,7 +1249,8 @@ static void cases_data(struct ibv_pd *pd)
 		} aw[] = { { "ok", 0 }, { "unaligned", 5 }, { "bad_rkey", 1 },
 			   { "no_remote_write_mr", 4 }, { "qp_without_rights", 6 } };
 		for (unsigned i = 0; i < sizeof aw / sizeof aw[0]; i++) {
-			const char *id = ID("data.rc.atomic_write.%s", aw[i].n);
+			char id[128];
+			snprintf(id, sizeof id, "data.rc.atomic_write.%s", aw[i].n);
 			struct pair p = { 0 };
 			p.cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
 			struct ibv_qp_init_attr_ex ax = {
