@@ -331,14 +331,8 @@ impl Qp {
         if self.req.sq[i].wr.opcode != SendOpcode::RdmaRead {
             return self.unexpected(ctx);
         }
-        let (progress, lost) = self.ack_through(self.req.sq[i].first_psn.sub(1));
-        if progress {
-            self.progress(ctx);
-        }
-        if let Some(j) = lost {
-            if j < i {
-                return self.implicit_nak(ctx, j);
-            }
+        if !self.ack_before(ctx, i) {
+            return;
         }
         let w = &self.req.sq[i];
         let expected = w.first_psn.add((w.read_rcvd / mtu) as u32);
@@ -376,10 +370,7 @@ impl Qp {
         if w.read_rcvd == w.len {
             w.done = Some(WcStatus::Success);
         }
-        if psn.is_after(self.req.acked) {
-            self.req.acked = psn;
-        }
-        self.progress(ctx);
+        self.answered(ctx, psn);
     }
 
     /// The answer to ATOMIC WRITE `i`: an RDMA READ response only with no
@@ -394,16 +385,31 @@ impl Qp {
         if pkt.info().position != Position::Only || !pkt.payload().is_empty() {
             return self.unexpected(ctx);
         }
+        if self.ack_before(ctx, i) {
+            self.req.sq[i].done = Some(WcStatus::Success);
+            self.answered(ctx, psn);
+        }
+    }
+
+    /// A response to WQE `i` acknowledges every PSN before the WQE's. False
+    /// when that found an earlier READ or atomic whose response was lost
+    /// and went back for it (the response is then not taken).
+    fn ack_before(&mut self, ctx: &mut Ctx<'_>, i: usize) -> bool {
         let (progress, lost) = self.ack_through(self.req.sq[i].first_psn.sub(1));
         if progress {
             self.progress(ctx);
         }
-        if let Some(j) = lost {
-            if j < i {
-                return self.implicit_nak(ctx, j);
+        match lost {
+            Some(j) if j < i => {
+                self.implicit_nak(ctx, j);
+                false
             }
+            _ => true,
         }
-        self.req.sq[i].done = Some(WcStatus::Success);
+    }
+
+    /// The response at `psn` was taken: it is acknowledged, and progress.
+    fn answered(&mut self, ctx: &mut Ctx<'_>, psn: Psn) {
         if psn.is_after(self.req.acked) {
             self.req.acked = psn;
         }
