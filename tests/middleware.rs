@@ -217,14 +217,26 @@ fn ucx_info_lists_rc_verbs_and_ud_verbs_on_the_soft_device() {
 /// A ucx_perftest pair: the server on 127.0.6.N, the client on N+1; both
 /// must end with UCX's final report line and exit 0.
 fn perftest_pair(n: u8, port: u16, args: &[&str], env: &[(&str, &str)]) -> String {
+    let (srv, cli) = (format!("127.0.6.{n}"), format!("127.0.6.{}", n + 1));
+    perftest_between(&srv, &cli, port, args, env)
+}
+
+/// [`perftest_pair`] with the server's and the client's device on the
+/// addresses given (one address for both is two processes sharing it).
+fn perftest_between(
+    srv: &str,
+    cli: &str,
+    port: u16,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> String {
     if !have("ucx_perftest") {
         return String::new();
     }
-    let (srv, cli) = (format!("127.0.6.{n}"), format!("127.0.6.{}", n + 1));
     let p = port.to_string();
     let mut common = vec!["ucx_perftest", "-p", &p, "-n", "500"];
     common.extend_from_slice(args);
-    let server = exec(&srv, env, &common);
+    let server = exec(srv, env, &common);
     // The server listens on its TCP port before the client starts: a
     // socket in state LISTEN (0A) on that port, IPv4 or IPv6. (A socket
     // only bound to it, which the server has for a moment before its
@@ -248,9 +260,9 @@ fn perftest_pair(n: u8, port: u16, args: &[&str], env: &[(&str, &str)]) -> Strin
     while Instant::now() < deadline && !listening() {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let mut client_args = vec!["ucx_perftest", srv.as_str()];
+    let mut client_args = vec!["ucx_perftest", srv];
     client_args.extend_from_slice(&common[1..]);
-    let client = exec(&cli, env, &client_args);
+    let client = exec(cli, env, &client_args);
     let (cok, cout) = finish(client, Duration::from_secs(60));
     let (sok, sout) = finish(server, Duration::from_secs(20));
     assert!(
@@ -302,6 +314,22 @@ fn ucx_rc_verbs_add_lat() {
         &["-d", "rxe0:1", "-x", "rc_verbs", "-t", "add_lat"],
         &UCT,
     );
+}
+
+/// Two processes on one address (each its own soft device there, the
+/// address's datagrams passed between them by QPN): rc_verbs between them,
+/// and ud_verbs, whose address handles name that one address.
+#[test]
+fn ucx_between_two_processes_on_one_address() {
+    for (port, tl) in [(13430, "rc_verbs"), (13431, "ud_verbs")] {
+        perftest_between(
+            "127.0.6.30",
+            "127.0.6.30",
+            port,
+            &["-d", "rxe0:1", "-x", tl, "-t", "am_lat"],
+            &UCT,
+        );
+    }
 }
 
 /// UD receives carry the RoCE v2 L3 type in `wc.sl`, which UCX's ud_verbs

@@ -1415,6 +1415,80 @@ fn a_pollers_deferred_ack_goes_out_when_it_stops_calling() {
     );
 }
 
+// 127.0.1.88-89
+/// A program that polls its CQ and answers every receive with a post (a
+/// ping-pong; UCX's `am_lat` and MPI's ranks do this) sends the ACK of
+/// what it took in together with its answer: one send batch per exchange
+/// on each side, where sending the ACK at once would make two.
+#[test]
+fn a_polling_ping_pong_sends_each_ack_with_its_answer() {
+    let (a, b) = pair(88, QpType::Rc, 4096);
+    // (Every post sends at once: no doorbell batching to muddle the count.)
+    a.ctx.set_post_batching(Duration::ZERO);
+    b.ctx.set_post_batching(Duration::ZERO);
+    let poll_recv = |n: &Node| {
+        let until = Instant::now() + T;
+        let mut got = Vec::new();
+        loop {
+            got.clear();
+            n.cq.poll_progress(&mut got, 4);
+            assert!(got.iter().all(|c| c.status == WcStatus::Success), "{got:?}");
+            if got.iter().any(|c| c.opcode == WcOpcode::Recv) {
+                return;
+            }
+            assert!(Instant::now() < until, "no receive completed");
+        }
+    };
+    const N: u64 = 200;
+    let batches = |n: &Node| n.ctx.transport_stats().unwrap().tx_batches;
+    let (a0, b0) = (batches(&a), batches(&b));
+    for i in 0..N {
+        a.qp.post_recv(&[recv(i, a.mr.sge(64..128))]).unwrap();
+        b.qp.post_recv(&[recv(i, b.mr.sge(64..128))]).unwrap();
+        a.qp.post_send(&[SendWr::send(i, &[a.mr.sge(0..8)])])
+            .unwrap();
+        poll_recv(&b);
+        b.qp.post_send(&[SendWr::send(i, &[b.mr.sge(0..8)])])
+            .unwrap();
+        poll_recv(&a);
+    }
+    let (da, db) = (batches(&a) - a0, batches(&b) - b0);
+    // Two would be the ACK alone, then the answer; a few may go alone when
+    // the progress thread runs between a poll and the post.
+    assert!(
+        da <= N * 5 / 4 && db <= N * 5 / 4,
+        "{N} exchanges took {da} send batches on a and {db} on b"
+    );
+    no_retransmission(&a.ctx, "a retransmitted");
+    no_retransmission(&b.ctx, "b retransmitted");
+}
+
+// 127.0.1.94-95
+/// What a poll deferred leaves as soon as the program makes a call that is
+/// not the data path (the drop-in makes this call at the start of every
+/// such entry point): here the ACK of a SEND, which would otherwise wait
+/// for the program's next post or for the progress thread.
+#[test]
+fn send_deferred_sends_the_ack_a_poll_kept() {
+    let (a, b) = pair(94, QpType::Rc, 4096);
+    b.qp.post_recv(&[recv(5, b.mr.sge(0..64))]).unwrap();
+    let before = b.ctx.transport_stats().unwrap().tx_batches;
+    a.qp.post_send(&[SendWr::send(1, &[a.mr.sge(0..64)])])
+        .unwrap();
+    let mut got = Vec::new();
+    let until = Instant::now() + T;
+    while got.is_empty() && Instant::now() < until {
+        b.cq.poll_progress(&mut got, 4);
+    }
+    assert_eq!(got.len(), 1, "b's receive did not complete");
+    rxe_verbs::send_deferred();
+    // (The progress thread may have sent it already; if not, this call did.)
+    let after = b.ctx.transport_stats().unwrap().tx_batches;
+    assert_eq!(after, before + 1, "b's ACK is not on the wire");
+    assert_eq!(ok(&a.cq).wr_id, 1);
+    no_retransmission(&a.ctx, "a retransmitted its SEND");
+}
+
 /// Doorbell batching: posts one request per call, each right after the
 /// last, hold their packets for one send (here with a window so wide that
 /// every post after the first holds). The program then makes no call at

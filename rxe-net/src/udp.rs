@@ -339,6 +339,9 @@ pub struct Datagram<'a> {
 pub struct UdpStats {
     /// Datagrams handed to the kernel.
     pub tx_packets: u64,
+    /// The batches they went in: one `sendmmsg` (or one run of GSO sends)
+    /// for up to `BATCH` datagrams that the kernel took.
+    pub tx_batches: u64,
     /// Their UDP payload bytes.
     pub tx_bytes: u64,
     /// Sends that stopped early because the socket buffer was full
@@ -892,6 +895,7 @@ impl UdpTransport {
                         }
                     }
                     self.stats.tx_packets += n as u64;
+                    self.stats.tx_batches += u64::from(n > 0);
                     self.stats.tx_bytes += chunk[..n]
                         .iter()
                         .map(|t| t.payload.len() as u64)

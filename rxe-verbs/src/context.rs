@@ -101,6 +101,8 @@ pub(crate) struct Shared {
     pub spin_ns: AtomicU64,
     /// Posts in quick succession leave together ([`crate::doorbell`]).
     pub doorbell: Doorbell,
+    /// Listed for [`crate::progress::send_deferred`].
+    pub deferred: crate::progress::Listed,
 }
 
 impl Shared {
@@ -437,19 +439,37 @@ impl Shared {
     /// `CompletionQueue::wait`: on a machine with few cores, a busy poller
     /// and a progress thread woken by every packet would otherwise take the
     /// CPU from each other. Returns how many datagrams it took in.
-    pub fn poll_socket_as_receiver(&self) -> usize {
+    ///
+    /// Sending is deferred as for a wait that ends ("Deferred sending" in
+    /// [`crate::progress`]): when the look delivered completions, what it
+    /// produced (the ACK of a SEND it took in, typically) stays queued for
+    /// the application's answer, which a polling program posts right after
+    /// (UCX polls its receive CQ, then posts the reply); the next post, the
+    /// next look, or the progress thread within about a millisecond sends
+    /// it. A look that delivered nothing sends at once, and every look first
+    /// sends what the one before it deferred, so at most one look's packets
+    /// ever wait; the drop-in's other calls send them too
+    /// ([`crate::progress::send_deferred`]).
+    pub fn poll_socket_as_receiver(self: &Arc<Self>) -> usize {
         let Some(_token) = self.receiver.try_take() else {
             return 0;
         };
         self.receiver.set_poller(true);
         let mut link = self.link.lock();
+        self.flush_locked(&mut link);
         let now = Instant::now();
         let mut e = self.engine.lock();
+        let before = e.completions_delivered();
         let got = self.receive(&mut link, &mut e, now);
         run_due_timers(&mut e, now);
         self.collect_at(&mut e, true, now);
+        let delivered = e.completions_delivered() != before;
         drop(e);
-        self.flush_locked(&mut link);
+        if !delivered {
+            self.flush_locked(&mut link);
+        } else if !self.outq.lock().is_empty() {
+            crate::progress::list_deferred(self);
+        }
         got
     }
 
@@ -614,6 +634,7 @@ impl Context {
             spent: Mutex::new(Vec::new()),
             spin_ns: AtomicU64::new(spin_from_env().as_nanos() as u64),
             doorbell: Doorbell::new(batch_from_env(device.addr())),
+            deferred: Default::default(),
             device,
         });
         let s = shared.clone();
@@ -827,6 +848,15 @@ impl Context {
         match &self.imp {
             CtxImp::Soft(i) => i.shared.lock().counters().clone(),
             CtxImp::Native(_) => rxe_core::engine::Counters::default(),
+        }
+    }
+
+    /// What this device's socket sent and received so far (datagrams,
+    /// bytes, send batches, ICRC verdicts); `None` on a native device.
+    pub fn transport_stats(&self) -> Option<rxe_net::udp::UdpStats> {
+        match &self.imp {
+            CtxImp::Soft(i) => Some(*i.shared.link.lock().stats()),
+            CtxImp::Native(_) => None,
         }
     }
 

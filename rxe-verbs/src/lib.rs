@@ -78,6 +78,7 @@ pub use cq::{CompletionChannel, CompletionQueue};
 pub use device::{addr_of, gid_of, Device, DeviceAttr, PortAttr, PortState};
 pub use error::Error;
 pub use mr::{ForeignRegion, MemoryRegion, MemoryWindow, ProtectionDomain, RemoteRegion};
+pub use progress::send_deferred;
 pub use provider::{DeviceKind, GidType, NativeDeviceInfo, NativeGid, Provider};
 pub use qp::{
     inc_rkey, AddressHandle, ConnectOptions, Endpoint, QpInitAttr, QueuePair, SharedReceiveQueue,

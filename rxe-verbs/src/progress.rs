@@ -68,6 +68,14 @@
 //! 8 (1 ms) may see a spurious retransmission when its peer's application
 //! is busy.
 //!
+//! A program that polls its CQ instead of waiting gets the same: a look
+//! at the socket that delivered completions
+//! (`Shared::poll_socket_as_receiver`) leaves what it produced queued for
+//! the program's next post, the next look sends it otherwise, and so does
+//! any other call of the drop-in ([`send_deferred`]): a program that goes
+//! on to rdma_cm calls or a blocking wait does not leave its last ACK to
+//! the progress thread.
+//!
 //! Posts that follow each other closely hold their packets the same way,
 //! to leave together ([`crate::doorbell`]); the first of them wakes this
 //! thread, which sends the burst if the application does not.
@@ -96,7 +104,10 @@ const IDLE_WAIT: Duration = Duration::from_millis(20);
 /// (`ib_write_lat`) never calls the library while it waits.
 pub(crate) const ORPHAN: Duration = Duration::from_micros(30);
 
+mod deferred;
 mod receiver;
+pub use deferred::send_deferred;
+pub(crate) use deferred::{list as list_deferred, Listed};
 pub(crate) use receiver::Receiver;
 
 /// Before the progress thread sends what posts held for a batch (it was

@@ -41,7 +41,17 @@
 # (messages/s), ib_write_bw 64 KiB (MB/s), ib_send_lat 64 B (t_typical);
 # lines "<label> <bin> <drop-in> <rxe perf> <drop-in / rxe perf>"; needs
 # perftest and a libibverbs.so beside the binary (cargo build --release
-# -p rxe-ibverbs); not in the default groups).
+# -p rxe-ibverbs); not in the default groups), middleware (issue 32's
+# benchmarks over the drop-in and its device view, `rxe exec`: UCX's
+# `ucx_perftest -x rc_verbs -t put_bw -s 65536 -D zcopy -O 128` against
+# rxe perf write_bw 64 KiB, both with 128 writes in flight (perftest's
+# default tx depth; put_bw's own default is one), MB/s; then
+# tests/c/mpi_check.c under Open MPI's mpirun over UCX, one rank on each
+# of the two devices, its 8-byte ping-pong's mean half round trip (5000
+# exchanges after 20 untimed) against rxe perf send_lat -s 8's t_avg, us;
+# lines "<label> <bin> <middleware> <rxe perf> <middleware / rxe perf>";
+# needs ucx-utils, openmpi-bin, libopenmpi-dev and the drop-in; not in
+# the default groups).
 # Env: RXE_RECV_MODE=plain|raw as for any device. GSO_BW_N (20000 64 KiB
 # writes) and GSO_MSG_N (1000000 64-byte sends) size the gso group.
 # PERF_LOAD=N runs N busy loops at normal priority beside every measurement
@@ -67,11 +77,19 @@ LOADERS=()
 cleanup() {
     [ ${#LOADERS[@]} -gt 0 ] && kill "${LOADERS[@]}" 2>/dev/null
     [ -n "$BLAST" ] && rm -f "$BLAST"
+    [ -n "$MPI_CHECK" ] && rm -f "$MPI_CHECK"
     return 0
 }
 trap cleanup EXIT
 if [[ " $PERF_GROUPS " == *" dropin "* ]]; then
     command -v ib_send_bw >/dev/null || { echo "the dropin group needs perftest (apt-get install perftest)" >&2; exit 2; }
+fi
+MPI_CHECK=""
+if [[ " $PERF_GROUPS " == *" middleware "* ]]; then
+    command -v ucx_perftest >/dev/null && command -v mpicc.openmpi >/dev/null ||
+        { echo "the middleware group needs ucx-utils, openmpi-bin and libopenmpi-dev" >&2; exit 2; }
+    MPI_CHECK=$(mktemp /tmp/mpi_check.XXXXXX)
+    mpicc.openmpi -O2 -o "$MPI_CHECK" "$HERE/../c/mpi_check.c" || { echo "cannot build mpi_check.c" >&2; exit 2; }
 fi
 if [[ " $PERF_GROUPS " == *" gso "* || " $PERF_GROUPS " == *" fair "* ]]; then
     BLAST=$(mktemp /tmp/gso_blast.XXXXXX)
@@ -210,6 +228,43 @@ dropin_round() {
     done
 }
 
+# perf_col BIN COL TEST ARGS...: column COL of an rxe perf pair's result
+# row (4: MB/s, 6: t_avg)
+perf_col() {
+    local bin=$1 col=$2 test=$3; shift 3
+    "${SPIN[@]}" "$bin" perf "$test" -p 18519 "$@" -d 127.0.2.3 >/dev/null 2>&1 &
+    local srv=$!
+    sleep 0.4
+    "${CPIN[@]}" timeout 300 "$bin" perf "$test" -p 18519 "$@" -d 127.0.2.2 127.0.2.3 2>&1 |
+        awk -v c="$col" '/^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+/ { print $c; exit }'
+    wait "$srv"
+}
+
+middleware_round() {
+    local bin b u m r
+    for bin in ${BASE:+base} new; do
+        b=$NEW; [ "$bin" = base ] && b=$BASE
+        "${SPIN[@]}" "$b" exec -d 127.0.2.3 -- ucx_perftest -p 13519 -d rxe0:1 -x rc_verbs \
+            -t put_bw -s 65536 -n 5000 -D zcopy -O 128 >/dev/null 2>&1 &
+        local srv=$!
+        sleep 1.5
+        u=$("${CPIN[@]}" timeout 300 "$b" exec -d 127.0.2.2 -- ucx_perftest 127.0.2.3 -p 13519 -d rxe0:1 \
+            -x rc_verbs -t put_bw -s 65536 -n 5000 -D zcopy -O 128 2>&1 | awk '/^Final:/ { print $7 }')
+        wait "$srv"
+        r=$(perf_col "$b" 4 write_bw -s 65536 -n 5000)
+        printf '%-22s %-5s %s %s %s\n' ucx_put_bw_64K_MBps "$bin" "${u:-0}" "${r:-0}" \
+            "$(awk -v x="${u:-0}" -v y="${r:-0}" 'BEGIN { if (x > 0 && y > 0) printf "%.2f", x / y; else print "FAILED" }')"
+        m=$(OMPI_MCA_pml=ucx OMPI_MCA_pml_ucx_devices=any UCX_TLS='^sm,tcp' timeout 300 \
+            "$b" exec -d 127.0.2.2 -d 127.0.2.3 -- mpirun --allow-run-as-root --oversubscribe \
+            -np 1 -x UCX_TLS -x UCX_NET_DEVICES=rxe0:1 "${CPIN[@]}" "$MPI_CHECK" --iters 5000 : \
+            -np 1 -x UCX_TLS -x UCX_NET_DEVICES=rxe1:1 "${SPIN[@]}" "$MPI_CHECK" --iters 5000 2>&1 |
+            awk '/pingpong 8 B/ { print $(NF - 4) }')
+        r=$(perf_col "$b" 6 send_lat -s 8 -n 5000)
+        printf '%-22s %-5s %s %s %s\n' mpi_pingpong_8_us "$bin" "${m:-0}" "${r:-0}" \
+            "$(awk -v x="${m:-0}" -v y="${r:-0}" 'BEGIN { if (x > 0 && y > 0) printf "%.2f", x / y; else print "FAILED" }')"
+    done
+}
+
 runs() {  # LABEL TEST ARGS...
     [ -n "$BASE" ] && one base "$BASE" "$@"
     one new "$NEW" "$@"
@@ -220,6 +275,7 @@ for round in $(seq "$ROUNDS"); do
     for g in $PERF_GROUPS; do
         case $g in
         gso) gso_round "$round" ;;
+        middleware) middleware_round ;;
         dropin) dropin_round ;;
         lat)
             runs send_lat_64 send_lat -s 64 -n 5000 -m 4096

@@ -5,7 +5,9 @@
 use crate::context::{ctx_of, ibv_ctx, CtxEvents, DevOpen, EventCount, Route};
 use crate::event_queue::EventQueue;
 use crate::events::EventPipe;
-use crate::ffi::{guard, int_result, minus_one_result, note, ptr_result, set_errno, Fail};
+use crate::ffi::{
+    guard, guard_data, int_result, minus_one_result, note, ptr_result, set_errno, Fail,
+};
 use crate::live::{self, Kind};
 use crate::sys::*;
 use crate::wr::{fill_wc, sl_of, wc_flags, wc_opcode, wc_status};
@@ -416,7 +418,7 @@ thread_local! {
 }
 
 unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
-    guard("ibv_poll_cq", -1, || {
+    guard_data("ibv_poll_cq", -1, || {
         if cq.is_null() || (wc.is_null() && num_entries > 0) {
             set_errno(libc::EINVAL);
             return -1;
@@ -440,7 +442,7 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_w
 }
 
 unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
-    guard("ibv_req_notify_cq", libc::EIO, || {
+    guard_data("ibv_req_notify_cq", libc::EIO, || {
         let r = cq_of(cq).and_then(|c| {
             // Without a channel the arming has nowhere to report, and is
             // accepted all the same, as the kernel accepts it.
@@ -489,7 +491,7 @@ fn advance(c: &Cq) -> c_int {
 }
 
 unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr) -> c_int {
-    guard("ibv_start_poll", libc::EIO, || {
+    guard_data("ibv_start_poll", libc::EIO, || {
         // SAFETY: the program's attributes, if any.
         if unsafe { attr.as_ref() }.is_some_and(|a| a.comp_mask != 0) {
             return libc::EINVAL;
@@ -501,13 +503,13 @@ unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr)
 
 unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
     // SAFETY: the program's CQ.
-    guard("ibv_next_poll", libc::EIO, || {
+    guard_data("ibv_next_poll", libc::EIO, || {
         advance(unsafe { cq_fast(cq.cast()) })
     })
 }
 
 unsafe extern "C" fn end_poll(cq: *mut ibv_cq_ex) {
-    guard("ibv_end_poll", (), || {
+    guard_data("ibv_end_poll", (), || {
         // SAFETY: the program's CQ.
         *unsafe { cq_fast(cq.cast()) }.current.lock() = None;
     })
@@ -515,7 +517,7 @@ unsafe extern "C" fn end_poll(cq: *mut ibv_cq_ex) {
 
 /// Reads a field of the current completion.
 fn current<R: Default>(cq: *mut ibv_cq_ex, f: impl FnOnce(&Completion) -> R) -> R {
-    guard("ibv_wc_read", R::default(), || {
+    guard_data("ibv_wc_read", R::default(), || {
         // SAFETY: the program's CQ.
         let c = unsafe { cq_fast(cq.cast()) };
         c.current.lock().as_ref().map(f).unwrap_or_default()

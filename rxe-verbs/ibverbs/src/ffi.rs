@@ -13,8 +13,18 @@ pub fn set_errno(e: i32) {
 }
 
 /// Runs `f`; a panic becomes `on_panic` with `errno` EIO (and a line on
-/// standard error: it is a bug of ours).
+/// standard error: it is a bug of ours). First sends what a poll of the
+/// program's deferred for its answer (`rxe_verbs::send_deferred`): a call
+/// that is not the data path means the program turned to something else.
 pub fn guard<R>(verb: &str, on_panic: R, f: impl FnOnce() -> R) -> R {
+    rxe_verbs::send_deferred();
+    guard_data(verb, on_panic, f)
+}
+
+/// [`guard`] for the data path (polls, posts, CQ arming), which leaves
+/// deferred packets queued: a post sends them with its own, a poll after
+/// its look.
+pub fn guard_data<R>(verb: &str, on_panic: R, f: impl FnOnce() -> R) -> R {
     match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(_) => {

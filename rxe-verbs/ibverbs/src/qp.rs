@@ -3,7 +3,7 @@
 
 use crate::context::{ctx_of, ibv_ctx, CtxEvents, DevOpen, EventCount, Route};
 use crate::cq::{cq_of, Cq};
-use crate::ffi::{guard, int_result, note, ptr_result, set_errno, Fail};
+use crate::ffi::{guard, guard_data, int_result, note, ptr_result, set_errno, Fail};
 use crate::live::{self, Kind};
 use crate::mem::{access_of, pd_of, Pd};
 use crate::sys::*;
@@ -579,7 +579,7 @@ unsafe extern "C" fn post_send(
     wr: *mut ibv_send_wr,
     bad_wr: *mut *mut ibv_send_wr,
 ) -> c_int {
-    guard("ibv_post_send", libc::EIO, || {
+    guard_data("ibv_post_send", libc::EIO, || {
         if qp.is_null() {
             return libc::EINVAL;
         }
@@ -672,7 +672,7 @@ unsafe extern "C" fn post_recv(
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    guard("ibv_post_recv", libc::EIO, || {
+    guard_data("ibv_post_recv", libc::EIO, || {
         if qp.is_null() {
             return libc::EINVAL;
         }
@@ -907,7 +907,7 @@ unsafe extern "C" fn post_srq_recv(
     wr: *mut ibv_recv_wr,
     bad_wr: *mut *mut ibv_recv_wr,
 ) -> c_int {
-    guard("ibv_post_srq_recv", libc::EIO, || {
+    guard_data("ibv_post_srq_recv", libc::EIO, || {
         let s = match srq_of(srq) {
             Ok(s) => s,
             Err(_) => return libc::EINVAL,
@@ -1083,7 +1083,7 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
 /// # Safety
 /// `qp` is the program's extended QP.
 unsafe fn with_batch(qp: *mut ibv_qp_ex, f: impl FnOnce(&Qp, &mut Batch)) {
-    guard("ibv_wr", (), || {
+    guard_data("ibv_wr", (), || {
         // SAFETY: the caller's contract.
         let q = unsafe { qp_fast(qp.cast()) };
         let mut b = q.batch.lock();
@@ -1351,7 +1351,7 @@ unsafe extern "C" fn wr_abort(qp: *mut ibv_qp_ex) {
 }
 
 unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
-    guard("ibv_wr_complete", libc::EIO, || {
+    guard_data("ibv_wr_complete", libc::EIO, || {
         // SAFETY: the program's extended QP.
         let q = unsafe { qp_fast(qp.cast()) };
         let b = std::mem::take(&mut *q.batch.lock());
