@@ -15,6 +15,9 @@
 //!   another seed other bytes (and, for `loss`, other losses); a bad name
 //!   is refused with status 2 and the list of lessons.
 //!
+//! * statements found false (issue 38's list) do not come back, in the
+//!   guide, docs/explain.md or the sentences of `rxe dump --explain`.
+//!
 //! `RXE_BLESS=1 cargo test -p rxe-tests --test guide` rewrites the figures
 //! and the pasted excerpts from what the commands make now.
 
@@ -463,4 +466,82 @@ fn a_bad_lesson_name_is_refused_with_the_list() {
         .unwrap();
     assert_eq!(o.status.code(), Some(2), "no -w");
     assert!(String::from_utf8_lossy(&o.stderr).contains("-w"));
+}
+
+/// Phrasings that taught something false, each with what is true instead;
+/// none may reappear where a student reads (issue 38).
+const FALSE_CLAIMS: [(&str, &str); 9] = [
+    (
+        "does coalesce",
+        "kernel rxe sends one ACK for every AckReq packet (acknowledge() in rxe_resp.c)",
+    ),
+    (
+        "coalesced ACK",
+        "an ACK covering several packets is cumulative; it coalesces only if several asked",
+    ),
+    (
+        "may be coalesced",
+        "a packet without AckReq asks for no ACK; a later cumulative ACK covers it",
+    ),
+    (
+        "with its own PSN) if it asks",
+        "the kernel acknowledges every duplicate SEND/WRITE with ePSN - 1 (C9-105)",
+    ),
+    (
+        "path migration armed or not used",
+        "a QP that does not use migration is in Migrated and sends MigReq 1; 0 is ReArm/Armed",
+    ),
+    (
+        "The 24 bits above the variant are random, so",
+        "random in rxe-rs only; the kernel's keys are a pool index and an 8-bit random variant",
+    ),
+    (
+        "the C is what `ibv_rc_pingpong`",
+        "ibv_rc_pingpong never WRITEs and posts its receives in INIT",
+    ),
+    (
+        "`wr.rdma.remote_addr`",
+        "the field is wr.wr.rdma.remote_addr",
+    ),
+    (
+        "No other request to the same QP can come between",
+        "atomics are atomic against the device's other atomics (ATOMIC_HCA), not the CPU or WRITEs",
+    ),
+];
+
+#[test]
+fn statements_found_false_do_not_come_back() {
+    let root = tests_dir().parent().unwrap().to_path_buf();
+    let mut texts: Vec<(PathBuf, String)> = chapters();
+    texts.push((
+        root.join("docs/explain.md"),
+        std::fs::read_to_string(root.join("docs/explain.md")).unwrap(),
+    ));
+    let explain_src = root.join("rxe-verbs/tool/src/explain");
+    for e in std::fs::read_dir(&explain_src).unwrap() {
+        let p = e.unwrap().path();
+        if p.extension().is_some_and(|x| x == "rs") {
+            let t = std::fs::read_to_string(&p).unwrap();
+            texts.push((p, t));
+        }
+    }
+    for (file, text) in files(&figures_dir()) {
+        texts.push((
+            figures_dir().join(file),
+            String::from_utf8_lossy(&text).into_owned(),
+        ));
+    }
+    let mut found = Vec::new();
+    for (path, text) in &texts {
+        for (phrase, truth) in FALSE_CLAIMS {
+            if text.contains(phrase) {
+                found.push(format!("{}: \"{phrase}\" ({truth})", path.display()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "false statements are back:\n{}",
+        found.join("\n")
+    );
 }

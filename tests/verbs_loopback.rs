@@ -992,13 +992,47 @@ fn demo_process() {
     ] {
         assert!(out.contains(want), "{want:?} missing from:\n{out}{err}");
     }
+    // (The server's lines come through the client, on its stdout.)
     for want in [
         "[server 127.0.1.61] RECV   34 bytes: \"hello over RoCE v2 from 127.0.1.60\"",
         "(as sent)",
         "the counter now holds 1000",
     ] {
-        assert!(err.contains(want), "{want:?} missing from:\n{err}");
+        assert!(out.contains(want), "{want:?} missing from:\n{out}{err}");
     }
+}
+
+/// What a newcomer sees: `rxe demo` with its output and errors on one
+/// pipe (as on a terminal), every line whole, and the server's lines among
+/// the client's.
+// 127.0.1.96-97
+#[test]
+fn demo_lines_arrive_whole_on_one_stream() {
+    let o = Command::new("sh")
+        .args([
+            "-c",
+            "exec \"$0\" demo --client 127.0.1.96 --server 127.0.1.97 2>&1",
+        ])
+        .arg(rxe_bin())
+        .stdin(Stdio::null())
+        .output()
+        .expect("run rxe demo");
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}\n{text}", o.status);
+    let whole = |l: &str| {
+        l.starts_with("rxe demo: ")
+            || l.starts_with("  [client 127.0.1.96] ")
+            || l.starts_with("  [server 127.0.1.97] ")
+    };
+    let cut: Vec<&str> = text.lines().filter(|l| !whole(l)).collect();
+    assert!(cut.is_empty(), "lines not whole: {cut:?}\nin:\n{text}");
+    let server = text.lines().filter(|l| l.contains("[server ")).count();
+    let client = text.lines().filter(|l| l.contains("[client ")).count();
+    assert!(
+        server >= 5 && client >= 7,
+        "{server} server and {client} client lines:\n{text}"
+    );
+    assert!(text.trim_end().ends_with("rxe demo: done"), "{text}");
 }
 
 /// The device's own capture (`RXE_PCAP`) of a demo run, decoded by

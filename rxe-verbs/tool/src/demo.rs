@@ -4,8 +4,11 @@
 //! and plays the client on 127.0.0.2. They swap their QP endpoints and
 //! memory-region keys as one JSON line each over the child's stdin/stdout,
 //! then: SEND/RECV, RDMA WRITE (announced by a SEND with immediate), RDMA
-//! READ, fetch-and-add and compare-and-swap. Each side prints what moved;
-//! the server prints on stderr, since its stdout carries the exchange.
+//! READ, fetch-and-add and compare-and-swap. Each side prints what moved.
+//! The server's lines travel on its stdout after its hello, and the client
+//! prints them, so that every line reaches the terminal whole (two
+//! processes writing to one terminal cut each other's lines) and in the
+//! order the client received them.
 
 use clap::Args as ClapArgs;
 use rxe_verbs::*;
@@ -126,7 +129,12 @@ fn pattern(seed: u8, len: usize) -> Vec<u8> {
 }
 
 fn server(args: &Args) -> Result<(), Error> {
-    let say = |m: String| eprintln!("  [server {}] {m}", args.server);
+    // (Each line one write to the pipe: the client relays lines whole.)
+    let say = |m: String| {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "  [server {}] {m}", args.server);
+        let _ = out.flush();
+    };
     let s = open(args.server)?;
     // Counter for the atomics, and a block for the client to READ.
     s.mr.write(0, &40u64.to_ne_bytes())?;
@@ -229,6 +237,7 @@ fn client(args: &Args) -> Result<(), Error> {
             what: "start the server process".into(),
             source: e,
         })?;
+    let mut relay = None;
     let result = (|| -> Result<(), Error> {
         let s = open(args.client)?;
         s.mr.write(0, &pattern(3, 4096))?;
@@ -245,12 +254,17 @@ fn client(args: &Args) -> Result<(), Error> {
             source: e,
         })?;
         let mut line = String::new();
-        BufReader::new(child.stdout.take().expect("piped"))
-            .read_line(&mut line)
-            .map_err(|e| Error::Io {
-                what: "read the server's hello".into(),
-                source: e,
-            })?;
+        let mut from_server = BufReader::new(child.stdout.take().expect("piped"));
+        from_server.read_line(&mut line).map_err(|e| Error::Io {
+            what: "read the server's hello".into(),
+            source: e,
+        })?;
+        // What the server says from now on, printed whole.
+        relay = Some(std::thread::spawn(move || {
+            for l in from_server.lines().map_while(Result::ok) {
+                println!("{l}");
+            }
+        }));
         let peer: Hello = serde_json::from_str(&line).map_err(|e| Error::InvalidArgument {
             name: "server hello",
             reason: format!("{e}: {line:?}"),
@@ -352,6 +366,10 @@ fn client(args: &Args) -> Result<(), Error> {
         what: "wait for the server".into(),
         source: e,
     })?;
+    if let Some(r) = relay {
+        // (Its pipe closed with the server: the last lines are printed.)
+        let _ = r.join();
+    }
     result?;
     if !status.success() {
         return Err(Error::InvalidArgument {

@@ -747,7 +747,7 @@ fn response(s: &mut Stream, i: &OpcodeInfo, p: &Facts, u: i64) -> Context {
                         n,
                         if n == 1 { "packet".to_string() } else { format!("packets, PSN {}..{}", hex(from), hex(u)) },
                         frames_phrase(f),
-                        if n > 1 { " with one coalesced ACK" } else { "" }
+                        if n > 1 { ", one cumulative ACK" } else { "" }
                     )
                 };
                 s.acked = Some(s.acked.map_or(u, |x| x.max(u)));

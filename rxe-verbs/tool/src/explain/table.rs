@@ -136,8 +136,8 @@ pub static BTH: &[Spec] = &[
         Some(|b| u64::from(Bth::new_unchecked(b).mig_req())),
         |v| {
             flag(
-                "MigReq: path migration state is migrated",
-                "MigReq 0 (path migration armed or not used)",
+                "MigReq 1: path migration state Migrated (a QP without migration)",
+                "MigReq 0: path migration ReArm or Armed (kernel rxe always sends 0)",
             )(v)
         }
     ),
@@ -232,7 +232,7 @@ pub static BTH: &[Spec] = &[
         |v| {
             flag(
                 "the responder must acknowledge this packet",
-                "no ACK requested (may be coalesced)",
+                "no ACK requested for this packet",
             )(v)
         }
     ),
