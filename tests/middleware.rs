@@ -594,11 +594,16 @@ impl TwoHosts {
     /// `rxe exec -d 10.81.0.N -- ARGS` in namespace N (1 or 2), started,
     /// with `env` added.
     fn exec_in(&self, n: u8, env: &[(&str, &str)], args: &[&str]) -> Child {
+        self.exec_at(n, &format!("10.81.0.{n}"), env, args)
+    }
+
+    /// [`TwoHosts::exec_in`] with the soft device on `addr`.
+    fn exec_at(&self, n: u8, addr: &str, env: &[(&str, &str)], args: &[&str]) -> Child {
         let ns = if n == 1 { &self.n1 } else { &self.n2 };
         Command::new("ip")
             .args(["netns", "exec", ns.name()])
             .arg(rxe_bin())
-            .args(["exec", "-d", &format!("10.81.0.{n}"), "--", "env"])
+            .args(["exec", "-d", addr, "--", "env"])
             .args(env.iter().map(|(k, v)| format!("{k}={v}")))
             .args(args)
             .env_remove("RXE_DEVICES")
@@ -748,11 +753,12 @@ fn mpich_ranks_in_two_network_namespaces() {
 /// device on a veth address has the RC (`FI_EP_MSG`) domain in `fi_info`
 /// (libfabric leaves loopback interfaces out of it), and `fi_pingpong`
 /// runs over MSG and over RDM (`verbs;ofi_rxm`) with its data checks (-c),
-/// every size from 64 bytes to 1 MiB. RDM needs `FI_UNIVERSE_SIZE`: rxm
+/// every size from 64 bytes to 1 MiB, between the two hosts and between
+/// two processes of one host (on two addresses and on one). RDM needs `FI_UNIVERSE_SIZE`: rxm
 /// sizes its CQ as (rx + tx queue) * universe size, 262144 by default,
 /// above the 32767 CQEs kernel rxe and rxe-rs allow (docs/drop-in.md).
 #[test]
-fn libfabric_verbs_msg_and_rdm_across_two_network_namespaces() {
+fn libfabric_verbs_msg_and_rdm_across_namespaces_and_within_one() {
     if !have("fi_pingpong") || !have("fi_info") {
         return;
     }
@@ -768,24 +774,30 @@ fn libfabric_verbs_msg_and_rdm_across_two_network_namespaces() {
         text.contains("domain: rxe0\n") && text.contains("type: FI_EP_MSG"),
         "no RC domain for rxe0: {text}"
     );
-    for (ep, env) in [("msg", &[][..]), ("rdm", &[("FI_UNIVERSE_SIZE", "16")][..])] {
-        let args = ["fi_pingpong", "-p", "verbs", "-e", ep, "-c", "-I", "20"];
-        let server = h.exec_in(1, env, &args);
-        h.wait_listen(47592);
-        let mut cargs = args.to_vec();
-        cargs.push("10.81.0.1");
-        let (cok, ctext) = finish(h.exec_in(2, env, &cargs), Duration::from_secs(60));
-        let (sok, stext) = finish(server, Duration::from_secs(20));
-        assert!(
-            cok && sok,
-            "fi_pingpong -e {ep}: client: {ctext}\nserver: {stext}"
-        );
-        for size in ["64 ", "4k ", "1m "] {
-            let row = ctext
-                .lines()
-                .find(|l| l.starts_with(size))
-                .unwrap_or_else(|| panic!("-e {ep}: no {size}row: {ctext}"));
-            assert!(row.contains(" =20 "), "-e {ep}: {row}");
+    // The client in the other namespace; beside the server in the same
+    // one, on a second address of its interface (the kernel's one rxe
+    // device would hold both; here the device on .3 reaches the server's
+    // on .1); and on the server's own address (two processes sharing it).
+    h.n1.ip(&["addr", "add", "10.81.0.3/24", "dev", &h.veth1]);
+    for (ns, addr) in [(2, "10.81.0.2"), (1, "10.81.0.3"), (1, "10.81.0.1")] {
+        for (ep, env) in [("msg", &[][..]), ("rdm", &[("FI_UNIVERSE_SIZE", "16")][..])] {
+            let args = ["fi_pingpong", "-p", "verbs", "-e", ep, "-c", "-I", "20"];
+            let server = h.exec_in(1, env, &args);
+            h.wait_listen(47592);
+            let mut cargs = args.to_vec();
+            cargs.push("10.81.0.1");
+            let client = h.exec_at(ns, addr, env, &cargs);
+            let (cok, ctext) = finish(client, Duration::from_secs(60));
+            let (sok, stext) = finish(server, Duration::from_secs(20));
+            let what = format!("fi_pingpong -e {ep}, client on {addr}");
+            assert!(cok && sok, "{what}: client: {ctext}\nserver: {stext}");
+            for size in ["64 ", "4k ", "1m "] {
+                let row = ctext
+                    .lines()
+                    .find(|l| l.starts_with(size))
+                    .unwrap_or_else(|| panic!("{what}: no {size}row: {ctext}"));
+                assert!(row.contains(" =20 "), "{what}: {row}");
+            }
         }
     }
 }

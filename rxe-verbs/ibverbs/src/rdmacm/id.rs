@@ -608,7 +608,8 @@ fn is_v4_mapped(a: IpAddr) -> bool {
 /// device on loopback, else the first device of its family (the device
 /// itself, as the kernel's `cma_bind_loopback` picks its first device);
 /// otherwise the device on the address the host's routing table would
-/// send from. Err is the negative errno of RDMA_CM_EVENT_ADDR_ERROR.
+/// send from, or for an address of this host another process's device
+/// holds, the device on the same interface. Err is the negative errno of RDMA_CM_EVENT_ADDR_ERROR.
 fn route_to(dst: IpAddr) -> Result<&'static CmaDev, (c_int, String)> {
     let dst = canonical(dst);
     if let Some(d) = dev_by_addr(dst) {
@@ -639,12 +640,31 @@ fn route_to(dst: IpAddr) -> Result<&'static CmaDev, (c_int, String)> {
         .local_addr()
         .map_err(|e| (-libc::ENETUNREACH, format!("no route to {dst}: {e}")))?
         .ip();
-    dev_by_addr(src).ok_or_else(|| {
-        (
-            -libc::ENODEV,
-            format!("the host reaches {dst} from {src}, and no soft device is on {src}"),
-        )
-    })
+    if let Some(d) = dev_by_addr(src) {
+        return Ok(d);
+    }
+    // A destination on this host that no device of this process holds
+    // (the host sends to it from itself): another process's soft device
+    // on the same interface. The kernel's rxe, whose one device carries
+    // every address of its interface, loops such a connection back in
+    // that device; here the device on the same interface reaches it.
+    if src == dst {
+        let on = |a: IpAddr| rxe_verbs::interface_of(a).map(|i| i.name);
+        if let Some(name) = on(dst) {
+            let family = |d: &&CmaDev| canonical(d.addr()).is_ipv4() == dst.is_ipv4();
+            if let Some(d) = cma_devices()
+                .iter()
+                .filter(family)
+                .find(|d| on(d.addr()).as_ref() == Some(&name))
+            {
+                return Ok(d);
+            }
+        }
+    }
+    Err((
+        -libc::ENODEV,
+        format!("the host reaches {dst} from {src}, and no soft device is on {src}"),
+    ))
 }
 
 /// For a multicast group the host's routes do not send from a soft
