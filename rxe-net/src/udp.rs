@@ -1622,7 +1622,7 @@ fn deliver(
     let owner = share.owner(d.payload);
     if raw_mode
         && owner.is_none()
-        && d.payload.get(5..8) == Some(&[0, 0, 1])
+        && rxe_core::mad::is_gsi_packet(d.payload)
         && !share.answers_unowned()
     {
         // A MAD no agent owns: in raw mode every process sees it, and one

@@ -414,7 +414,7 @@ impl Shared {
                     if let Some(c) = &self.capture {
                         c.received(&d.meta, d.payload, d.ip_packet);
                     }
-                    if Shared::is_gsi(d.payload) {
+                    if rxe_core::mad::is_gsi_packet(d.payload) {
                         // QP 1: the connection manager's (crate::cm).
                         if d.meta.icrc != IcrcStatus::Bad {
                             self.cm.lock().received(d.meta.src, d.payload);

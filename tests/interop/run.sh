@@ -1088,6 +1088,8 @@ lossy_off
 # A peer that vanishes mid-connection: the guest's answers (its REJ to our
 # REQs) never arrive; with a 67 ms response timeout and 2 retries our client
 # gives up after three REQs and about 2 s with UNREACHABLE (-ETIMEDOUT).
+# The guest reads its counters when its command ends: it waits long enough
+# for the third REQ's REJ to be counted even when our client starts slowly.
 check_unreachable() {  # host log
     grep -q 'cma event Unreachable, error -110' "$1" || { say "     no 'Unreachable, error -110' in the host log"; return 1; }
     local reqs
@@ -1097,7 +1099,7 @@ check_unreachable() {  # host log
 lossy_on "0,1,2,3,4,5,6,7,8,9" "999999"
 CM_WAIT=1 HOSTCHK=check_unreachable ALLOW=any ONE_WAY=1
 scenario cm-unreachable-ks "rdma_cm: a peer whose answers never come is unreachable after the CM's retries" guest \
-    "sleep 4" \
+    "sleep 8" \
     sh -c "\"$RXE\" rping -c -a $GUEST_IP -I $HOST_IP -p 7998 -C 1 --cm-timeout 14 --cm-retries 2 --timeout 20; [ \$? = 1 ]"
 lossy_off
 check_rej8() {  # host log: our client got the kernel's REJ, reason 8

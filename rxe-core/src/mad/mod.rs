@@ -45,7 +45,7 @@ pub mod route;
 
 pub use cm::{AttributeId, CmMad, CmMessage};
 pub use error::{Error, Result};
-pub use gsi::{GsiMad, GSI_QKEY, GSI_QPN};
+pub use gsi::{is_gsi_packet, GsiMad, GSI_QKEY, GSI_QPN};
 pub use rdma_cm::{CmaHeader, PortSpace};
 pub use route::{cm_route, CmRoute};
 

@@ -38,8 +38,7 @@ const MAD_AT: usize = 12 + 8;
 /// The route of a RoCE transport packet (BTH to ICRC) for QP 1, or `None`
 /// if it is not one (not a UD SEND ONLY to QP 1, or too short for a MAD).
 pub fn cm_route(packet: &[u8]) -> Option<CmRoute> {
-    const UD_SEND_ONLY: u8 = 0x64;
-    if packet.len() < MAD_AT + MAD_LEN || packet[0] != UD_SEND_ONLY || packet[5..8] != [0, 0, 1] {
+    if packet.len() < MAD_AT + MAD_LEN || !super::is_gsi_packet(packet) {
         return None;
     }
     let mad = &packet[MAD_AT..MAD_AT + MAD_LEN];

@@ -361,6 +361,28 @@ fn typed_errors() {
     assert!(h.method.is_response());
 }
 
+/// The one GSI test: a UD SEND ONLY to QP 1, and nothing else.
+#[test]
+fn is_gsi_packet_takes_ud_send_only_to_qp_1() {
+    let mut buf = [0u8; 300];
+    let n = GsiMad::new(&mad(RPING_REQ), Psn::new(0))
+        .to_packet(GSI_QPN)
+        .emit(&mut buf)
+        .unwrap();
+    assert!(is_gsi_packet(&buf[..n]));
+    assert!(is_gsi_packet(&buf[..9]), "the BTH and one byte are enough");
+    assert!(!is_gsi_packet(&buf[..8]));
+    let mut rc = buf;
+    rc[0] = 0x04; // RC SEND ONLY
+    assert!(!is_gsi_packet(&rc[..n]));
+    let mut qp2 = buf;
+    qp2[7] = 2;
+    assert!(!is_gsi_packet(&qp2[..n]));
+    let mut high = buf;
+    high[5] = 1; // QP 0x010001
+    assert!(!is_gsi_packet(&high[..n]));
+}
+
 #[test]
 fn gsi_packet_round_trip() {
     let bytes = mad(RPING_REQ);

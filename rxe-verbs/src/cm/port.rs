@@ -1001,10 +1001,3 @@ pub(crate) fn to_err(e: &mut Engine, qpn: u32) {
     };
     let _ = e.modify_qp(qpn, &a, QpAttrMask::STATE);
 }
-
-impl Shared {
-    /// Whether a datagram is a MAD for QP 1 (a UD SEND ONLY to QP 1).
-    pub(crate) fn is_gsi(payload: &[u8]) -> bool {
-        payload.len() > 8 && payload[0] == 0x64 && payload[5..8] == [0, 0, 1]
-    }
-}

@@ -109,7 +109,7 @@ pub fn run(
     let mut counts = Counts::default();
     let mut shown: Vec<(&Record, f64, Dissection)> = Vec::new();
     for (rec, t) in records {
-        let addrs = super::roce_addresses(rec.link_type, &rec.data);
+        let addrs = crate::dump::packet::roce_addresses(rec.link_type, &rec.data);
         match fields::dissect(rec.link_type, &rec.data, addrs) {
             Some(mut d) => {
                 match &mut d.facts {

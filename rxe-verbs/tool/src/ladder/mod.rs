@@ -16,7 +16,7 @@ pub mod html;
 pub mod model;
 pub mod svg;
 
-use super::{error_line, text_line, Mad, Parsed, Rel};
+use crate::dump::packet::{error_line, text_line, Mad, Parsed, Rel};
 use rxe_core::wire::Error as WireError;
 use std::net::IpAddr;
 use std::path::Path;
