@@ -465,7 +465,11 @@ fn campaign_against_debians_rping_over_the_drop_in() {
 /// Debian's `ib_read_bw -R -s 4096` over the drop-in on `addr:port`,
 /// looped, broken with `fault` or healthy.
 fn read_bw_r(addr: &str, port: u16, fault: Option<&str>) -> ServerLoop {
-    let lib = rxe_tests::dropin_library().to_str().unwrap().to_string();
+    // (a drop-in built with the test faults, which honours RXE_TEST_FAULT)
+    let lib = rxe_tests::dropin_library_with_test_faults()
+        .to_str()
+        .unwrap()
+        .to_string();
     let port = port.to_string();
     ServerLoop::start(
         rxe_bin().to_path_buf(),

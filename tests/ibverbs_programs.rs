@@ -539,3 +539,75 @@ fn rxe_exec_reports_what_it_cannot_do() {
     let err = String::from_utf8(out.stderr).unwrap();
     assert!(err.contains("/nonexistent/libibverbs.so"), "{err}");
 }
+
+/// The names of the test faults (rxe_core::engine::test_fault) and the
+/// line a device broken with one prints: none of them may be in a release
+/// artefact.
+const TEST_FAULT_STRINGS: [&str; 6] = [
+    "ignore-write-access",
+    "accept-neighbour-rkey",
+    "corrupt-unaligned-read",
+    "wedge-after-opcode",
+    "garble-after-opcode",
+    "broken on purpose",
+];
+
+fn contains(hay: &[u8], needle: &str) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+/// The release `rxe` and drop-in library, built as users build them, hold
+/// no test-fault code (the test build of `rxe`, with the `test-fault`
+/// feature, does: the check can fail), and ignore `RXE_TEST_FAULT` with a
+/// line that says why.
+#[test]
+fn release_artefacts_have_no_test_faults() {
+    let bin = rxe_bin();
+    let lib = bin.with_file_name("libibverbs.so");
+    for f in [bin, lib.as_path()] {
+        let bytes = std::fs::read(f).unwrap();
+        for s in TEST_FAULT_STRINGS {
+            assert!(!contains(&bytes, s), "{} contains {s:?}", f.display());
+        }
+    }
+    let test_build = std::fs::read(rxe_tests::rxe_bin()).unwrap();
+    for s in TEST_FAULT_STRINGS {
+        assert!(
+            contains(&test_build, s),
+            "the test build of rxe lacks {s:?}"
+        );
+    }
+    let why = "ignoring RXE_TEST_FAULT: this build has no test faults";
+    // The tool: a pingpong server that gives up after a second.
+    let out = Command::new(bin)
+        .args([
+            "pingpong",
+            "-d",
+            "127.0.4.240",
+            "-p",
+            "19198",
+            "--timeout",
+            "1",
+        ])
+        .env("RXE_TEST_FAULT", "ignore-write-access")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(why), "rxe pingpong said:\n{err}");
+    // The drop-in: ibv_devinfo opens the device.
+    if have("ibv_devinfo") {
+        let out = Command::new(bin)
+            .args(["exec", "-d", "127.0.4.241", "--", "ibv_devinfo"])
+            .env("RXE_TEST_FAULT", "ignore-write-access")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "ibv_devinfo failed:\n{err}");
+        assert!(
+            err.contains(why),
+            "ibv_devinfo over the drop-in said:\n{err}"
+        );
+    }
+}

@@ -51,14 +51,16 @@ pub fn cargo_build(args: &[&str]) -> Vec<PathBuf> {
 
 /// The `rxe` executable (unoptimised, as `cargo test` builds), built on
 /// first use: Cargo builds no binaries of other packages for integration
-/// tests. `RXE_BIN` names another one.
+/// tests. `RXE_BIN` names another one. It has the `test-fault` feature,
+/// so that the fuzz tests can break a peer on purpose (`RXE_TEST_FAULT`);
+/// with the variable unset it behaves as the default build.
 pub fn rxe_bin() -> &'static std::path::Path {
     static BIN: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     BIN.get_or_init(|| {
         if let Some(p) = std::env::var_os("RXE_BIN") {
             return PathBuf::from(p);
         }
-        cargo_build(&["-p", "rxe-tool"])
+        cargo_build(&["-p", "rxe-tool", "--features", "rxe-tool/test-fault"])
             .into_iter()
             .find(|f| f.file_name().is_some_and(|n| n == "rxe"))
             .expect("cargo reported no rxe executable")
@@ -78,5 +80,35 @@ pub fn dropin_library() -> &'static std::path::Path {
             .into_iter()
             .find(|f| f.file_name().is_some_and(|n| n == "libibverbs.so"))
             .expect("cargo reported no libibverbs.so")
+    })
+}
+
+/// The drop-in library with the `test-fault` feature (it honours
+/// `RXE_TEST_FAULT`, for the fuzz tests that break a drop-in peer on
+/// purpose), with the device view's shim beside it: optimised like
+/// [`dropin_library`], and built in a target directory of its own
+/// (`target/test-fault`), so that the release library the other tests use,
+/// at the same file name, stays the one users build.
+pub fn dropin_library_with_test_faults() -> &'static std::path::Path {
+    static LIB: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    LIB.get_or_init(|| {
+        let root = tests_dir().parent().unwrap().to_path_buf();
+        let target = std::env::var_os("CARGO_TARGET_DIR")
+            .map_or_else(|| root.join("target"), PathBuf::from)
+            .join("test-fault");
+        cargo_build(&[
+            "--release",
+            "-p",
+            "rxe-ibverbs",
+            "-p",
+            "rxe-devview",
+            "--features",
+            "rxe-ibverbs/test-fault",
+            "--target-dir",
+            target.to_str().expect("a UTF-8 target directory"),
+        ])
+        .into_iter()
+        .find(|f| f.file_name().is_some_and(|n| n == "libibverbs.so"))
+        .expect("cargo reported no libibverbs.so")
     })
 }

@@ -7,4 +7,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tests/setup.sh
+if [ $# = 0 ]; then
+  # The test faults' own unit tests: compiled only with the feature that
+  # the workspace's default build leaves out (rxe_core::engine::test_fault).
+  cargo test -p rxe-core --features test-fault --lib engine::test_fault
+fi
 exec cargo test --workspace "$@"

@@ -545,50 +545,31 @@ const MAX_SPIN: Duration = Duration::from_millis(10);
 
 /// `RXE_SPIN_US=N`: the initial [`Context::set_poll_spin`], in microseconds.
 fn spin_from_env() -> Duration {
-    std::env::var("RXE_SPIN_US")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-        .map_or(Duration::ZERO, |us| Duration::from_micros(us).min(MAX_SPIN))
+    crate::config::spin_us().map_or(Duration::ZERO, |us| Duration::from_micros(us).min(MAX_SPIN))
 }
 
 /// `RXE_POST_BATCH_US=N`: the initial [`Context::set_post_batching`], in
 /// microseconds. Unset: [`crate::doorbell::DEFAULT_WINDOW`] on a loopback
 /// device, none on others (see [`crate::doorbell`], "Loopback only").
 fn batch_from_env(addr: std::net::IpAddr) -> Duration {
-    std::env::var("RXE_POST_BATCH_US")
-        .ok()
-        .and_then(|v| v.parse::<u64>().ok())
-        .map_or(
-            if addr.is_loopback() {
-                crate::doorbell::DEFAULT_WINDOW
-            } else {
-                Duration::ZERO
-            },
-            Duration::from_micros,
-        )
-}
-
-/// `RXE_RECV_MODE=plain|raw|auto` (default auto: a raw socket, which sees
-/// every IPv4 header and so verifies every ICRC, when the process may open
-/// one). Plain mode costs less CPU: the raw socket copies each packet once
-/// more (see docs/performance.md).
-fn recv_mode_from_env() -> RecvMode {
-    match std::env::var("RXE_RECV_MODE").as_deref() {
-        Ok("plain") => RecvMode::Plain,
-        Ok("raw") => RecvMode::Raw,
-        _ => RecvMode::Auto,
-    }
+    crate::config::post_batch_us().map_or(
+        if addr.is_loopback() {
+            crate::doorbell::DEFAULT_WINDOW
+        } else {
+            Duration::ZERO
+        },
+        Duration::from_micros,
+    )
 }
 
 impl Context {
     pub(crate) fn open(device: Device) -> Result<Context, Error> {
-        let link =
-            UdpTransport::bind_with(device.addr(), recv_mode_from_env()).map_err(|source| {
-                Error::Io {
-                    what: format!("open {}: bind {}:4791", device.name(), device.addr()),
-                    source,
-                }
-            })?;
+        let link = UdpTransport::bind_with(device.addr(), crate::config::recv_mode()).map_err(
+            |source| Error::Io {
+                what: format!("open {}: bind {}:4791", device.name(), device.addr()),
+                source,
+            },
+        )?;
         let capture = match device.capture_path() {
             Some(p) => Some(Capture::create(&p).map_err(|source| Error::Io {
                 what: format!("create the capture file {}", p.display()),
@@ -600,8 +581,9 @@ impl Context {
         let mut config = EngineConfig::new(device.addr(), rand::random());
         config.udp_src_port = Some(link.src_port());
         config.qpn_prefix = Some(link.qpn_prefix());
-        // For testing fuzzers only: off unless RXE_TEST_FAULT is set.
-        config.test_fault = rxe_core::engine::TestFault::from_env();
+        // For testing fuzzers only: off unless the build has the
+        // `test-fault` feature and RXE_TEST_FAULT is set.
+        config.test_fault = crate::config::test_fault();
         let recv_mode = link.recv_mode();
         let waiter = link.waiter().map_err(|source| Error::Io {
             what: "duplicate the socket".into(),

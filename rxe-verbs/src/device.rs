@@ -124,7 +124,7 @@ fn natives_for(provider: Provider, listing: bool) -> Result<Vec<NativeDeviceInfo
 /// bare address is named `rxeN` after its position). An item that is
 /// neither is left out, and said so on standard error once.
 fn soft_named() -> Vec<(String, IpAddr)> {
-    let spec = std::env::var("RXE_DEVICES").unwrap_or_default();
+    let spec = crate::config::devices();
     let mut out: Vec<(String, IpAddr)> = Vec::new();
     let mut bad = Vec::new();
     for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
@@ -207,7 +207,7 @@ impl Device {
     /// `RXE_PCAP` environment variable with `{addr}` replaced.
     pub fn capture_path(&self) -> Option<PathBuf> {
         self.capture.clone().or_else(|| {
-            let p = std::env::var("RXE_PCAP").ok().filter(|p| !p.is_empty())?;
+            let p = crate::config::pcap()?;
             Some(PathBuf::from(p.replace("{addr}", &self.addr.to_string())))
         })
     }
@@ -238,7 +238,7 @@ impl Device {
         if let Some(Faults(f)) = self.faults {
             return Ok((!f.is_none()).then_some(f));
         }
-        let Ok(s) = std::env::var("RXE_FAULTS") else {
+        let Some(s) = crate::config::faults() else {
             return Ok(None);
         };
         let spec: FaultSpec =

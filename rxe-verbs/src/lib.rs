@@ -58,6 +58,7 @@
 
 mod capture;
 pub mod cm;
+mod config;
 mod context;
 mod cq;
 mod device;

@@ -61,7 +61,7 @@ impl std::fmt::Display for Provider {
 impl Provider {
     /// The provider `RXE_PROVIDER` asks for (unset or empty: `Auto`).
     pub fn from_env() -> Result<Provider, Error> {
-        Provider::parse_env(std::env::var("RXE_PROVIDER").ok().as_deref())
+        Provider::parse_env(crate::config::provider().as_deref())
     }
 
     /// The provider a value of `RXE_PROVIDER` asks for (`None`: unset).

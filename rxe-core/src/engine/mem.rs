@@ -825,6 +825,7 @@ impl MemTable {
     /// ([`super::TestFault`]), which honours a key with the wrong variant
     /// as the slot's own (and so checks it against that entry's own PD,
     /// rights and range: no byte outside a registered region is reachable).
+    #[cfg(feature = "test-fault")]
     pub(crate) fn key_in_slot(&self, key: u32) -> Option<u32> {
         self.entries.get(&key_index(key)).map(Entry::key)
     }

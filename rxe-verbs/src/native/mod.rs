@@ -53,10 +53,7 @@ static VERBS: OnceLock<Result<Verbs, String>> = OnceLock::new();
 
 /// The library to load: `RXE_LIBIBVERBS` if set, else `libibverbs.so.1`.
 pub(crate) fn library_name() -> String {
-    std::env::var("RXE_LIBIBVERBS")
-        .ok()
-        .filter(|s| !s.is_empty())
-        .unwrap_or_else(|| DEFAULT_LIBRARY.to_string())
+    crate::config::libibverbs().unwrap_or_else(|| DEFAULT_LIBRARY.to_string())
 }
 
 /// libibverbs, loaded on first use (once per process).
