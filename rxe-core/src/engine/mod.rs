@@ -171,16 +171,9 @@ impl Transmit {
     }
 }
 
-/// What the transport knows about the ICRC of a received packet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum IcrcStatus {
-    /// Checked against the real IP header: right.
-    Ok,
-    /// Checked: wrong. The engine drops the packet and counts it.
-    Bad,
-    /// Not checked (a plain UDP socket over IPv4 does not see the IP ID).
-    Unverified,
-}
+/// What the transport knows about the ICRC of a received packet (defined
+/// with the ICRC's other verdicts, in `wire::icrc`).
+pub use crate::wire::icrc::IcrcStatus;
 
 /// Where a received datagram came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

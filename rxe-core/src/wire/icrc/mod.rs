@@ -21,6 +21,12 @@ use crc32fast::Hasher;
 use std::net::IpAddr;
 use std::sync::OnceLock;
 
+mod split;
+mod verdict;
+
+pub use split::{segment_headers, split_super, Split};
+pub use verdict::{plain_verdict, raw_icrc_ok, IcrcStatus, IdDeltas};
+
 /// Length of the ICRC trailer.
 pub const ICRC_LEN: usize = 4;
 
