@@ -105,6 +105,18 @@ impl fmt::Display for NakCode {
     }
 }
 
+/// The number of receive WQEs a 5-bit AETH credit code stands for (IBTA
+/// table 44: 0, 1, 2, 3, 4, 6, 8, 12, ... 32768, each step a factor of
+/// about 1.5), or `None` for [`CREDITS_INVALID`] (31, "credits
+/// not used") and anything above it.
+pub fn credit_count(code: u8) -> Option<u32> {
+    const TABLE: [u32; 31] = [
+        0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536,
+        2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768,
+    ];
+    TABLE.get(usize::from(code)).copied()
+}
+
 /// Credit count meaning "end-to-end credits are not used" (IBTA 9.7.7.2).
 pub const CREDITS_INVALID: u8 = 0x1f;
 
@@ -206,6 +218,18 @@ impl fmt::Display for AethRepr {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn credit_codes_stand_for_their_counts() {
+        assert_eq!(credit_count(0), Some(0));
+        assert_eq!(credit_count(5), Some(6));
+        assert_eq!(credit_count(30), Some(32768));
+        assert_eq!(credit_count(CREDITS_INVALID), None);
+        assert_eq!(credit_count(0xff), None);
+        let counts: Vec<u32> = (0..31).filter_map(credit_count).collect();
+        assert_eq!(counts.len(), 31);
+        assert!(counts.windows(2).all(|w| w[0] < w[1]));
+    }
 
     #[test]
     fn syndromes_from_the_spec() {

@@ -22,9 +22,10 @@ use rxe_core::wire::{
     Operation, PacketRepr, Position, RethRepr, RoceFrame, Transport,
 };
 use serde::Serialize;
+
+use super::words::duration;
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
-use std::time::Duration;
 
 /// What the tracker needs of one packet that parsed.
 #[derive(Debug, Clone)]
@@ -144,23 +145,6 @@ pub struct Context {
     /// For a response: the first and last frame of the requests it answers.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub answers: Option<[u64; 2]>,
-}
-
-/// A duration the way people say it: "640 µs" as "0.64 ms", "655.36 ms".
-pub fn duration(d: Duration) -> String {
-    let us = d.as_micros();
-    let trim = |x: f64, unit: &str| {
-        let s = format!("{x:.3}");
-        let s = s.trim_end_matches('0').trim_end_matches('.');
-        format!("{s} {unit}")
-    };
-    if us < 100 {
-        format!("{us} µs")
-    } else if us < 1_000_000 {
-        trim(us as f64 / 1e3, "ms")
-    } else {
-        trim(us as f64 / 1e6, "s")
-    }
 }
 
 fn hex(u: i64) -> String {
@@ -725,7 +709,7 @@ fn response(s: &mut Stream, i: &OpcodeInfo, p: &Facts, u: i64) -> Context {
                     || s.first_seen.range(..=u).next().map_or(u, |(k, _)| *k),
                     |a| a + 1,
                 );
-                let credit = match super::table::credits(credits) {
+                let credit = match rxe_core::wire::aeth::credit_count(credits) {
                     Some(n) => format!("{n} credits"),
                     None => "credit field 31: end-to-end credits not used".into(),
                 };
@@ -1081,10 +1065,6 @@ mod tests {
         assert_eq!(a.context(3).duplicate_of, Some(2));
         assert!(a.context(3).sentence.contains("again, as in frame 2"));
         assert!(a.context(3).sentence.contains("6 credits"));
-        assert_eq!(duration(Duration::from_micros(640)), "0.64 ms");
-        assert_eq!(duration(Duration::from_micros(655_360)), "655.36 ms");
-        assert_eq!(duration(Duration::from_micros(10)), "10 µs");
-        assert_eq!(duration(Duration::from_micros(2_000_000)), "2 s");
     }
 
     #[test]

@@ -392,7 +392,7 @@ fn ext_len(h: ExtHeaders) -> usize {
 /// The meaning of the AETH syndrome's value bits for this syndrome type.
 fn syndrome_value_meaning(s: AethSyndrome) -> String {
     match s {
-        AethSyndrome::Ack { credits } => match table::credits(credits) {
+        AethSyndrome::Ack { credits } => match rxe_core::wire::aeth::credit_count(credits) {
             Some(n) => format!("credit count code {credits}: {n} receive WQEs available"),
             None => {
                 "credit count 31: end-to-end credits not used (no receive queue limit advertised)"
@@ -401,7 +401,7 @@ fn syndrome_value_meaning(s: AethSyndrome) -> String {
         },
         AethSyndrome::RnrNak { timer } => format!(
             "RNR timer code {timer}: retry after {}",
-            super::context::duration(rxe_core::engine::timers::rnr_delay(timer))
+            super::words::duration(rxe_core::engine::timers::rnr_delay(timer))
         ),
         AethSyndrome::Nak(c) => format!("NAK code {}: {c}", c.code()),
         AethSyndrome::Reserved(_) => "reserved syndrome".into(),

@@ -15,6 +15,7 @@
 pub mod context;
 pub mod fields;
 pub mod table;
+pub mod words;
 
 use context::{Analysis, Context, Facts};
 use fields::{Dissection, Field, HeaderView};

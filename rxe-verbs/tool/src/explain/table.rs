@@ -393,16 +393,6 @@ fn syndrome(b: &[u8]) -> AethSyndrome {
     AethSyndrome::from_u8(b[0])
 }
 
-/// The credit count a 5-bit AETH credit code stands for (IBTA table 44),
-/// or `None` for 31, "credits not used".
-pub fn credits(code: u8) -> Option<u32> {
-    const TABLE: [u32; 31] = [
-        0, 1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536,
-        2048, 3072, 4096, 6144, 8192, 12288, 16384, 24576, 32768,
-    ];
-    TABLE.get(usize::from(code)).copied()
-}
-
 /// ACK Extended Transport Header (4 bytes). The syndrome byte is shown
 /// whole and then as its three parts.
 pub static AETH: &[Spec] = &[
@@ -452,11 +442,12 @@ pub static AETH: &[Spec] = &[
             AethSyndrome::Reserved(x) => u64::from(x & 0x1f),
         }),
         |v| {
-            let c = credits(v as u8).map_or("credits not used".into(), |n| format!("{n} credits"));
+            let c = rxe_core::wire::aeth::credit_count(v as u8)
+                .map_or("credits not used".into(), |n| format!("{n} credits"));
             let t = rxe_core::engine::timers::rnr_delay(v as u8);
             format!(
                 "if ACK: {c}; if RNR NAK: wait {}; if NAK: {}",
-                super::context::duration(t),
+                super::words::duration(t),
                 NakCode::from_code(v as u8)
             )
         }
@@ -717,7 +708,7 @@ fn psn24(v: u64) -> String {
 fn cm_timeout(v: u64) -> String {
     format!(
         "4.096 us x 2^{v} = {}",
-        super::context::duration(rxe_core::mad::cm::timeout(v as u8))
+        super::words::duration(rxe_core::mad::cm::timeout(v as u8))
     )
 }
 
