@@ -4,10 +4,10 @@
 //! The standard library's `HashMap` hashes with SipHash-1-3 under a random
 //! key, which guards a table against keys chosen to collide. Here every key
 //! stored is one this side chose (QP numbers and memory keys are drawn at
-//! random), and a peer only looks keys up, so that guard buys nothing, while SipHash cost about 110 instructions
-//! a lookup and a 64-byte SEND made eight of them on each side: 15 % of
-//! rxe-rs's user-space instructions per message (see docs/performance.md,
-//! "This round"). [`FastHasher`] is one folded 64×64→128-bit multiply per
+//! random), and a peer only looks keys up, so that guard buys nothing,
+//! while a 64-byte SEND makes several lookups on each side and SipHash was
+//! a large share of rxe-rs's user-space work per message (the figures are
+//! in docs/performance.md, "The round before (2026-11-28)"). [`FastHasher`] is one folded 64×64→128-bit multiply per
 //! integer written: both halves of the product feed the result, so the low
 //! bits (the bucket) and the high bits (hashbrown's tag) both depend on
 //! every bit of the key.

@@ -316,9 +316,8 @@ impl Shared {
     /// completion or raised an event (a receive posted to a QP in error
     /// completes at once). A collect after every receive posted (the CM's
     /// pump, the send queue's and the channels' locks, a wake-up of the
-    /// waiters, nothing to find) was 9 % of the user-space instructions of
-    /// a 64-byte SEND's receiving side (docs/performance.md, "This
-    /// round"). Packets deferred before it stay queued, as `with_engine`
+    /// waiters, nothing to find) was a clear share of a 64-byte SEND's
+    /// receiving side (docs/performance.md). Packets deferred before it stay queued, as `with_engine`
     /// leaves them for a call that produces none.
     pub fn with_engine_quiet<R>(&self, f: impl FnOnce(&mut Engine) -> R) -> R {
         let mut e = self.engine.lock();
@@ -686,13 +685,13 @@ impl Context {
     /// soft device; at most 10 ms. 0, the default unless `RXE_SPIN_US` says
     /// otherwise, sleeps at once.
     ///
-    /// A spin saves the wake-up when the answer comes within it: on
-    /// loopback, `rxe perf send_lat` took 9–13 µs with 50 µs of spin against
-    /// 24–27 µs without when the two processes ran on cores of their own,
-    /// and no worse when they shared one (the yield lets the peer run). It
-    /// costs CPU the rest of the machine may want: on a 2-vCPU machine the
-    /// bandwidth tests lost up to a third with it, which is why it is off
-    /// unless asked for (docs/performance.md). A native device ignores it:
+    /// A spin saves the wake-up when the answer comes within it, which on
+    /// loopback makes a ping-pong's round trip much shorter when the two
+    /// processes run on cores of their own, and no worse when they share
+    /// one (the yield lets the peer run). It costs CPU the rest of the
+    /// machine may want: on a small machine the bandwidth tests lose a
+    /// good part of their throughput with it, which is why it is off
+    /// unless asked for (figures in docs/performance.md). A native device ignores it:
     /// its waits poll the CQ.
     pub fn set_poll_spin(&self, spin: Duration) {
         if let CtxImp::Soft(i) = &self.imp {

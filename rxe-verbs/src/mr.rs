@@ -51,7 +51,7 @@ pub(crate) struct RegionBytes {
     bytes: RwLock<Box<[u8]>>,
     /// `bytes.len()`, readable without the lock: the engine asks for it
     /// whenever it resolves an SGE or a key (once per message), and taking
-    /// the lock for it was 1.5-2 % of a 64-byte SEND's cycles on each side
+    /// the lock for it showed in a 64-byte SEND's profile on each side
     /// (docs/performance.md). The bytes change length only when the region
     /// is deregistered (to 0, stored after the bytes went); every accessor
     /// still checks its range against the bytes under the lock.

@@ -468,8 +468,13 @@ static void cases_qp(struct ibv_pd *pd)
 	else
 		line("cm.qp.bound_dev.pd_null", "ok type=%d %s", id->qp->qp_type, qpstate(id->qp));
 	if (!r) {
+		line("cm.qp.bound_dev.cqs", "send_cq=%s recv_cq=%s same=%s send_channel=%s recv_channel=%s",
+		     id->send_cq ? "set" : "NULL", id->recv_cq ? "set" : "NULL",
+		     id->send_cq == id->recv_cq ? "yes" : "no", id->send_cq_channel ? "set" : "NULL",
+		     id->recv_cq_channel ? "set" : "NULL");
 		rdma_destroy_qp(id);
-		line("cm.qp.bound_dev.destroyed", "qp=%s", id->qp ? "set" : "NULL");
+		line("cm.qp.bound_dev.destroyed", "qp=%s send_cq=%s recv_cq=%s", id->qp ? "set" : "NULL",
+		     id->send_cq ? "set" : "NULL", id->recv_cq ? "set" : "NULL");
 	}
 	qp_case("cm.qp.bound_dev.pd", id, pd, IBV_QPT_RC);
 	dqp(id);
@@ -494,6 +499,26 @@ static void cases_qp(struct ibv_pd *pd)
 	rc_line("cm.qp.destroy_id_with_qp", rdma_destroy_id(id));
 	if (qp)
 		rc_line("cm.qp.destroy_id_with_qp.qp_after", ibv_destroy_qp(qp));
+
+	/* the QP destroyed with ibv_destroy_qp, not rdma_destroy_qp, then the
+	 * id: librdmacm does not learn of it (id->qp stays) and its
+	 * rdma_destroy_id does not look at the QP */
+	for (int own = 0; own < 2; own++) {
+		const char *c = own ? "cm.qp.ibv_destroy_qp.own_cqs" : "cm.qp.ibv_destroy_qp";
+		struct ibv_cq *cq = own ? ibv_create_cq(pd->context, 8, NULL, NULL, 0) : NULL;
+		id = new_id(RDMA_PS_TCP);
+		rdma_bind_addr(id, SA(dev));
+		qp_caps(&a, IBV_QPT_RC);
+		a.send_cq = a.recv_cq = cq;
+		rc_line(ID("%s.create", c), rdma_create_qp(id, own ? pd : NULL, &a));
+		if (id->qp) {
+			rc_line(c, ibv_destroy_qp(id->qp));
+			line(ID("%s.after", c), "qp=%s", id->qp ? "set" : "NULL");
+		}
+		rc_line(ID("%s.destroy_id", c), rdma_destroy_id(id));
+		if (cq)
+			rc_line(ID("%s.cq_after", c), ibv_destroy_cq(cq));
+	}
 }
 
 /* one side of a connection: an id on its own channel */

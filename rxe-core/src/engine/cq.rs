@@ -50,10 +50,10 @@ impl Cq {
     /// Moves the oldest `max` completions (or all there are) to `out`, in
     /// order; returns how many. Completions are `Copy`: they go over as at
     /// most two slices (the ring's halves), and an emptied queue is
-    /// cleared rather than drained. (`out.extend(entries.drain(..n))`
-    /// pushed them one at a time and set a drain up and tore it down even
-    /// for an empty queue: about 100 instructions a call, six calls a
-    /// `send_lat` round trip.)
+    /// cleared rather than drained: `out.extend(entries.drain(..n))` pushed
+    /// them one at a time and set a drain up even for an empty queue, on
+    /// a path a latency test takes several times a round trip (figures in
+    /// docs/performance.md).
     pub fn take(&mut self, max: usize, out: &mut Vec<Completion>) -> usize {
         let n = max.min(self.entries.len());
         if n == 0 {

@@ -1,9 +1,10 @@
 //! Which QP's timer is due next, without looking at every QP.
 //!
 //! A QP has at most one deadline at a time ([`Qp::next_timeout`]: its
-//! transport timer or the end of an RNR wait). With a thousand QPs, finding
-//! the earliest by visiting them all cost about 4 % of a `write_bw` client's
-//! CPU: the progress loop asks for it every round. Instead the engine files
+//! transport timer or the end of an RNR wait). Finding the earliest by
+//! visiting every QP costs in proportion to the QPs, and the progress loop
+//! asks for it every round (a measurable share of a `write_bw` client's
+//! CPU with a thousand QPs; docs/performance.md). Instead the engine files
 //! each QP's deadline in a min-heap whenever the QP's code has run
 //! ([`Deadlines::file`]), and superseded entries are dropped lazily: an
 //! entry `(t, qpn)` is current while QP `qpn` exists and its filed deadline

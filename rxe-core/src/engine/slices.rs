@@ -4,10 +4,9 @@
 //!
 //! Every SEND a responder receives and every request a requester starts
 //! resolves its SGEs to [`MemSlice`]s. As a `Vec` that was an allocation
-//! and a free per message on each side, about 150 instructions of a
-//! 64-byte SEND's 4,000 (see docs/performance.md, "The round before
-//! (2026-11-28)"); nearly every work request has a single SGE, which is
-//! kept inline here.
+//! and a free per message on each side (what that cost is in
+//! docs/performance.md, "The round before (2026-11-28)"); nearly every
+//! work request has a single SGE, which is kept inline here.
 
 use super::mem::MemSlice;
 use std::ops::Deref;
@@ -27,8 +26,8 @@ pub(crate) enum Slices {
 
 impl Slices {
     /// Appends an entry. The usual first entry is written in place: taking
-    /// the whole enum out and putting it back (as this did) moved it twice
-    /// and cost about 35 instructions a work request.
+    /// the whole enum out and putting it back would move it twice for
+    /// every work request.
     pub fn push(&mut self, s: MemSlice) {
         match self {
             Slices::Empty => *self = Slices::One(s),

@@ -91,7 +91,7 @@
 //! below) or cuts it in software with the IDs described here; no NIC is
 //! involved, so no hardware numbering of segments is trusted. `RXE_GSO=1`
 //! sends with GSO to every destination, `RXE_GSO=0` to none (what a raw
-//! receiver of a build older than `928629e`, which cannot take a
+//! receiver of an rxe-rs build from before 2026-11-28, which cannot take a
 //! super-packet, needs from a sender on the same host).
 //!
 //! UDP segmentation offload (`UDP_SEGMENT`) sends one buffer that the

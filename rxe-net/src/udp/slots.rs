@@ -30,8 +30,8 @@ pub(super) struct Slots {
 
 /// When a receive looks at the forward socket ([`crate::share`]), which
 /// only another process on the same address ever writes to: a look that
-/// finds nothing is a system call (about 0.3 µs) after every `recvmmsg`,
-/// on a latency test's critical path and in every empty look of a spinning
+/// finds nothing is a system call after every `recvmmsg`, on a latency
+/// test's critical path and in every empty look of a spinning
 /// receiver. It looks when a wait (the transport's own or a [`Waiter`]'s,
 /// both of which watch the forward socket) saw it readable, while the
 /// last look found datagrams, and otherwise every [`FWD_EVERY`]th receive,
@@ -69,9 +69,9 @@ impl FwdLook {
 /// The receive side's message headers, set up once: `recvmmsg` writes
 /// only the lengths and flags of the headers it filled, so only those are
 /// reset before the next call. Setting up all [`BATCH`] headers before
-/// every call was about 1,000 instructions a receive, most of a latency
-/// test's receive (one datagram a call) and every empty look of a
-/// spinning receiver.
+/// every call was most of the work of a latency test's receive (one
+/// datagram a call) and of every empty look of a spinning receiver
+/// (docs/performance.md, `RxSlots`).
 pub(super) struct RxSlots {
     pub(super) names: [libc::sockaddr_storage; BATCH],
     pub(super) iovs: [libc::iovec; BATCH],

@@ -128,9 +128,11 @@ impl UdpTransport {
             // In raw mode the UDP socket only holds the port and drops
             // everything (its filter), but without `UDP_GRO` the kernel
             // first cuts each super-packet a loopback GSO sender sends into
-            // its segments for it, to drop them one by one: 14 % of a
-            // 64-byte send_bw client's CPU, whose sendmmsg runs the
-            // loopback receive. With it the super-packet is dropped whole.
+            // its segments for it, to drop them one by one, in the
+            // sender's `sendmmsg` (which runs the loopback receive): a
+            // large share of a 64-byte send_bw client's CPU
+            // (docs/performance.md). With it the super-packet is dropped
+            // whole.
             // Only on a loopback address: on another, `UDP_GRO` would also
             // let the kernel coalesce a NIC's packets for this port, and
             // the raw socket would see them merged.
@@ -1027,12 +1029,10 @@ impl SocketDefaults {
     }
 
     /// The control messages (type, value) `t` needs, and how many: only
-    /// for what differs from the socket's own settings: the kernel's
-    /// handling of ancillary data cost 0.3 µs per datagram for one control
-    /// message and 0.5 µs for two on this project's test machine (a
-    /// `sendmmsg` of two small datagrams over loopback, received: 6.3 µs
-    /// without, 7.2 µs with two each). A hop limit of 0 asks for the
-    /// socket's default (IPv4 refuses a TTL of 0).
+    /// for what differs from the socket's own settings, since the kernel's
+    /// handling of ancillary data costs time per datagram
+    /// (docs/performance.md, "Figures that were in code comments"). A hop
+    /// limit of 0 asks for the socket's default (IPv4 refuses a TTL of 0).
     pub(super) fn ancillary(
         self,
         t: &Transmit,

@@ -33,8 +33,8 @@ pub const ICRC_LEN: usize = 4;
 const UDP_LEN: usize = 8;
 
 /// A fresh CRC-32 state. `Hasher::new` checks the CPU's features to pick
-/// crc32fast's implementation, about 37 instructions, twice per packet (once
-/// sent, once received): the choice is made once and copied.
+/// crc32fast's implementation, and an ICRC is computed twice per packet
+/// (once sent, once received): the choice is made once and copied.
 fn hasher() -> Hasher {
     static PROTO: OnceLock<Hasher> = OnceLock::new();
     PROTO.get_or_init(Hasher::new).clone()
