@@ -1,9 +1,10 @@
 //! Completion queues and completion channels.
 
-use crate::context::{Context, CtxImp, Inner};
+use crate::context::{Context, CtxImp};
 use crate::error::Error;
 use crate::events::Events;
 use crate::native::{NChannel, NCq};
+use crate::soft::Inner;
 use rxe_core::engine::CqId;
 use rxe_core::types::Completion;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -342,7 +343,7 @@ impl CompletionQueue {
                 // This thread is the receiver: take packets in until the
                 // completions are there.
                 // Datagrams the last round took in (see "Waiting" in
-                // `crate::progress`).
+                // `crate::soft::progress`).
                 let mut taken = 0;
                 let r = (|| loop {
                     // Look before sleeping: a completion another thread
@@ -419,7 +420,7 @@ impl CompletionQueue {
             if deadline.is_some_and(|d| now >= d) {
                 return timed_out(out);
             }
-            let recheck = now + crate::progress::TIMER_TICK;
+            let recheck = now + crate::soft::progress::TIMER_TICK;
             s.progress
                 .wait_until(&mut e, deadline.map_or(recheck, |d| d.min(recheck)));
         }

@@ -56,21 +56,19 @@
 //! FFI to libibverbs); everything else is safe Rust.
 #![deny(unsafe_code)]
 
-mod capture;
 pub mod cm;
 mod config;
 mod context;
 mod cq;
 mod device;
-mod doorbell;
 mod error;
 mod events;
 mod mr;
 #[allow(unsafe_code)]
 mod native;
-mod progress;
 pub mod provider;
 mod qp;
+mod soft;
 mod sync;
 
 pub use context::{AsyncEventKind, AsyncNotify, Context};
@@ -79,7 +77,6 @@ pub use cq::{CompletionChannel, CompletionQueue};
 pub use device::{addr_of, gid_of, Device, DeviceAttr, PortAttr, PortState};
 pub use error::Error;
 pub use mr::{ForeignRegion, MemoryRegion, MemoryWindow, ProtectionDomain, RemoteRegion};
-pub use progress::send_deferred;
 pub use provider::{DeviceKind, GidType, NativeDeviceInfo, NativeGid, Provider};
 pub use qp::{
     inc_rkey, AddressHandle, ConnectOptions, Endpoint, QpInitAttr, QueuePair, SharedReceiveQueue,
@@ -93,6 +90,7 @@ pub use rxe_core::types::{
     QpType, RecvWr, SendFlags, SendOpcode, SendWr, Sge, UdDest, WcOpcode, WcStatus,
 };
 pub use rxe_net::route::{interface_of, Interface};
+pub use soft::progress::send_deferred;
 
 /// Convenience constructors for work requests.
 pub trait SendWrExt {

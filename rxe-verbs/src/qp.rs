@@ -1,11 +1,12 @@
 //! Queue pairs, shared receive queues and address handles.
 
-use crate::context::{Context, CtxImp, Inner};
+use crate::context::{Context, CtxImp};
 use crate::cq::CompletionQueue;
 use crate::device::{addr_of, gid_of};
 use crate::error::{invalid, unsupported, Error};
 use crate::mr::{MemoryRegion, MemoryWindow, PdImp, ProtectionDomain};
 use crate::native::{NQp, NSrq};
+use crate::soft::Inner;
 pub use rxe_core::engine::mcast::MULTICAST_QPN;
 use rxe_core::engine::mcast::{group_of_gid, Attached, Detached};
 use rxe_core::engine::state::Connect;

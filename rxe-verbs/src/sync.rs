@@ -1,7 +1,7 @@
 //! The synchronisation primitives of the modules whose correctness is a
 //! matter of threads only, not of sockets or clocks: the completion
 //! channel's and the async events' queues ([`crate::events`]) and the
-//! receiver token ([`crate::progress::Receiver`]).
+//! receiver token ([`crate::soft::progress::Receiver`]).
 //!
 //! Here they are the ones the rest of the crate uses (parking_lot's locks,
 //! std's atomics). The model tests (`tests/model.rs`) compile those same

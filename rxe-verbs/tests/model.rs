@@ -8,7 +8,7 @@
 //! here as they are, against a `sync` module that maps their primitives to
 //! loom's (`model/sync.rs`): the completion channel's queue (also the
 //! rdma_cm event channel's) and the async events' queue (`src/events.rs`),
-//! the receiver token (`src/progress/receiver.rs`), and the C library's
+//! the receiver token (`src/soft/progress/receiver.rs`), and the C library's
 //! event counts (`ibverbs/src/event_count.rs`) and event descriptors
 //! (`ibverbs/src/event_queue.rs`, on a modelled pipe, [`ModelFd`]). Where
 //! a protocol is spread over code that also talks to the socket, the
@@ -30,12 +30,14 @@ mod sync;
 #[path = "../src/events.rs"]
 mod events;
 
-/// What `src/progress/receiver.rs` takes from its parent module.
-mod progress {
-    pub const HANDOFF: std::time::Duration = std::time::Duration::from_micros(500);
+/// What `src/soft/progress/receiver.rs` takes from its parent module.
+mod soft {
+    pub mod progress {
+        pub const HANDOFF: std::time::Duration = std::time::Duration::from_micros(500);
+    }
 }
 
-#[path = "../src/progress/receiver.rs"]
+#[path = "../src/soft/progress/receiver.rs"]
 mod receiver;
 
 #[path = "../ibverbs/src/event_count.rs"]

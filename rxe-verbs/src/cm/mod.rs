@@ -59,9 +59,10 @@ mod port;
 
 pub(crate) use port::{CmPort, Gone};
 
-use crate::context::{CtxImp, Inner};
+use crate::context::CtxImp;
 use crate::error::{invalid, Error};
 use crate::events::Events;
+use crate::soft::Inner;
 use crate::{Context, QueuePair};
 use parking_lot::Mutex;
 use rxe_core::cm::{CmQpType, ConnId, ConnectParams, SidrId, SidrParams};

@@ -11,8 +11,8 @@ use super::{
     peer_of, ChannelInner, CmId, ConnParam, Event, EventKind, IdInner, IdState, UdParam,
     RDMA_UDP_QKEY,
 };
-use crate::context::{Inner, Shared};
 use crate::error::{invalid, Error};
+use crate::soft::{Inner, Shared};
 use parking_lot::Mutex;
 use rxe_core::cm::{
     AcceptParams, CmAgent, CmConfig, CmEvent, CmQpType, ConnId, ConnectParams, QpParams, SidrId,

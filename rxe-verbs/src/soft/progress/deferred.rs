@@ -1,5 +1,5 @@
 //! Packets a poll left for the program's answer ("Deferred sending" in
-//! [`crate::progress`]), and the one call that sends them when the program
+//! [`crate::soft::progress`]), and the one call that sends them when the program
 //! turns to anything else.
 //!
 //! A look at the socket by a polling program
@@ -18,7 +18,7 @@
 //! leaves it when [`send_deferred`] takes it (its other flushes send the
 //! packets but leave it listed, which costs only a lock-free check later).
 
-use crate::context::Shared;
+use crate::soft::Shared;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 

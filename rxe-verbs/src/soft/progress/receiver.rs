@@ -1,8 +1,8 @@
-//! The [`Receiver`] token (see [`crate::progress`]). It uses only
+//! The [`Receiver`] token (see [`crate::soft::progress`]). It uses only
 //! [`crate::sync`], so the model tests (`tests/model.rs`) check it under
 //! loom as it is.
 
-use crate::progress::HANDOFF;
+use crate::soft::progress::HANDOFF;
 use crate::sync::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -35,7 +35,7 @@ impl Receiver {
             .map(|_| ReceiverGuard { receiver: self })
     }
 
-    /// Says whether the holder only polls (see [`crate::progress::ORPHAN`]).
+    /// Says whether the holder only polls (see [`crate::soft::progress::ORPHAN`]).
     pub fn set_poller(&self, poller: bool) {
         self.poller.store(poller, Ordering::Relaxed);
     }

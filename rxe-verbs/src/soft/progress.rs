@@ -77,10 +77,10 @@
 //! the progress thread.
 //!
 //! Posts that follow each other closely hold their packets the same way,
-//! to leave together ([`crate::doorbell`]); the first of them wakes this
+//! to leave together ([`crate::soft::doorbell`]); the first of them wakes this
 //! thread, which sends the burst if the application does not.
 
-use crate::context::Shared;
+use crate::soft::Shared;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -111,11 +111,11 @@ pub(crate) use deferred::{list as list_deferred, Listed};
 pub(crate) use receiver::Receiver;
 
 /// Before the progress thread sends what posts held for a batch (it was
-/// woken by the first of them: see [`crate::doorbell`]), it gives the
+/// woken by the first of them: see [`crate::soft::doorbell`]), it gives the
 /// program a moment to post the rest of its burst.
 fn let_the_burst_grow(shared: &Shared) {
     if shared.doorbell.is_held() {
-        std::thread::sleep(crate::doorbell::GRACE);
+        std::thread::sleep(crate::soft::doorbell::GRACE);
     }
 }
 
