@@ -27,6 +27,7 @@ pub const GSI_QKEY: u32 = 0x8001_0000;
 /// SEND ONLY to QP 1 with more than its BTH. Reads two fixed offsets and
 /// checks nothing else (the agent that takes the MAD parses it fully); the
 /// one test the transport, the device and the CM router share.
+#[inline]
 pub fn is_gsi_packet(packet: &[u8]) -> bool {
     const UD_SEND_ONLY: u8 = 0x64;
     packet.len() > 8 && packet[0] == UD_SEND_ONLY && packet[5..8] == GSI_QPN.to_be_bytes()[1..]

@@ -92,6 +92,7 @@ impl<T: AsRef<[u8]>> Bth<T> {
         self.b()[f::ACK] & 0x7f
     }
     /// Packet sequence number (24 bits).
+    #[inline]
     pub fn psn(&self) -> Psn {
         Psn::new(u24_at(self.b(), f::PSN))
     }

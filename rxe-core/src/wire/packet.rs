@@ -116,6 +116,7 @@ impl<T: AsRef<[u8]>> Packet<T> {
     }
 
     /// The BTH.
+    #[inline]
     pub fn bth(&self) -> Bth<&[u8]> {
         Bth::new_unchecked(&self.buffer.as_ref()[..BTH_LEN])
     }

@@ -24,6 +24,7 @@ pub enum Split {
 /// lengths of one segment, identification + k, a fresh header checksum
 /// and UDP checksum 0 (none), as the kernel's segmentation would have
 /// written them but for the UDP checksum.
+#[inline]
 pub fn segment_headers(head: &[u8], k: usize, n: usize, out: &mut [u8]) {
     let ihl = head.len() - 8;
     out.copy_from_slice(head);

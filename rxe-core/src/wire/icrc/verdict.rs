@@ -45,6 +45,7 @@ impl IdDeltas {
     /// up to the ICRC) is `n` bytes long when its identification goes from
     /// 0 to `id`. Only the low 8 bits of `id` count: callers keep it below
     /// 256.
+    #[inline]
     pub fn delta(&mut self, n: usize, id: u16) -> u32 {
         debug_assert!(id < 256);
         if id == 0 {
@@ -123,6 +124,7 @@ pub fn plain_verdict(
 }
 
 /// Whether a raw-mode datagram's ICRC is right for it as one packet.
+#[inline]
 pub fn raw_icrc_ok(ip: &[u8]) -> bool {
     RoceFrame::parse_ip(ip, None)
         .is_ok_and(|f| f.transport.len() >= BTH_LEN + ICRC_LEN && f.icrc_ok())
