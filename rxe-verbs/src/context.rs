@@ -2,50 +2,17 @@
 //! events it reports: a handle over the soft backend ([`crate::soft`]) or
 //! a native device ([`crate::native`]).
 
-use crate::device::{gid_of, Device, DeviceAttr, PortAttr};
+use crate::attr::{gid_of, AsyncEventKind, AsyncNotify, DeviceAttr, DeviceKind, PortAttr};
+use crate::device::Device;
 use crate::error::Error;
 use crate::native::NContext;
-use crate::provider::DeviceKind;
 use crate::soft::{Inner, MAX_SPIN};
-use rxe_core::engine::AsyncEvent;
 use rxe_net::faults::FaultCounters;
 use rxe_net::udp::RecvMode;
 use std::net::Ipv6Addr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// A hook that takes asynchronous events ([`Context::set_async_notify`]).
-pub type AsyncNotify = Box<dyn Fn(AsyncEventKind) + Send + Sync>;
-
-/// Asynchronous events, as `ibv_get_async_event` reports them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AsyncEventKind {
-    /// The port is up (raised once when the device opens).
-    PortActive,
-    /// A QP went to the error state (`IBV_EVENT_QP_FATAL`).
-    QpFatal(u32),
-    /// The first packet arrived on a QP in RTR (`IBV_EVENT_COMM_EST`).
-    CommEstablished(u32),
-    /// A QP's send queue drained in SQD (`IBV_EVENT_SQ_DRAINED`).
-    SqDrained(u32),
-    /// A completion queue overran (`IBV_EVENT_CQ_ERR`); the number is the CQ's.
-    CqError(u32),
-    /// A shared receive queue fell below its limit (`IBV_EVENT_SRQ_LIMIT_REACHED`).
-    SrqLimitReached(u32),
-}
-
-impl From<AsyncEvent> for AsyncEventKind {
-    fn from(e: AsyncEvent) -> Self {
-        match e {
-            AsyncEvent::QpFatal(q) => AsyncEventKind::QpFatal(q),
-            AsyncEvent::CommEstablished(q) => AsyncEventKind::CommEstablished(q),
-            AsyncEvent::SqDrained(q) => AsyncEventKind::SqDrained(q),
-            AsyncEvent::CqError(c) => AsyncEventKind::CqError(c.0),
-            AsyncEvent::SrqLimitReached(s) => AsyncEventKind::SrqLimitReached(s.0),
-        }
-    }
-}
 
 /// An open RDMA device (`ibv_context`): the soft engine, or a native device.
 #[derive(Clone)]
@@ -209,7 +176,7 @@ impl Context {
                 PortAttr::new(self.device(), e.config())
             }
             CtxImp::Native(n) => n.query_port().unwrap_or_else(|_| PortAttr {
-                state: crate::device::PortState::Down,
+                state: crate::attr::PortState::Down,
                 max_mtu: rxe_core::types::Mtu::Mtu1024,
                 active_mtu: rxe_core::types::Mtu::Mtu1024,
                 gid_tbl_len: 0,

@@ -56,6 +56,7 @@
 //! FFI to libibverbs); everything else is safe Rust.
 #![deny(unsafe_code)]
 
+mod attr;
 pub mod cm;
 mod config;
 mod context;
@@ -71,17 +72,17 @@ mod qp;
 mod soft;
 mod sync;
 
-pub use context::{AsyncEventKind, AsyncNotify, Context};
+pub use attr::{
+    addr_of, gid_of, AddressHandle, AsyncEventKind, AsyncNotify, DeviceAttr, DeviceKind, GidType,
+    NativeDeviceInfo, NativeGid, PortAttr, PortState, Provider, QpInitAttr,
+};
+pub use context::Context;
 pub use cq::Notify;
 pub use cq::{CompletionChannel, CompletionQueue};
-pub use device::{addr_of, gid_of, Device, DeviceAttr, PortAttr, PortState};
+pub use device::Device;
 pub use error::Error;
 pub use mr::{ForeignRegion, MemoryRegion, MemoryWindow, ProtectionDomain, RemoteRegion};
-pub use provider::{DeviceKind, GidType, NativeDeviceInfo, NativeGid, Provider};
-pub use qp::{
-    inc_rkey, AddressHandle, ConnectOptions, Endpoint, QpInitAttr, QueuePair, SharedReceiveQueue,
-    MULTICAST_QPN,
-};
+pub use qp::{inc_rkey, ConnectOptions, Endpoint, QueuePair, SharedReceiveQueue, MULTICAST_QPN};
 pub use rxe_core::engine::mem::MwType;
 pub use rxe_core::engine::{AtomicOp, RegionMemory};
 pub use rxe_core::psn::Psn;

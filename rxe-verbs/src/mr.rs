@@ -34,10 +34,10 @@
 //! Rust reference to DMA memory ever exists; the buffer is freed only after
 //! `ibv_dereg_mr` succeeds. Memory windows are soft-only.
 
+use crate::attr::AddressHandle;
 use crate::context::{Context, CtxImp};
 use crate::error::{invalid, unsupported, Error};
 use crate::native::{NMr, NPd};
-use crate::qp::AddressHandle;
 use crate::soft::Inner;
 use parking_lot::RwLock;
 use rxe_core::engine::mem::MwType;

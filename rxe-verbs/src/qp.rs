@@ -1,8 +1,8 @@
 //! Queue pairs, shared receive queues and address handles.
 
+use crate::attr::{addr_of, gid_of, QpInitAttr};
 use crate::context::{Context, CtxImp};
 use crate::cq::CompletionQueue;
-use crate::device::{addr_of, gid_of};
 use crate::error::{invalid, unsupported, Error};
 use crate::mr::{MemoryRegion, MemoryWindow, PdImp, ProtectionDomain};
 use crate::native::{NQp, NSrq};
@@ -16,23 +16,6 @@ use rxe_core::types::*;
 use std::net::Ipv6Addr;
 use std::ops::Range;
 use std::sync::Arc;
-
-/// Creation attributes of a QP (`ibv_qp_init_attr`).
-#[derive(Debug, Clone, Copy)]
-pub struct QpInitAttr {
-    /// Transport.
-    pub qp_type: QpType,
-    /// CQ for send completions.
-    pub send_cq: u32,
-    /// CQ for receive completions.
-    pub recv_cq: u32,
-    /// Shared receive queue.
-    pub srq: Option<u32>,
-    /// Capacities.
-    pub cap: QpCap,
-    /// Every send WR completes (`sq_sig_all`).
-    pub sq_sig_all: bool,
-}
 
 impl QpInitAttr {
     /// Attributes with the default capacities.
@@ -115,30 +98,6 @@ impl Default for ConnectOptions {
             qkey: 0x1111_1111,
             sgid_index: 0,
         }
-    }
-}
-
-/// An address handle (`ibv_ah`) for UD sends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AddressHandle {
-    pub(crate) av: AddressVector,
-}
-
-impl AddressHandle {
-    /// The address vector.
-    pub fn av(&self) -> AddressVector {
-        self.av
-    }
-    /// A UD SEND of `sges` to QP `remote_qpn` behind this handle.
-    pub fn send(&self, wr_id: u64, sges: &[Sge], remote_qpn: u32, remote_qkey: u32) -> SendWr {
-        let mut wr = SendWr::new(wr_id, SendOpcode::Send);
-        wr.sg_list = sges.to_vec();
-        wr.ud = Some(UdDest {
-            av: self.av,
-            remote_qpn,
-            remote_qkey,
-        });
-        wr
     }
 }
 

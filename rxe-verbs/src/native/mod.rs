@@ -29,10 +29,10 @@
 mod ffi;
 mod loader;
 
-use crate::context::AsyncEventKind;
-use crate::device::{addr_of, gid_of, Device, DeviceAttr, PortAttr, PortState};
+use crate::attr::{addr_of, gid_of, AsyncEventKind, DeviceAttr, PortAttr, PortState};
+use crate::attr::{GidType, NativeDeviceInfo, NativeGid};
+use crate::device::Device;
 use crate::error::{invalid, unsupported, Error};
-use crate::provider::{GidType, NativeDeviceInfo, NativeGid};
 use ffi::*;
 use loader::Verbs;
 use parking_lot::{Mutex, RwLock};
@@ -1417,7 +1417,7 @@ impl NQp {
     pub fn create(
         ctx: &Arc<NContext>,
         pd: &Arc<NPd>,
-        attr: &crate::qp::QpInitAttr,
+        attr: &crate::attr::QpInitAttr,
     ) -> Result<NQp, Error> {
         let (qp_type, cap, sq_sig_all) = (attr.qp_type, attr.cap, attr.sq_sig_all);
         let scq = ctx.cq_by_id(attr.send_cq)?;

@@ -11,7 +11,7 @@
 use super::capture::Capture;
 use super::doorbell::Doorbell;
 use super::progress::Receiver;
-use crate::context::AsyncEventKind;
+use crate::attr::AsyncEventKind;
 use crate::cq::ChannelInner;
 use crate::device::Device;
 use crate::error::Error;

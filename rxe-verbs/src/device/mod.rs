@@ -8,15 +8,18 @@
 //! device libibverbs lists (a RoCE NIC, or the kernel's rxe); which kind
 //! serves a name or an address is decided by [`crate::provider`].
 
-use crate::context::Context;
+use crate::attr::{
+    addr_of, gid_of, DeviceAttr, DeviceKind, NativeDeviceInfo, NativeGid, PortAttr, PortState,
+    Provider,
+};
 use crate::error::Error;
-use crate::native;
-use crate::provider::{choose, Choice, DeviceKind, NativeDeviceInfo, NativeGid, Provider, Target};
 use rxe_core::engine::EngineConfig;
 use rxe_core::types::{DeviceCaps, Mtu};
 use rxe_net::faults::FaultSpec;
 use std::net::{IpAddr, Ipv6Addr};
 use std::path::PathBuf;
+
+mod discover;
 
 /// An RDMA device: soft (the rxe-rs engine bound to one local IP address)
 /// or native (a libibverbs device, with the GID it will use).
@@ -63,89 +66,6 @@ pub(crate) struct NativeSel {
     pub gid: Option<NativeGid>,
 }
 
-/// The GID of an address as the kernel's rxe lists it: IPv4 addresses
-/// IPv4-mapped (`::ffff:a.b.c.d`), IPv6 addresses as they are.
-pub fn gid_of(addr: IpAddr) -> Ipv6Addr {
-    match addr {
-        IpAddr::V4(a) => a.to_ipv6_mapped(),
-        IpAddr::V6(a) => a,
-    }
-}
-
-/// The IP address a GID stands for (the inverse of [`gid_of`]).
-pub fn addr_of(gid: Ipv6Addr) -> IpAddr {
-    match gid.to_ipv4_mapped() {
-        Some(v4) => IpAddr::V4(v4),
-        None => IpAddr::V6(gid),
-    }
-}
-
-/// Writes `line` to standard error the first time it is called in the
-/// process, never again: the one line that says the native backend is not
-/// in use and why.
-fn note_soft_fallback(reason: &str) {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        eprintln!("rxe-verbs: no native RDMA device ({reason}); using the soft RoCE v2 stack");
-    });
-}
-
-/// The native devices a provider may use. `Soft` never loads libibverbs;
-/// `Auto` turns "no libibverbs" and "no device" into an empty list (and,
-/// when listing devices, the one log line: a program that asked for a
-/// device by name or address and got a soft one hears nothing about
-/// native ones); `Native` makes them errors.
-fn natives_for(provider: Provider, listing: bool) -> Result<Vec<NativeDeviceInfo>, Error> {
-    let note_soft_fallback = |reason: &str| {
-        if listing {
-            note_soft_fallback(reason)
-        }
-    };
-    match provider {
-        Provider::Soft => Ok(Vec::new()),
-        Provider::Native => native::discover().map_err(|reason| Error::Unsupported {
-            what: format!("native verbs: {reason}"),
-        }),
-        Provider::Auto => match native::discover() {
-            Ok(v) if !v.is_empty() => Ok(v),
-            Ok(_) => {
-                note_soft_fallback("libibverbs lists no RDMA device");
-                Ok(Vec::new())
-            }
-            Err(reason) => {
-                note_soft_fallback(&reason);
-                Ok(Vec::new())
-            }
-        },
-    }
-}
-
-/// The `(name, address)` pairs of `RXE_DEVICES` (`name=address,...`; a
-/// bare address is named `rxeN` after its position). An item that is
-/// neither is left out, and said so on standard error once.
-fn soft_named() -> Vec<(String, IpAddr)> {
-    let spec = crate::config::devices();
-    let mut out: Vec<(String, IpAddr)> = Vec::new();
-    let mut bad = Vec::new();
-    for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let (name, addr) = match item.split_once('=') {
-            Some((n, a)) => (n.trim().to_string(), a.trim()),
-            None => (format!("rxe{}", out.len()), item),
-        };
-        match addr.parse::<IpAddr>() {
-            Ok(a) if !name.is_empty() && name.len() < 64 => out.push((name, a)),
-            _ => bad.push(item.to_string()),
-        }
-    }
-    if !bad.is_empty() {
-        static ONCE: std::sync::Once = std::sync::Once::new();
-        ONCE.call_once(|| {
-            eprintln!("rxe-verbs: RXE_DEVICES: ignoring {bad:?} (want NAME=ADDRESS)")
-        });
-    }
-    out
-}
-
 impl Device {
     /// A soft device on `addr`, named after it. This is an explicit choice
     /// of the soft stack: `RXE_PROVIDER` does not change it (see
@@ -172,25 +92,6 @@ impl Device {
             faults: None,
             native: Some(NativeSel { info, gid }),
             provider: None,
-        }
-    }
-
-    fn from_choice(c: Choice, natives: Vec<NativeDeviceInfo>) -> Device {
-        match c {
-            Choice::Soft { name, addr } => {
-                let mut d = Device::soft(addr);
-                if let Some(n) = name {
-                    d.name = n;
-                }
-                d
-            }
-            Choice::Native { device, gid } => {
-                let info = natives
-                    .into_iter()
-                    .nth(device)
-                    .expect("choose returns a listed device");
-                Device::from_native(info, Some(gid))
-            }
         }
     }
 
@@ -267,93 +168,6 @@ impl Device {
     pub fn with_provider(mut self, provider: Provider) -> Device {
         self.provider = Some(provider);
         self
-    }
-
-    /// The devices `RXE_PROVIDER` allows, native ones (as libibverbs lists
-    /// them) first, then the soft ones named in `RXE_DEVICES`
-    /// (`name=address,...`). Never fails: without libibverbs, or with an
-    /// invalid `RXE_PROVIDER`, it lists the soft devices.
-    pub fn list() -> Vec<Device> {
-        let provider = Provider::from_env().unwrap_or_default();
-        let mut out = Vec::new();
-        if provider != Provider::Soft {
-            let natives = natives_for(Provider::Auto, true).unwrap_or_default();
-            out.extend(natives.into_iter().map(|info| {
-                let gid = info.default_gid();
-                Device::from_native(info, gid)
-            }));
-        }
-        if provider != Provider::Native {
-            out.extend(Device::named_soft());
-        }
-        out
-    }
-
-    /// The soft devices named in `RXE_DEVICES`, in its order, without
-    /// looking for native ones (and so without loading libibverbs: the
-    /// drop-in library, which is libibverbs, lists its devices this way).
-    pub fn named_soft() -> Vec<Device> {
-        soft_named()
-            .into_iter()
-            .map(|(name, addr)| Device {
-                name,
-                ..Device::soft(addr)
-            })
-            .collect()
-    }
-
-    /// A device by name or by IP address, as `RXE_PROVIDER` says (default
-    /// `auto`: for an address, a native device that has it as a RoCE v2 GID,
-    /// else the soft stack on it; for a name, the native device of that
-    /// name, else the soft device of that name in `RXE_DEVICES`).
-    pub fn find(name_or_addr: &str) -> Result<Device, Error> {
-        Device::find_with(name_or_addr, Provider::from_env()?)
-    }
-
-    /// [`Device::find`] with an explicit provider instead of `RXE_PROVIDER`.
-    pub fn find_with(name_or_addr: &str, provider: Provider) -> Result<Device, Error> {
-        let target = match name_or_addr.parse::<IpAddr>() {
-            Ok(a) => Target::Addr(a),
-            Err(_) => Target::Name(name_or_addr),
-        };
-        let natives = natives_for(provider, false)?;
-        let c = choose(provider, target, &natives, &soft_named())?;
-        Ok(Device::from_choice(c, natives))
-    }
-
-    /// The device this one stands for once its explicit provider (if any)
-    /// is applied.
-    fn resolved(&self) -> Result<Device, Error> {
-        let Some(p) = self.provider else {
-            return Ok(self.clone());
-        };
-        if self.native.is_some() && p != Provider::Soft {
-            return Ok(Device {
-                provider: None,
-                ..self.clone()
-            });
-        }
-        let natives = natives_for(p, false)?;
-        let c = choose(p, Target::Addr(self.addr), &natives, &[])?;
-        let mut d = Device::from_choice(c, natives);
-        if d.native.is_none() {
-            d.name = self.name.clone();
-            d.mtu = self.mtu;
-            d.capture = self.capture.clone();
-        }
-        Ok(d)
-    }
-
-    /// Opens the device: for a soft one, binds UDP port 4791 on its address
-    /// and starts its progress thread; for a native one, opens it through
-    /// libibverbs.
-    pub fn open(&self) -> Result<Context, Error> {
-        let d = self.resolved()?;
-        if d.native.is_some() {
-            Context::open_native(d)
-        } else {
-            Context::open(d)
-        }
     }
 
     /// Soft or native.
@@ -441,7 +255,7 @@ impl Device {
     /// soft device, what the interface holding its address carries (as the
     /// kernel's rxe takes it from its net device: 1024 on a 1500-byte link,
     /// 4096 on loopback), 4096 if no interface has the address; for a
-    /// native device 4096 unless configured ([`Context::query_port`] tells
+    /// native device 4096 unless configured ([`crate::Context::query_port`] tells
     /// the port's own).
     pub fn active_mtu(&self) -> Mtu {
         self.mtu.unwrap_or_else(|| {
@@ -467,27 +281,6 @@ impl Device {
     }
 }
 
-/// What `ibv_query_device` reports.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct DeviceAttr {
-    /// Firmware version string.
-    pub fw_ver: String,
-    /// Node GUID.
-    pub node_guid: u64,
-    /// System image GUID.
-    pub sys_image_guid: u64,
-    /// Vendor id (0xFFFFFF like the kernel's rxe).
-    pub vendor_id: u32,
-    /// Vendor part id.
-    pub vendor_part_id: u32,
-    /// Hardware version.
-    pub hw_ver: u32,
-    /// Ports.
-    pub phys_port_cnt: u8,
-    /// The limits.
-    pub caps: DeviceCaps,
-}
-
 impl DeviceAttr {
     /// The attributes a device with these limits reports.
     pub fn new_for(d: &Device, caps: &DeviceCaps) -> Self {
@@ -506,70 +299,6 @@ impl DeviceAttr {
             caps: *caps,
         }
     }
-}
-
-/// Port states.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum PortState {
-    /// Up.
-    Active,
-    /// No state change (`IBV_PORT_NOP`).
-    Nop,
-    /// Link down.
-    Down,
-    /// Initializing.
-    Init,
-    /// Armed.
-    Armed,
-    /// Active, deferring (`IBV_PORT_ACTIVE_DEFER`).
-    ActiveDefer,
-}
-
-impl PortState {
-    /// The libibverbs value (`IBV_PORT_ACTIVE` = 4, ...).
-    pub fn ibv_value(self) -> u32 {
-        match self {
-            PortState::Nop => 0,
-            PortState::Down => 1,
-            PortState::Init => 2,
-            PortState::Armed => 3,
-            PortState::Active => 4,
-            PortState::ActiveDefer => 5,
-        }
-    }
-
-    /// The libibverbs name (`PORT_ACTIVE`, ...), as ibv_devinfo prints it.
-    pub fn ibv_name(self) -> &'static str {
-        match self {
-            PortState::Nop => "PORT_NOP",
-            PortState::Down => "PORT_DOWN",
-            PortState::Init => "PORT_INIT",
-            PortState::Armed => "PORT_ARMED",
-            PortState::Active => "PORT_ACTIVE",
-            PortState::ActiveDefer => "PORT_ACTIVE_DEFER",
-        }
-    }
-}
-
-/// What `ibv_query_port` reports.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PortAttr {
-    /// State.
-    pub state: PortState,
-    /// Largest MTU.
-    pub max_mtu: Mtu,
-    /// Active MTU.
-    pub active_mtu: Mtu,
-    /// GID table length.
-    pub gid_tbl_len: u32,
-    /// Largest message.
-    pub max_msg_sz: u32,
-    /// P_Key table length.
-    pub pkey_tbl_len: u16,
-    /// The link layer: always Ethernet (RoCE).
-    pub link_layer: &'static str,
-    /// The GID table.
-    pub gids: Vec<Ipv6Addr>,
 }
 
 impl PortAttr {
