@@ -4,8 +4,8 @@
 
 use super::counters::{Counters, DropReason};
 use super::mem::PdId;
-use super::requester::Requester;
-use super::responder::Responder;
+use super::resp_state::Responder;
+use super::send_queue::Requester;
 use super::{AsyncEvent, CqId, Ctx, IcrcStatus, QpInit, RecvMeta, SrqId, Transmit};
 use crate::psn::Psn;
 use crate::types::*;
