@@ -30,9 +30,9 @@
 //! on a new connection; `rxe perf udp_bw` / `udp_lat` do only this.
 
 use super::args::{Config, Kind, Test};
-use super::lat::{lat_stats, LatReport};
 use super::oob::{BwReport, Oob};
 use super::report::{print_bw_header, print_bw_line, print_lat_line, RESULT_FMT_LAT, RESULT_LINE};
+use super::stats::{lat_stats, LatReport};
 use super::{Measured, Res};
 use serde_json::{json, Value};
 use std::io;

@@ -24,6 +24,7 @@ mod bw;
 mod lat;
 pub(crate) mod oob;
 mod report;
+mod stats;
 
 pub use args::Args;
 use args::{Config, Conn, Kind, Test};
@@ -369,7 +370,7 @@ fn exchange_and_connect(
 #[derive(Debug, Clone)]
 pub(crate) enum Measured {
     Bw(oob::BwReport),
-    Lat(lat::LatReport),
+    Lat(stats::LatReport),
 }
 
 fn run_roce(cfg: &Config) -> Res<Vec<Measured>> {
@@ -479,7 +480,13 @@ fn run_inner(a: &Args) -> Res<()> {
         }
     };
     if let Some(path) = &cfg.json_path {
-        report::write_json(path, &cfg, &measured, base.as_ref(), started.elapsed())?;
+        report::write_json(
+            path,
+            &cfg,
+            &measured,
+            base.as_ref().map(|b| b.to_json()),
+            started.elapsed(),
+        )?;
     }
     Ok(())
 }

@@ -3,9 +3,8 @@
 //! `print_report_lat`) with perftest's `printf` formats, and `--out_json`.
 
 use super::args::{Config, Conn, Kind, Test};
-use super::baseline::Baseline;
-use super::lat::LatReport;
 use super::oob::{BwReport, Dest};
+use super::stats::LatReport;
 use super::{Measured, Res};
 use serde_json::{json, Value};
 use std::path::Path;
@@ -238,12 +237,13 @@ fn lat_json(r: &LatReport) -> Value {
 }
 
 /// `--out_json`: the test's parameters and results (perftest's key names),
-/// and the baseline with the ratio when there is one.
+/// and the baseline's JSON (`Baseline::to_json`, with the ratio) when
+/// there is one.
 pub fn write_json(
     path: &Path,
     cfg: &Config,
     measured: &[Measured],
-    base: Option<&Baseline>,
+    baseline: Option<Value>,
     elapsed: Duration,
 ) -> Res<()> {
     let results: Vec<Value> = measured
@@ -272,8 +272,8 @@ pub fn write_json(
     if cfg.conn == Conn::Ud {
         v["UD"] = json!(true);
     }
-    if let Some(b) = base {
-        v["baseline"] = b.to_json();
+    if let Some(b) = baseline {
+        v["baseline"] = b;
     }
     let text = serde_json::to_string_pretty(&v).map_err(|e| e.to_string())?;
     std::fs::write(path, text + "\n").map_err(|e| format!("failed to open {}: {e}", path.display()))
