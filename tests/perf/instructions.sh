@@ -60,7 +60,7 @@ run() {
     # the message count: the bandwidth client's peak computation and the
     # latency tests' sort of their samples.
     after=$(callgrind_annotate --inclusive=yes --auto=no --threshold=100 "$f" 2>/dev/null |
-        awk '/^ *[0-9,]+ .*(bw::peak_delta|lat::lat_stats)( |$)/ { gsub(",", "", $1); s += $1 } END { print s + 0 }')
+        awk '/^ *[0-9,]+ .*(bw::peak_delta|lat::lat_stats|stats::lat_stats)( |$)/ { gsub(",", "", $1); s += $1 } END { print s + 0 }')
     echo $((total - ${after:-0}))
 }
 
