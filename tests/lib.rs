@@ -76,11 +76,19 @@ pub fn dropin_library() -> &'static std::path::Path {
     LIB.get_or_init(|| {
         // (with the device view's shim, which `rxe exec` preloads from
         // beside the library)
-        cargo_build(&["--release", "-p", "rxe-ibverbs", "-p", "rxe-devview"])
-            .into_iter()
-            .find(|f| f.file_name().is_some_and(|n| n == "libibverbs.so"))
-            .expect("cargo reported no libibverbs.so")
+        build_dropin(&[])
     })
+}
+
+/// `cargo build --release` of the drop-in and the device view's shim, with
+/// `extra` arguments; the library's path.
+fn build_dropin(extra: &[&str]) -> PathBuf {
+    let mut args = vec!["--release", "-p", "rxe-ibverbs", "-p", "rxe-devview"];
+    args.extend_from_slice(extra);
+    cargo_build(&args)
+        .into_iter()
+        .find(|f| f.file_name().is_some_and(|n| n == "libibverbs.so"))
+        .expect("cargo reported no libibverbs.so")
 }
 
 /// The drop-in library with the `test-fault` feature (it honours
@@ -96,19 +104,11 @@ pub fn dropin_library_with_test_faults() -> &'static std::path::Path {
         let target = std::env::var_os("CARGO_TARGET_DIR")
             .map_or_else(|| root.join("target"), PathBuf::from)
             .join("test-fault");
-        cargo_build(&[
-            "--release",
-            "-p",
-            "rxe-ibverbs",
-            "-p",
-            "rxe-devview",
+        build_dropin(&[
             "--features",
             "rxe-ibverbs/test-fault",
             "--target-dir",
             target.to_str().expect("a UTF-8 target directory"),
         ])
-        .into_iter()
-        .find(|f| f.file_name().is_some_and(|n| n == "libibverbs.so"))
-        .expect("cargo reported no libibverbs.so")
     })
 }
