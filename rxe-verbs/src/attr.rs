@@ -1,5 +1,6 @@
 //! The plain values of the verbs API: device, port and GID attributes,
-//! asynchronous events, the provider choice, QP creation attributes. A
+//! asynchronous events, the provider choice, QP creation and connection
+//! attributes. A
 //! leaf module: it names no other module of the crate but `config` and
 //! `error`, so that the backends and the handles can all use these types
 //! without importing each other.
@@ -7,7 +8,7 @@
 use crate::error::{invalid, Error};
 use rxe_core::engine::AsyncEvent;
 use rxe_core::types::{
-    AddressVector, DeviceCaps, Mtu, QpCap, QpType, SendOpcode, SendWr, Sge, UdDest,
+    Access, AddressVector, DeviceCaps, Mtu, QpCap, QpType, SendOpcode, SendWr, Sge, UdDest,
 };
 use std::net::{IpAddr, Ipv6Addr};
 use std::str::FromStr;
@@ -318,5 +319,65 @@ impl AddressHandle {
             remote_qkey,
         });
         wr
+    }
+}
+
+/// What a peer needs to connect to a QP: what `ibv_rc_pingpong` exchanges
+/// (`LID:QPN:PSN:GID`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Endpoint {
+    /// Local identifier (0 on RoCE).
+    pub lid: u16,
+    /// QP number.
+    pub qpn: u32,
+    /// The first PSN the QP sends with.
+    pub psn: u32,
+    /// The port GID.
+    pub gid: Ipv6Addr,
+}
+
+/// Connection parameters for [`crate::QueuePair::connect`].
+#[derive(Debug, Clone, Copy)]
+pub struct ConnectOptions {
+    /// Path MTU.
+    pub mtu: Mtu,
+    /// Local ACK timeout code (4.096 µs × 2^timeout).
+    pub timeout: u8,
+    /// Retries on timeout or sequence error.
+    pub retry_cnt: u8,
+    /// Retries on RNR NAK (7 = infinite).
+    pub rnr_retry: u8,
+    /// RNR timer code asked of senders.
+    pub min_rnr_timer: u8,
+    /// Outstanding READ/atomic as requester and as responder.
+    pub max_rd_atomic: u8,
+    /// Remote access granted.
+    pub access: Access,
+    /// Q_Key (UD).
+    pub qkey: u32,
+    /// Source GID index. 0 is the device's own GID on both backends: the
+    /// soft device's only entry, or on a native device the RoCE v2 entry of
+    /// the address it was opened for ([`crate::Context::gid_index`]); other values
+    /// are literal indices of the port's GID table. (The same holds for
+    /// `AddressVector::sgid_index`.)
+    pub sgid_index: u8,
+}
+
+impl Default for ConnectOptions {
+    fn default() -> Self {
+        ConnectOptions {
+            mtu: Mtu::Mtu1024,
+            timeout: 14,
+            retry_cnt: 7,
+            rnr_retry: 7,
+            min_rnr_timer: 12,
+            max_rd_atomic: 16,
+            access: Access::LOCAL_WRITE
+                | Access::REMOTE_WRITE
+                | Access::REMOTE_READ
+                | Access::REMOTE_ATOMIC,
+            qkey: 0x1111_1111,
+            sgid_index: 0,
+        }
     }
 }

@@ -2,17 +2,16 @@
 //! events it reports: a handle over the soft backend ([`crate::soft`]) or
 //! a native device ([`crate::native`]).
 
-use crate::attr::{gid_of, AsyncEventKind, AsyncNotify, DeviceAttr, DeviceKind, PortAttr};
+use crate::attr::{AsyncEventKind, AsyncNotify, DeviceAttr, DeviceKind, PortAttr};
 use crate::device::Device;
-use crate::error::Error;
+use crate::error::{unsupported, Error};
 use crate::native::NContext;
-use crate::soft::{Inner, MAX_SPIN};
+use crate::soft::Inner;
 use rxe_net::faults::FaultCounters;
 use rxe_net::udp::RecvMode;
 use std::net::Ipv6Addr;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// An open RDMA device (`ibv_context`): the soft engine, or a native device.
 #[derive(Clone)]
@@ -45,13 +44,13 @@ impl Context {
 
     pub(crate) fn open_native(device: Device) -> Result<Context, Error> {
         if device.explicit_capture() {
-            return Err(crate::error::unsupported(format!(
+            return Err(unsupported(format!(
                 "packet capture of native device {} (capture its traffic with tcpdump)",
                 device.name()
             )));
         }
         if device.explicit_faults() {
-            return Err(crate::error::unsupported(format!(
+            return Err(unsupported(format!(
                 "fault injection on native device {} (use tc netem on its interface)",
                 device.name()
             )));
@@ -82,7 +81,7 @@ impl Context {
     /// This context's own GID (what [`crate::QueuePair::endpoint`] tells peers).
     pub fn gid(&self) -> Ipv6Addr {
         match &self.imp {
-            CtxImp::Soft(i) => gid_of(i.shared.device.addr()),
+            CtxImp::Soft(c) => c.gid(),
             CtxImp::Native(n) => n.gid,
         }
     }
@@ -101,9 +100,8 @@ impl Context {
     /// unless asked for (figures in docs/performance.md). A native device ignores it:
     /// its waits poll the CQ.
     pub fn set_poll_spin(&self, spin: Duration) {
-        if let CtxImp::Soft(i) = &self.imp {
-            let ns = spin.min(MAX_SPIN).as_nanos() as u64;
-            i.shared.spin_ns.store(ns, Ordering::Relaxed);
+        if let CtxImp::Soft(c) = &self.imp {
+            c.set_poll_spin(spin);
         }
     }
 
@@ -119,8 +117,8 @@ impl Context {
     /// progress thread within about 20 µs of its wake-up (see the
     /// `doorbell` notes in docs/verbs.md). A native device ignores it.
     pub fn set_post_batching(&self, window: Duration) {
-        if let CtxImp::Soft(i) = &self.imp {
-            i.shared.doorbell.set_window(window);
+        if let CtxImp::Soft(c) = &self.imp {
+            c.set_post_batching(window);
         }
     }
 
@@ -128,7 +126,7 @@ impl Context {
     /// device).
     pub fn held_posts(&self) -> u64 {
         match &self.imp {
-            CtxImp::Soft(i) => i.shared.doorbell.held_posts(),
+            CtxImp::Soft(c) => c.held_posts(),
             CtxImp::Native(_) => 0,
         }
     }
@@ -136,7 +134,7 @@ impl Context {
     /// The spin [`Context::set_poll_spin`] set (zero on a native device).
     pub fn poll_spin(&self) -> Duration {
         match &self.imp {
-            CtxImp::Soft(i) => Duration::from_nanos(i.shared.spin_ns.load(Ordering::Relaxed)),
+            CtxImp::Soft(c) => c.poll_spin(),
             CtxImp::Native(_) => Duration::ZERO,
         }
     }
@@ -144,7 +142,7 @@ impl Context {
     /// The device this context was opened on.
     pub fn device(&self) -> &Device {
         match &self.imp {
-            CtxImp::Soft(i) => &i.shared.device,
+            CtxImp::Soft(c) => c.device(),
             CtxImp::Native(n) => &n.device,
         }
     }
@@ -152,10 +150,7 @@ impl Context {
     /// Device attributes (`ibv_query_device`).
     pub fn query_device(&self) -> DeviceAttr {
         match &self.imp {
-            CtxImp::Soft(i) => {
-                let caps = i.shared.lock().config().caps;
-                DeviceAttr::new(self.device(), &caps)
-            }
+            CtxImp::Soft(c) => c.query_device(),
             CtxImp::Native(n) => n.attr.clone(),
         }
     }
@@ -165,16 +160,7 @@ impl Context {
     /// port is reported down.)
     pub fn query_port(&self) -> PortAttr {
         match &self.imp {
-            CtxImp::Soft(i) => {
-                // The link's MTU may have changed since the context opened
-                // (as the kernel's rxe follows its net device).
-                let mtu = self.device().active_mtu();
-                let mut e = i.shared.lock();
-                if e.config().port_mtu != mtu {
-                    e.set_port_mtu(mtu);
-                }
-                PortAttr::new(self.device(), e.config())
-            }
+            CtxImp::Soft(c) => c.query_port(),
             CtxImp::Native(n) => n.query_port().unwrap_or_else(|_| PortAttr {
                 state: crate::attr::PortState::Down,
                 max_mtu: rxe_core::types::Mtu::Mtu1024,
@@ -194,18 +180,17 @@ impl Context {
     /// checks every ICRC itself: `Raw`.
     pub fn recv_mode(&self) -> RecvMode {
         match &self.imp {
-            CtxImp::Soft(i) => i.shared.recv_mode,
+            CtxImp::Soft(c) => c.recv_mode(),
             CtxImp::Native(_) => RecvMode::Raw,
         }
     }
 
     /// The next asynchronous event, waiting up to `timeout`.
     pub fn get_async_event(&self, timeout: Duration) -> Option<AsyncEventKind> {
-        let s = match &self.imp {
-            CtxImp::Soft(i) => &i.shared,
-            CtxImp::Native(n) => return n.get_async_event(timeout),
-        };
-        s.events.pop(Instant::now() + timeout)
+        match &self.imp {
+            CtxImp::Soft(c) => c.get_async_event(timeout),
+            CtxImp::Native(c) => c.get_async_event(timeout),
+        }
     }
 
     /// Hands every asynchronous event from now on to `f` instead of the
@@ -215,18 +200,9 @@ impl Context {
     /// This is how the C library routes events to the `async_fd` of the
     /// context that owns the object. Set once; soft devices only.
     pub fn set_async_notify(&self, f: AsyncNotify) -> Result<(), Error> {
-        let s = match &self.imp {
-            CtxImp::Soft(i) => &i.shared,
-            CtxImp::Native(_) => {
-                return Err(crate::error::unsupported(
-                    "async notify hooks on a native device",
-                ))
-            }
-        };
-        if s.events.set_sink(f) {
-            Ok(())
-        } else {
-            Err(crate::error::unsupported("a second async notify hook"))
+        match &self.imp {
+            CtxImp::Soft(c) => c.set_async_notify(f),
+            CtxImp::Native(_) => Err(unsupported("async notify hooks on a native device")),
         }
     }
 
@@ -234,7 +210,7 @@ impl Context {
     /// counters are the kernel's (`rdma statistic`); here they are all zero.
     pub fn counters(&self) -> rxe_core::engine::Counters {
         match &self.imp {
-            CtxImp::Soft(i) => i.shared.lock().counters().clone(),
+            CtxImp::Soft(c) => c.counters(),
             CtxImp::Native(_) => rxe_core::engine::Counters::default(),
         }
     }
@@ -243,7 +219,7 @@ impl Context {
     /// bytes, send batches, ICRC verdicts); `None` on a native device.
     pub fn transport_stats(&self) -> Option<rxe_net::udp::UdpStats> {
         match &self.imp {
-            CtxImp::Soft(i) => Some(*i.shared.link.lock().stats()),
+            CtxImp::Soft(c) => Some(c.transport_stats()),
             CtxImp::Native(_) => None,
         }
     }
@@ -252,7 +228,7 @@ impl Context {
     /// ([`Device::with_faults`], `RXE_FAULTS`); `None` if it injects none.
     pub fn fault_counters(&self) -> Option<FaultCounters> {
         match &self.imp {
-            CtxImp::Soft(i) => i.shared.faults.as_ref().map(|f| f.lock().counters()),
+            CtxImp::Soft(c) => c.fault_counters(),
             CtxImp::Native(_) => None,
         }
     }

@@ -1,18 +1,13 @@
-//! Completion queues and completion channels.
+//! Completion queues and completion channels: handles over the soft
+//! backend ([`crate::soft`]) or a native device.
 
 use crate::context::{Context, CtxImp};
 use crate::error::Error;
-use crate::events::Events;
 use crate::native::{NChannel, NCq};
-use crate::soft::Inner;
-use rxe_core::engine::CqId;
+use crate::soft::{SoftChannel, SoftCq};
 use rxe_core::types::Completion;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-/// A soft completion channel's queue.
-pub(crate) type ChannelInner = Events<CqId>;
 
 /// Takes a channel's events, the numbers of the CQs that fired, instead of
 /// [`CompletionChannel::get_event`] (see [`CompletionChannel::set_notify`]).
@@ -29,10 +24,7 @@ pub struct CompletionChannel {
 
 #[derive(Clone)]
 enum ChanImp {
-    Soft {
-        inner: Arc<ChannelInner>,
-        ctx: Arc<Inner>,
-    },
+    Soft(SoftChannel),
     Native(Arc<NChannel>),
     /// `ibv_create_comp_channel` failed; CQs refuse the channel.
     NativeFailed(Arc<Error>),
@@ -40,20 +32,13 @@ enum ChanImp {
 
 impl std::fmt::Debug for CompletionChannel {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut d = f.debug_struct("CompletionChannel");
         match &self.imp {
-            ChanImp::Soft { inner, .. } => f
-                .debug_struct("CompletionChannel")
-                .field("pending", &inner.len())
-                .finish(),
-            ChanImp::Native(_) => f
-                .debug_struct("CompletionChannel")
-                .field("kind", &"native")
-                .finish(),
-            ChanImp::NativeFailed(e) => f
-                .debug_struct("CompletionChannel")
-                .field("failed", e)
-                .finish(),
-        }
+            ChanImp::Soft(c) => d.field("pending", &c.pending()),
+            ChanImp::Native(_) => d.field("kind", &"native"),
+            ChanImp::NativeFailed(e) => d.field("failed", e),
+        };
+        d.finish()
     }
 }
 
@@ -68,10 +53,8 @@ impl CompletionChannel {
     /// [`Error::Unsupported`].
     pub fn set_notify(&self, f: Notify) -> Result<(), Error> {
         match &self.imp {
-            ChanImp::Soft { inner, .. } if inner.set_sink(Box::new(move |c: CqId| f(c.0))) => {
-                Ok(())
-            }
-            ChanImp::Soft { .. } => Err(crate::error::unsupported(
+            ChanImp::Soft(c) if c.set_notify(f) => Ok(()),
+            ChanImp::Soft(_) => Err(crate::error::unsupported(
                 "a second notify hook on a channel",
             )),
             _ => Err(crate::error::unsupported(
@@ -84,7 +67,7 @@ impl CompletionChannel {
     /// destroyed, and the kernel drops them too); returns how many.
     pub fn forget(&self, cq: u32) -> usize {
         match &self.imp {
-            ChanImp::Soft { inner, .. } => inner.forget(|c| c.0 == cq),
+            ChanImp::Soft(c) => c.forget(cq),
             _ => 0,
         }
     }
@@ -92,15 +75,14 @@ impl CompletionChannel {
     /// Waits for the next CQ event; returns the number of the CQ that fired,
     /// or `None` after `timeout`.
     pub fn get_event(&self, timeout: Duration) -> Option<u32> {
-        let inner = match &self.imp {
-            ChanImp::Soft { inner, .. } => inner,
-            ChanImp::Native(n) => return n.get_event(timeout),
+        match &self.imp {
+            ChanImp::Soft(c) => c.get_event(timeout),
+            ChanImp::Native(c) => c.get_event(timeout),
             ChanImp::NativeFailed(_) => {
                 std::thread::sleep(timeout);
-                return None;
+                None
             }
-        };
-        inner.pop(Instant::now() + timeout).map(|c| c.0)
+        }
     }
 }
 
@@ -112,18 +94,6 @@ pub struct CompletionQueue {
 enum CqImp {
     Soft(SoftCq),
     Native(Arc<NCq>),
-}
-
-struct SoftCq {
-    ctx: Arc<Inner>,
-    id: CqId,
-    /// Changes only with [`CompletionQueue::resize`].
-    capacity: AtomicU32,
-    /// The device's count of delivered completions when this CQ was last
-    /// found empty by [`CompletionQueue::poll_progress`] (`u64::MAX`:
-    /// never): while the count has not moved, the CQ is still empty and a
-    /// busy poller need not lock the engine to see it.
-    empty_at: AtomicU64,
 }
 
 impl std::fmt::Debug for CompletionQueue {
@@ -149,15 +119,11 @@ impl Context {
 
     /// Creates a completion channel, or says why it cannot.
     pub fn try_create_comp_channel(&self) -> Result<CompletionChannel, Error> {
-        Ok(CompletionChannel {
-            imp: match &self.imp {
-                CtxImp::Soft(inner) => ChanImp::Soft {
-                    inner: Arc::new(ChannelInner::new()),
-                    ctx: inner.clone(),
-                },
-                CtxImp::Native(n) => ChanImp::Native(NChannel::create(n)?),
-            },
-        })
+        let imp = match &self.imp {
+            CtxImp::Soft(c) => ChanImp::Soft(SoftChannel::new(c)),
+            CtxImp::Native(c) => ChanImp::Native(NChannel::create(c)?),
+        };
+        Ok(CompletionChannel { imp })
     }
 
     /// Creates a CQ of `cqe` entries, optionally tied to a completion channel.
@@ -166,47 +132,35 @@ impl Context {
         cqe: u32,
         channel: Option<&CompletionChannel>,
     ) -> Result<CompletionQueue, Error> {
-        let inner = match &self.imp {
-            CtxImp::Soft(inner) => inner,
-            CtxImp::Native(n) => {
-                let ch = match channel.map(|c| &c.imp) {
-                    None => None,
-                    Some(ChanImp::Native(ch)) if ch.same_context(n) => Some(ch),
-                    Some(ChanImp::NativeFailed(e)) => {
-                        return Err(Error::InvalidArgument {
-                            name: "channel",
-                            reason: format!("the channel could not be created: {e}"),
-                        })
-                    }
-                    Some(_) => return Err(Error::WrongDevice("channel")),
-                };
-                return Ok(CompletionQueue {
-                    imp: CqImp::Native(NCq::create(n, cqe, ch)?),
-                });
+        let imp = match (&self.imp, channel.map(|c| &c.imp)) {
+            (CtxImp::Soft(c), None) => CqImp::Soft(SoftCq::create(c, cqe, None)?),
+            (CtxImp::Soft(c), Some(ChanImp::Soft(ch))) => {
+                CqImp::Soft(SoftCq::create(c, cqe, Some(ch))?)
             }
+            (CtxImp::Native(c), None) => CqImp::Native(NCq::create(c, cqe, None)?),
+            (CtxImp::Native(c), Some(ChanImp::Native(ch))) if ch.same_context(c) => {
+                CqImp::Native(NCq::create(c, cqe, Some(ch))?)
+            }
+            (CtxImp::Native(_), Some(ChanImp::NativeFailed(e))) => {
+                return Err(Error::InvalidArgument {
+                    name: "channel",
+                    reason: format!("the channel could not be created: {e}"),
+                })
+            }
+            _ => return Err(Error::WrongDevice("channel")),
         };
-        let ch = match channel.map(|c| &c.imp) {
-            None => None,
-            Some(ChanImp::Soft { inner: ch, ctx }) if Arc::ptr_eq(ctx, inner) => Some(ch),
-            Some(_) => return Err(Error::WrongDevice("channel")),
-        };
-        let s = &inner.shared;
-        let (id, capacity) = s.with_engine(|e| {
-            let id = e.create_cq(cqe)?;
-            e.cq_capacity(id).map(|c| (id, c))
-        })?;
-        if let Some(ch) = ch {
-            s.channels.lock().insert(id, ch.clone());
-        }
-        Ok(CompletionQueue {
-            imp: CqImp::Soft(SoftCq {
-                ctx: inner.clone(),
-                id,
-                capacity: AtomicU32::new(capacity),
-                empty_at: AtomicU64::new(u64::MAX),
-            }),
-        })
+        Ok(CompletionQueue { imp })
     }
+}
+
+/// The same call on whichever backend serves the CQ.
+macro_rules! on_cq {
+    ($imp:expr, $c:ident => $call:expr) => {
+        match $imp {
+            CqImp::Soft($c) => $call,
+            CqImp::Native($c) => $call,
+        }
+    };
 }
 
 impl CompletionQueue {
@@ -214,31 +168,21 @@ impl CompletionQueue {
     /// native device, the CQ's kernel handle).
     pub fn id(&self) -> u32 {
         match &self.imp {
-            CqImp::Soft(c) => c.id.0,
-            CqImp::Native(n) => n.id,
+            CqImp::Soft(c) => c.id(),
+            CqImp::Native(c) => c.id,
         }
     }
 
     /// Capacity in completions (at least what was asked for).
     pub fn capacity(&self) -> u32 {
-        match &self.imp {
-            CqImp::Soft(c) => c.capacity.load(Ordering::Acquire),
-            CqImp::Native(n) => n.capacity(),
-        }
+        on_cq!(&self.imp, c => c.capacity())
     }
 
     /// Resizes the CQ to hold at least `cqe` completions (`ibv_resize_cq`),
     /// larger or smaller, keeping the completions it holds (never fewer
     /// than those); returns the new capacity.
     pub fn resize(&self, cqe: u32) -> Result<u32, Error> {
-        match &self.imp {
-            CqImp::Soft(c) => {
-                let n = c.ctx.shared.with_engine(|e| e.resize_cq(c.id, cqe))?;
-                c.capacity.store(n, Ordering::Release);
-                Ok(n)
-            }
-            CqImp::Native(n) => n.resize(cqe),
-        }
+        on_cq!(&self.imp, c => c.resize(cqe))
     }
 
     /// Takes up to `max` completions (`ibv_poll_cq`), oldest first.
@@ -250,15 +194,7 @@ impl CompletionQueue {
 
     /// Appends up to `max` completions to `out`; returns how many.
     pub fn poll_into(&self, out: &mut Vec<Completion>, max: usize) -> usize {
-        match &self.imp {
-            CqImp::Soft(c) => {
-                // Posts held for a batch go out before the look.
-                c.ctx.shared.flush_held();
-                let mut e = c.ctx.shared.lock();
-                e.poll_cq(c.id, max, out).unwrap_or(0)
-            }
-            CqImp::Native(n) => n.poll_into(out, max),
-        }
+        on_cq!(&self.imp, c => c.poll_into(out, max))
     }
 
     /// [`CompletionQueue::poll_into`] for a program that polls in a loop
@@ -272,26 +208,10 @@ impl CompletionQueue {
     /// engine is not locked to look again, and after taking in datagrams
     /// the CQ is looked at again only if that delivered a completion.
     pub fn poll_progress(&self, out: &mut Vec<Completion>, max: usize) -> usize {
-        let c = match &self.imp {
-            CqImp::Soft(c) => c,
-            CqImp::Native(_) => return self.poll_into(out, max),
-        };
-        let s = &c.ctx.shared;
-        s.flush_held();
-        let seen = s.delivered.load(Ordering::Acquire);
-        if c.empty_at.load(Ordering::Relaxed) != seen {
-            let n = self.poll_into(out, max);
-            if n > 0 {
-                return n;
-            }
-            // Empty as of `seen` at least (a completion delivered since
-            // moved the count on, and the next poll looks again).
-            c.empty_at.store(seen, Ordering::Relaxed);
+        match &self.imp {
+            CqImp::Soft(c) => c.poll_progress(out, max),
+            CqImp::Native(c) => c.poll_into(out, max),
         }
-        if s.poll_socket_as_receiver() > 0 && s.delivered.load(Ordering::Acquire) != seen {
-            return self.poll_into(out, max);
-        }
-        0
     }
 
     /// Waits until `n` completions are there (or `timeout` passes) and
@@ -316,126 +236,16 @@ impl CompletionQueue {
         n: usize,
         timeout: Duration,
     ) -> Result<usize, Error> {
-        let c = match &self.imp {
-            CqImp::Soft(c) => c,
-            CqImp::Native(q) => return wait_native(q, out, n, timeout),
-        };
-        let s = &c.ctx.shared;
-        s.flush_held();
-        let start = Instant::now();
-        let deadline = start.checked_add(timeout);
-        let base = out.len();
-        let got = |out: &Vec<Completion>| out.len() - base;
-        let timed_out = |out: &Vec<Completion>| {
-            if got(out) == 0 {
-                Err(Error::Timeout(timeout))
-            } else {
-                Ok(got(out))
-            }
-        };
-        loop {
-            s.lock().poll_cq(c.id, n - got(out), out)?;
-            if got(out) >= n {
-                return Ok(got(out));
-            }
-            if let Some(token) = s.receiver.try_take() {
-                s.receiver.set_poller(false);
-                // This thread is the receiver: take packets in until the
-                // completions are there.
-                // Datagrams the last round took in (see "Waiting" in
-                // `crate::soft::progress`).
-                let mut taken = 0;
-                let r = (|| loop {
-                    // Look before sleeping: a completion another thread
-                    // delivered after the look above but before this thread
-                    // took the token woke nobody (`Shared::collect` wakes
-                    // the receiver only while the token is taken), and
-                    // nothing else would end the wait below (see
-                    // "Concurrency" in docs/reliability.md).
-                    s.lock().poll_cq(c.id, n - got(out), out)?;
-                    if got(out) >= n {
-                        return Ok(got(out));
-                    }
-                    let left = match deadline {
-                        Some(d) => match d.checked_duration_since(Instant::now()) {
-                            Some(left) if !left.is_zero() => Some(left),
-                            _ => return timed_out(out),
-                        },
-                        None => None,
-                    };
-                    // Nothing goes unsent while this thread sleeps.
-                    s.flush();
-                    // A bounded spin first, if asked for
-                    // (`Context::set_poll_spin`): look at the socket without
-                    // sleeping for a while, yielding the core between looks
-                    // (a peer on the same core then runs at once).
-                    let spin = Duration::from_nanos(s.spin_ns.load(Ordering::Relaxed));
-                    if !spin.is_zero() {
-                        let until = Instant::now() + left.map_or(spin, |l| l.min(spin));
-                        loop {
-                            taken = s.round(true, true, false);
-                            s.lock().poll_cq(c.id, n - got(out), out)?;
-                            if got(out) >= n {
-                                return Ok(got(out));
-                            }
-                            // The wait goes on: what the round produced
-                            // (the READ requests or data packets its
-                            // responses and ACKs let go) leaves now, not
-                            // when the spin ends ("Deferred sending" is for
-                            // a round that ends the wait).
-                            if taken > 0 {
-                                s.flush();
-                            }
-                            if Instant::now() >= until {
-                                break;
-                            }
-                            std::thread::yield_now();
-                        }
-                        s.flush();
-                    }
-                    // The receiver's own wake-up (`Shared::collect` sets
-                    // it for a completion another thread delivers): the
-                    // progress thread, which may be waiting too, cannot
-                    // take it.
-                    let readable = taken > 0 || s.waiter.wait_receiver(left).unwrap_or(false);
-                    // What this round produces waits for the application's
-                    // answer if the wait ends here ("Deferred sending").
-                    taken = s.round(readable, true, false);
-                })();
-                drop(token);
-                // Another waiting thread may take the socket now.
-                s.progress.notify_all();
-                return r;
-            }
-            // Another thread receives: sleep until its next round (or, at
-            // the latest, a little later, to see whether the socket is
-            // free to take).
-            s.flush();
-            let mut e = s.lock();
-            e.poll_cq(c.id, n - got(out), out)?;
-            if got(out) >= n {
-                return Ok(got(out));
-            }
-            let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
-                return timed_out(out);
-            }
-            let recheck = now + crate::soft::progress::TIMER_TICK;
-            s.progress
-                .wait_until(&mut e, deadline.map_or(recheck, |d| d.min(recheck)));
+        match &self.imp {
+            CqImp::Soft(c) => c.wait_into(out, n, timeout),
+            CqImp::Native(c) => wait_native(c, out, n, timeout),
         }
     }
 
     /// Arms the CQ for one channel event (`ibv_req_notify_cq`): on the next
     /// completion, or with `solicited_only` on the next solicited or error one.
     pub fn req_notify(&self, solicited_only: bool) -> Result<(), Error> {
-        match &self.imp {
-            CqImp::Soft(c) => Ok(c
-                .ctx
-                .shared
-                .with_engine(|e| e.req_notify_cq(c.id, solicited_only))?),
-            CqImp::Native(n) => n.req_notify(solicited_only),
-        }
+        on_cq!(&self.imp, c => c.req_notify(solicited_only))
     }
 }
 
@@ -472,13 +282,5 @@ fn wait_native(
             std::thread::sleep(nap.min(deadline - now));
             nap = (nap * 2).min(Duration::from_millis(1));
         }
-    }
-}
-
-impl Drop for SoftCq {
-    fn drop(&mut self) {
-        let s = &self.ctx.shared;
-        s.channels.lock().remove(&self.id);
-        let _ = s.with_engine(|e| e.destroy_cq(self.id));
     }
 }

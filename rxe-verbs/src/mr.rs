@@ -38,86 +38,12 @@ use crate::attr::AddressHandle;
 use crate::context::{Context, CtxImp};
 use crate::error::{invalid, unsupported, Error};
 use crate::native::{NMr, NPd};
-use crate::soft::Inner;
-use parking_lot::RwLock;
+use crate::soft::{SoftForeignMr, SoftMr, SoftMw, SoftPd};
 use rxe_core::engine::mem::MwType;
-use rxe_core::engine::{AtomicOp, MrKeys, PdId, RegionMemory};
+use rxe_core::engine::RegionMemory;
 use rxe_core::types::{Access, AddressVector, Sge};
 use std::ops::Range;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-
-/// The bytes of a region, shared with the engine.
-pub(crate) struct RegionBytes {
-    bytes: RwLock<Box<[u8]>>,
-    /// `bytes.len()`, readable without the lock: the engine asks for it
-    /// whenever it resolves an SGE or a key (once per message), and taking
-    /// the lock for it showed in a 64-byte SEND's profile on each side
-    /// (docs/performance.md). The bytes change length only when the region
-    /// is deregistered (to 0, stored after the bytes went); every accessor
-    /// still checks its range against the bytes under the lock.
-    len: AtomicUsize,
-}
-
-impl std::fmt::Debug for RegionBytes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "RegionBytes({} bytes)", self.bytes.read().len())
-    }
-}
-
-fn range(off: usize, len: usize, total: usize) -> Option<Range<usize>> {
-    let end = off.checked_add(len)?;
-    (end <= total).then_some(off..end)
-}
-
-impl RegionMemory for RegionBytes {
-    fn len(&self) -> usize {
-        self.len.load(Ordering::Acquire)
-    }
-    fn read(&self, offset: usize, dst: &mut [u8]) -> bool {
-        let b = self.bytes.read();
-        match range(offset, dst.len(), b.len()) {
-            Some(r) => {
-                dst.copy_from_slice(&b[r]);
-                true
-            }
-            None => false,
-        }
-    }
-    fn write(&self, offset: usize, src: &[u8]) -> bool {
-        let mut b = self.bytes.write();
-        let total = b.len();
-        match range(offset, src.len(), total) {
-            Some(r) => {
-                b[r].copy_from_slice(src);
-                true
-            }
-            None => false,
-        }
-    }
-    fn atomic(&self, offset: usize, op: AtomicOp) -> Option<u64> {
-        if !offset.is_multiple_of(8) {
-            return None;
-        }
-        let mut b = self.bytes.write();
-        let total = b.len();
-        let r = range(offset, 8, total)?;
-        let old = u64::from_ne_bytes(b[r.clone()].try_into().ok()?);
-        let new = match op {
-            AtomicOp::CompareSwap { compare, swap } => {
-                if old == compare {
-                    swap
-                } else {
-                    old
-                }
-            }
-            AtomicOp::FetchAdd(add) => old.wrapping_add(add),
-            AtomicOp::Store(v) => v,
-        };
-        b[r].copy_from_slice(&new.to_ne_bytes());
-        Some(old)
-    }
-}
 
 /// A protection domain (`ibv_pd`).
 #[derive(Clone)]
@@ -127,15 +53,15 @@ pub struct ProtectionDomain {
 
 #[derive(Clone)]
 pub(crate) enum PdImp {
-    Soft { ctx: Arc<Inner>, pd: PdId },
+    Soft(SoftPd),
     Native(Arc<NPd>),
 }
 
 impl std::fmt::Debug for ProtectionDomain {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let pd = match &self.imp {
-            PdImp::Soft { pd, .. } => pd.0,
-            PdImp::Native(n) => n.handle(),
+            PdImp::Soft(p) => p.id().0,
+            PdImp::Native(p) => p.handle(),
         };
         f.debug_struct("ProtectionDomain").field("pd", &pd).finish()
     }
@@ -145,11 +71,8 @@ impl Context {
     /// Allocates a protection domain.
     pub fn alloc_pd(&self) -> Result<ProtectionDomain, Error> {
         let imp = match &self.imp {
-            CtxImp::Soft(inner) => PdImp::Soft {
-                pd: inner.shared.with_engine(|e| e.alloc_pd()),
-                ctx: inner.clone(),
-            },
-            CtxImp::Native(n) => PdImp::Native(NPd::alloc(n)?),
+            CtxImp::Soft(c) => PdImp::Soft(SoftPd::alloc(c)),
+            CtxImp::Native(c) => PdImp::Native(NPd::alloc(c)?),
         };
         Ok(ProtectionDomain { imp })
     }
@@ -177,42 +100,11 @@ impl ProtectionDomain {
     /// Registers memory the application hands over; [`MemoryRegion::deregister`]
     /// gives it back.
     pub fn register(&self, bytes: Vec<u8>, access: Access) -> Result<MemoryRegion, Error> {
-        let (ctx, pd) = match &self.imp {
-            PdImp::Soft { ctx, pd } => (ctx, *pd),
-            PdImp::Native(n) => {
-                return Ok(MemoryRegion {
-                    imp: MrImp::Native(Box::new(NMr::register(n, bytes, access)?)),
-                    access,
-                })
-            }
+        let imp = match &self.imp {
+            PdImp::Soft(p) => MrImp::Soft(p.register(bytes, access)?),
+            PdImp::Native(p) => MrImp::Native(Box::new(NMr::register(p, bytes, access)?)),
         };
-        let bytes: Box<[u8]> = bytes.into_boxed_slice();
-        // The region's I/O virtual address is where its bytes really are, as
-        // with ibv_reg_mr: peers see ordinary-looking addresses.
-        let iova = if access.contains(Access::ZERO_BASED) {
-            0
-        } else {
-            bytes.as_ptr() as u64
-        };
-        let len = bytes.len();
-        let region = Arc::new(RegionBytes {
-            bytes: RwLock::new(bytes),
-            len: AtomicUsize::new(len),
-        });
-        let keys = ctx
-            .shared
-            .with_engine(|e| e.reg_mr(pd, region.clone(), iova, access))?;
-        Ok(MemoryRegion {
-            imp: MrImp::Soft(SoftMr {
-                ctx: ctx.clone(),
-                bytes: region,
-                keys,
-                iova,
-                len,
-                registered: true,
-            }),
-            access,
-        })
+        Ok(MemoryRegion { imp, access })
     }
 
     /// Registers memory the library does not own (`ibv_reg_mr` on the
@@ -226,58 +118,31 @@ impl ProtectionDomain {
         iova: u64,
         access: Access,
     ) -> Result<ForeignRegion, Error> {
-        let (ctx, pd) = match &self.imp {
-            PdImp::Soft { ctx, pd } => (ctx, *pd),
-            PdImp::Native(_) => {
-                return Err(unsupported("registering foreign memory on a native device"))
-            }
-        };
-        let len = mem.len();
-        let keys = ctx
-            .shared
-            .with_engine(|e| e.reg_mr(pd, mem, iova, access))?;
-        Ok(ForeignRegion {
-            ctx: ctx.clone(),
-            keys,
-            len,
-            registered: true,
-        })
+        match &self.imp {
+            PdImp::Soft(p) => Ok(ForeignRegion {
+                imp: p.register_foreign(mem, iova, access)?,
+            }),
+            PdImp::Native(_) => Err(unsupported("registering foreign memory on a native device")),
+        }
     }
 
     /// Allocates a memory window (`ibv_alloc_mw`). Soft devices only.
     pub fn alloc_mw(&self, mw_type: MwType) -> Result<MemoryWindow, Error> {
-        let (ctx, pd) = match &self.imp {
-            PdImp::Soft { ctx, pd } => (ctx, *pd),
-            PdImp::Native(_) => return Err(unsupported("memory windows on a native device")),
-        };
-        let rkey = ctx.shared.with_engine(|e| e.alloc_mw(pd, mw_type))?;
-        Ok(MemoryWindow {
-            ctx: ctx.clone(),
-            rkey,
-            mw_type,
-        })
+        match &self.imp {
+            PdImp::Soft(p) => Ok(MemoryWindow {
+                imp: p.alloc_mw(mw_type)?,
+            }),
+            PdImp::Native(_) => Err(unsupported("memory windows on a native device")),
+        }
     }
 
     /// Creates an address handle for UD sends (`ibv_create_ah`). On a
     /// native device the `ibv_ah` is created here and kept with the PD;
     /// sends through the handle use it.
     pub fn create_ah(&self, av: AddressVector) -> Result<AddressHandle, Error> {
-        let ctx = match &self.imp {
-            PdImp::Soft { ctx, .. } => ctx,
-            PdImp::Native(n) => {
-                n.ah(&av)?;
-                return Ok(AddressHandle { av });
-            }
-        };
-        let e = ctx.shared.lock();
-        let gids = &e.config().gids;
-        match gids.get(usize::from(av.sgid_index)) {
-            None => Err(invalid("ah_attr.grh.sgid_index", "no such GID index")),
-            Some(g) if g.is_ipv4() != av.dest.is_ipv4() => Err(invalid(
-                "ah_attr.grh.dgid",
-                "address family differs from the source GID",
-            )),
-            _ => Ok(AddressHandle { av }),
+        match &self.imp {
+            PdImp::Soft(p) => p.create_ah(av),
+            PdImp::Native(p) => p.ah(&av).map(|_| AddressHandle { av }),
         }
     }
 }
@@ -315,15 +180,6 @@ enum MrImp {
     Native(Box<NMr>),
 }
 
-struct SoftMr {
-    ctx: Arc<Inner>,
-    bytes: Arc<RegionBytes>,
-    keys: MrKeys,
-    iova: u64,
-    len: usize,
-    registered: bool,
-}
-
 impl std::fmt::Debug for MemoryRegion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemoryRegion")
@@ -346,29 +202,29 @@ impl MemoryRegion {
     /// Local key.
     pub fn lkey(&self) -> u32 {
         match &self.imp {
-            MrImp::Soft(m) => m.keys.lkey,
-            MrImp::Native(n) => n.lkey,
+            MrImp::Soft(m) => m.lkey(),
+            MrImp::Native(m) => m.lkey,
         }
     }
     /// Remote key.
     pub fn rkey(&self) -> u32 {
         match &self.imp {
-            MrImp::Soft(m) => m.keys.rkey,
-            MrImp::Native(n) => n.rkey,
+            MrImp::Soft(m) => m.rkey(),
+            MrImp::Native(m) => m.rkey,
         }
     }
     /// The address peers and SGEs use for byte 0.
     pub fn addr(&self) -> u64 {
         match &self.imp {
-            MrImp::Soft(m) => m.iova,
-            MrImp::Native(n) => n.iova,
+            MrImp::Soft(m) => m.iova(),
+            MrImp::Native(m) => m.iova,
         }
     }
     /// Length in bytes.
     pub fn len(&self) -> usize {
         match &self.imp {
-            MrImp::Soft(m) => m.len,
-            MrImp::Native(n) => n.len(),
+            MrImp::Soft(m) => m.len(),
+            MrImp::Native(m) => m.len(),
         }
     }
     /// True for a zero-length region.
@@ -407,11 +263,8 @@ impl MemoryRegion {
     /// soon as it arrives. The same holds for [`Self::with_bytes`].
     pub fn read(&self, offset: usize, dst: &mut [u8]) -> Result<(), Error> {
         let ok = match &self.imp {
-            MrImp::Soft(m) => {
-                m.ctx.shared.poll_socket();
-                m.bytes.read(offset, dst)
-            }
-            MrImp::Native(n) => n.read(offset, dst),
+            MrImp::Soft(m) => m.read(offset, dst),
+            MrImp::Native(m) => m.read(offset, dst),
         };
         if ok {
             Ok(())
@@ -423,8 +276,8 @@ impl MemoryRegion {
     /// Copies bytes into the region.
     pub fn write(&self, offset: usize, src: &[u8]) -> Result<(), Error> {
         let ok = match &self.imp {
-            MrImp::Soft(m) => m.bytes.write(offset, src),
-            MrImp::Native(n) => n.write(offset, src),
+            MrImp::Soft(m) => m.write(offset, src),
+            MrImp::Native(m) => m.write(offset, src),
         };
         if ok {
             Ok(())
@@ -436,8 +289,8 @@ impl MemoryRegion {
     /// A copy of all the bytes.
     pub fn to_vec(&self) -> Vec<u8> {
         match &self.imp {
-            MrImp::Soft(m) => m.bytes.bytes.read().to_vec(),
-            MrImp::Native(n) => n.to_vec(),
+            MrImp::Soft(m) => m.to_vec(),
+            MrImp::Native(m) => m.to_vec(),
         }
     }
 
@@ -445,11 +298,8 @@ impl MemoryRegion {
     /// device: with a copy of them, see the module docs).
     pub fn with_bytes<R>(&self, f: impl FnOnce(&[u8]) -> R) -> R {
         match &self.imp {
-            MrImp::Soft(m) => {
-                m.ctx.shared.poll_socket();
-                f(&m.bytes.bytes.read())
-            }
-            MrImp::Native(n) => f(&n.to_vec()),
+            MrImp::Soft(m) => m.with_bytes(f),
+            MrImp::Native(m) => f(&m.to_vec()),
         }
     }
 
@@ -457,8 +307,8 @@ impl MemoryRegion {
     /// native device: with a copy, written back when `f` returns).
     pub fn with_bytes_mut<R>(&self, f: impl FnOnce(&mut [u8]) -> R) -> R {
         match &self.imp {
-            MrImp::Soft(m) => f(&mut m.bytes.bytes.write()),
-            MrImp::Native(n) => n.with_copy_mut(f),
+            MrImp::Soft(m) => m.with_bytes_mut(f),
+            MrImp::Native(m) => m.with_copy_mut(f),
         }
     }
 
@@ -467,41 +317,12 @@ impl MemoryRegion {
     /// with an error completion.
     pub fn deregister(self) -> Result<Vec<u8>, (MemoryRegion, Error)> {
         let MemoryRegion { imp, access } = self;
+        let back = |imp| MemoryRegion { imp, access };
         match imp {
-            MrImp::Native(n) => n.deregister().map_err(|(n, e)| {
-                (
-                    MemoryRegion {
-                        imp: MrImp::Native(Box::new(n)),
-                        access,
-                    },
-                    e,
-                )
-            }),
-            MrImp::Soft(mut m) => {
-                let lkey = m.keys.lkey;
-                if let Err(e) = m.ctx.shared.with_engine(|e| e.dereg_mr(lkey)) {
-                    return Err((
-                        MemoryRegion {
-                            imp: MrImp::Soft(m),
-                            access,
-                        },
-                        e.into(),
-                    ));
-                }
-                m.registered = false;
-                let bytes = std::mem::replace(&mut *m.bytes.bytes.write(), Box::new([]));
-                m.bytes.len.store(0, Ordering::Release);
-                Ok(bytes.into_vec())
-            }
-        }
-    }
-}
-
-impl Drop for SoftMr {
-    fn drop(&mut self) {
-        if self.registered {
-            let lkey = self.keys.lkey;
-            let _ = self.ctx.shared.with_engine(|e| e.dereg_mr(lkey));
+            MrImp::Soft(m) => m.deregister().map_err(|(m, e)| (back(MrImp::Soft(m)), e)),
+            MrImp::Native(m) => m
+                .deregister()
+                .map_err(|(m, e)| (back(MrImp::Native(Box::new(m))), e)),
         }
     }
 }
@@ -509,17 +330,14 @@ impl Drop for SoftMr {
 /// A registration of memory the library does not own
 /// ([`ProtectionDomain::register_foreign`]). Dropping it deregisters.
 pub struct ForeignRegion {
-    ctx: Arc<Inner>,
-    keys: MrKeys,
-    len: usize,
-    registered: bool,
+    imp: SoftForeignMr,
 }
 
 impl std::fmt::Debug for ForeignRegion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ForeignRegion")
-            .field("lkey", &format_args!("{:#010x}", self.keys.lkey))
-            .field("len", &self.len)
+            .field("lkey", &format_args!("{:#010x}", self.lkey()))
+            .field("len", &self.len())
             .finish()
     }
 }
@@ -527,58 +345,42 @@ impl std::fmt::Debug for ForeignRegion {
 impl ForeignRegion {
     /// Local key.
     pub fn lkey(&self) -> u32 {
-        self.keys.lkey
+        self.imp.keys().lkey
     }
     /// Remote key.
     pub fn rkey(&self) -> u32 {
-        self.keys.rkey
+        self.imp.keys().rkey
     }
     /// Length in bytes.
     pub fn len(&self) -> usize {
-        self.len
+        self.imp.len()
     }
     /// True for a zero-length region.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
     /// Deregisters: refused (and the region given back) while memory
     /// windows are bound to it. Work in flight that still refers to the
     /// region fails with an error completion; once this returns, the engine
     /// never touches the memory again.
-    pub fn deregister(mut self) -> Result<(), (ForeignRegion, Error)> {
-        let lkey = self.keys.lkey;
-        match self.ctx.shared.with_engine(|e| e.dereg_mr(lkey)) {
-            Ok(()) => {
-                self.registered = false;
-                Ok(())
-            }
-            Err(e) => Err((self, e.into())),
-        }
-    }
-}
-
-impl Drop for ForeignRegion {
-    fn drop(&mut self) {
-        if self.registered {
-            let lkey = self.keys.lkey;
-            let _ = self.ctx.shared.with_engine(|e| e.dereg_mr(lkey));
-        }
+    pub fn deregister(self) -> Result<(), (ForeignRegion, Error)> {
+        self.imp
+            .deregister()
+            .map_err(|(imp, e)| (ForeignRegion { imp }, e))
     }
 }
 
 /// A memory window (`ibv_mw`): a remotely accessible part of a region with
-/// rights of its own.
+/// rights of its own. Dropping it frees it.
 pub struct MemoryWindow {
-    ctx: Arc<Inner>,
-    pub(crate) rkey: u32,
-    mw_type: MwType,
+    imp: SoftMw,
 }
 
 impl std::fmt::Debug for MemoryWindow {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("MemoryWindow")
-            .field("rkey", &format_args!("{:#010x}", self.rkey))
-            .field("type", &self.mw_type)
+            .field("rkey", &format_args!("{:#010x}", self.rkey()))
+            .field("type", &self.mw_type())
             .finish()
     }
 }
@@ -586,25 +388,13 @@ impl std::fmt::Debug for MemoryWindow {
 impl MemoryWindow {
     /// The window's current rkey (it changes on every bind).
     pub fn rkey(&self) -> u32 {
-        self.rkey
+        self.imp.rkey()
     }
     /// Type 1 or 2.
     pub fn mw_type(&self) -> MwType {
-        self.mw_type
+        self.imp.mw_type()
     }
     pub(crate) fn set_rkey(&mut self, rkey: u32) {
-        self.rkey = rkey;
-    }
-}
-
-impl Drop for MemoryWindow {
-    /// Frees the window under its current key, which a `BIND_MW` work
-    /// request posted without [`QueuePair::post_bind_mw`](crate::QueuePair::post_bind_mw)
-    /// may have changed.
-    fn drop(&mut self) {
-        let _ = self.ctx.shared.with_engine(|e| {
-            let rkey = e.mw_key(self.rkey).unwrap_or(self.rkey);
-            e.dealloc_mw(rkey)
-        });
+        self.imp.set_rkey(rkey);
     }
 }

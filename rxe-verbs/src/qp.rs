@@ -1,19 +1,18 @@
-//! Queue pairs, shared receive queues and address handles.
+//! Queue pairs, shared receive queues and address handles: handles over
+//! the soft backend ([`crate::soft`]) or a native device.
 
-use crate::attr::{addr_of, gid_of, QpInitAttr};
+use crate::attr::{addr_of, QpInitAttr};
+pub use crate::attr::{ConnectOptions, Endpoint};
 use crate::context::{Context, CtxImp};
 use crate::cq::CompletionQueue;
 use crate::error::{invalid, unsupported, Error};
 use crate::mr::{MemoryRegion, MemoryWindow, PdImp, ProtectionDomain};
 use crate::native::{NQp, NSrq};
-use crate::soft::Inner;
+use crate::soft::{SoftQp, SoftSrq};
 pub use rxe_core::engine::mcast::MULTICAST_QPN;
-use rxe_core::engine::mcast::{group_of_gid, Attached, Detached};
 use rxe_core::engine::state::Connect;
-use rxe_core::engine::{QpInit, SrqId};
 use rxe_core::psn::Psn;
 use rxe_core::types::*;
-use std::net::Ipv6Addr;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -41,66 +40,6 @@ impl QpInitAttr {
     }
 }
 
-/// What a peer needs to connect to a QP: what `ibv_rc_pingpong` exchanges
-/// (`LID:QPN:PSN:GID`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Endpoint {
-    /// Local identifier (0 on RoCE).
-    pub lid: u16,
-    /// QP number.
-    pub qpn: u32,
-    /// The first PSN the QP sends with.
-    pub psn: u32,
-    /// The port GID.
-    pub gid: Ipv6Addr,
-}
-
-/// Connection parameters for [`QueuePair::connect`].
-#[derive(Debug, Clone, Copy)]
-pub struct ConnectOptions {
-    /// Path MTU.
-    pub mtu: Mtu,
-    /// Local ACK timeout code (4.096 µs × 2^timeout).
-    pub timeout: u8,
-    /// Retries on timeout or sequence error.
-    pub retry_cnt: u8,
-    /// Retries on RNR NAK (7 = infinite).
-    pub rnr_retry: u8,
-    /// RNR timer code asked of senders.
-    pub min_rnr_timer: u8,
-    /// Outstanding READ/atomic as requester and as responder.
-    pub max_rd_atomic: u8,
-    /// Remote access granted.
-    pub access: Access,
-    /// Q_Key (UD).
-    pub qkey: u32,
-    /// Source GID index. 0 is the device's own GID on both backends: the
-    /// soft device's only entry, or on a native device the RoCE v2 entry of
-    /// the address it was opened for ([`Context::gid_index`]); other values
-    /// are literal indices of the port's GID table. (The same holds for
-    /// `AddressVector::sgid_index`.)
-    pub sgid_index: u8,
-}
-
-impl Default for ConnectOptions {
-    fn default() -> Self {
-        ConnectOptions {
-            mtu: Mtu::Mtu1024,
-            timeout: 14,
-            retry_cnt: 7,
-            rnr_retry: 7,
-            min_rnr_timer: 12,
-            max_rd_atomic: 16,
-            access: Access::LOCAL_WRITE
-                | Access::REMOTE_WRITE
-                | Access::REMOTE_READ
-                | Access::REMOTE_ATOMIC,
-            qkey: 0x1111_1111,
-            sgid_index: 0,
-        }
-    }
-}
-
 /// A queue pair (`ibv_qp`).
 pub struct QueuePair {
     imp: QpImp,
@@ -110,11 +49,6 @@ pub struct QueuePair {
 enum QpImp {
     Soft(SoftQp),
     Native(NQp),
-}
-
-struct SoftQp {
-    ctx: Arc<Inner>,
-    qpn: u32,
 }
 
 impl std::fmt::Debug for QueuePair {
@@ -129,34 +63,17 @@ impl std::fmt::Debug for QueuePair {
 impl Context {
     /// Creates a queue pair in RESET (`ibv_create_qp`).
     pub fn create_qp(&self, pd: &ProtectionDomain, attr: &QpInitAttr) -> Result<QueuePair, Error> {
-        let (inner, pdid) = match (&self.imp, &pd.imp) {
-            (CtxImp::Soft(inner), PdImp::Soft { ctx, pd }) if Arc::ptr_eq(ctx, inner) => {
-                (inner, *pd)
+        let imp = match (&self.imp, &pd.imp) {
+            (CtxImp::Soft(c), PdImp::Soft(p)) if p.is_of(c) => {
+                QpImp::Soft(SoftQp::create(c, p.id(), attr)?)
             }
-            (CtxImp::Native(n), PdImp::Native(p)) if Arc::ptr_eq(&p.ctx, n) => {
-                let q = NQp::create(n, p, attr)?;
-                return Ok(QueuePair {
-                    imp: QpImp::Native(q),
-                    qp_type: attr.qp_type,
-                });
+            (CtxImp::Native(c), PdImp::Native(p)) if Arc::ptr_eq(&p.ctx, c) => {
+                QpImp::Native(NQp::create(c, p, attr)?)
             }
             _ => return Err(Error::WrongDevice("pd")),
         };
-        let init = QpInit {
-            qp_type: attr.qp_type,
-            pd: pdid,
-            send_cq: rxe_core::engine::CqId(attr.send_cq),
-            recv_cq: rxe_core::engine::CqId(attr.recv_cq),
-            srq: attr.srq.map(SrqId),
-            cap: attr.cap,
-            sq_sig_all: attr.sq_sig_all,
-        };
-        let qpn = inner.shared.with_engine(|e| e.create_qp(init))?;
         Ok(QueuePair {
-            imp: QpImp::Soft(SoftQp {
-                ctx: inner.clone(),
-                qpn,
-            }),
+            imp,
             qp_type: attr.qp_type,
         })
     }
@@ -182,16 +99,10 @@ impl Context {
         limit: u32,
     ) -> Result<SharedReceiveQueue, Error> {
         let imp = match (&self.imp, &pd.imp) {
-            (CtxImp::Soft(inner), PdImp::Soft { pd, .. }) => {
-                let id = inner
-                    .shared
-                    .with_engine(|e| e.create_srq(*pd, max_wr, max_sge, limit))?;
-                SrqImp::Soft(SoftSrq {
-                    ctx: inner.clone(),
-                    id,
-                })
+            (CtxImp::Soft(c), PdImp::Soft(p)) => {
+                SrqImp::Soft(SoftSrq::create(c, p.id(), max_wr, max_sge, limit)?)
             }
-            (CtxImp::Native(n), PdImp::Native(p)) if Arc::ptr_eq(&p.ctx, n) => {
+            (CtxImp::Native(c), PdImp::Native(p)) if Arc::ptr_eq(&p.ctx, c) => {
                 let s = NSrq::create(p, max_wr, max_sge)?;
                 if limit > 0 {
                     s.set_limit(limit)?;
@@ -204,35 +115,42 @@ impl Context {
     }
 }
 
+/// The same call on whichever backend serves the QP.
+macro_rules! on_qp {
+    ($imp:expr, $q:ident => $call:expr) => {
+        match $imp {
+            QpImp::Soft($q) => $call,
+            QpImp::Native($q) => $call,
+        }
+    };
+}
+
 impl QueuePair {
     /// The QP number.
     pub fn qp_num(&self) -> u32 {
         match &self.imp {
-            QpImp::Soft(q) => q.qpn,
-            QpImp::Native(n) => n.qpn,
+            QpImp::Soft(q) => q.qpn(),
+            QpImp::Native(q) => q.qpn,
         }
     }
 
-    /// The transport.
     /// The soft device and QP number behind this QP (`None` on a native
     /// device).
-    pub(crate) fn soft_parts(&self) -> Option<(Arc<Inner>, u32)> {
+    pub(crate) fn soft_parts(&self) -> Option<(Arc<crate::soft::Inner>, u32)> {
         match &self.imp {
-            QpImp::Soft(q) => Some((q.ctx.clone(), q.qpn)),
+            QpImp::Soft(q) => Some(q.parts()),
             QpImp::Native(_) => None,
         }
     }
 
+    /// The transport.
     pub fn qp_type(&self) -> QpType {
         self.qp_type
     }
 
     /// Current attributes and capacities (`ibv_query_qp`).
     pub fn query(&self) -> Result<(QpAttr, QpCap), Error> {
-        match &self.imp {
-            QpImp::Soft(q) => Ok(q.ctx.shared.lock().query_qp(q.qpn)?),
-            QpImp::Native(n) => n.query(),
-        }
+        on_qp!(&self.imp, q => q.query())
     }
 
     /// The QP's state.
@@ -249,7 +167,7 @@ impl QueuePair {
     pub fn attach_mcast(&self, gid: [u8; 16], lid: u16) -> Result<(), Error> {
         match &self.imp {
             QpImp::Soft(q) => q.attach_mcast(gid),
-            QpImp::Native(n) => n.mcast(gid, lid, true),
+            QpImp::Native(q) => q.mcast(gid, lid, true),
         }
     }
 
@@ -259,44 +177,25 @@ impl QueuePair {
     pub fn detach_mcast(&self, gid: [u8; 16], lid: u16) -> Result<(), Error> {
         match &self.imp {
             QpImp::Soft(q) => q.detach_mcast(gid),
-            QpImp::Native(n) => n.mcast(gid, lid, false),
+            QpImp::Native(q) => q.mcast(gid, lid, false),
         }
     }
 
     /// Modifies attributes and state (`ibv_modify_qp`).
     pub fn modify(&self, attr: &QpAttr, mask: QpAttrMask) -> Result<(), Error> {
-        match &self.imp {
-            QpImp::Soft(q) => Ok(q
-                .ctx
-                .shared
-                .with_engine(|e| e.modify_qp(q.qpn, attr, mask))?),
-            QpImp::Native(n) => n.modify(attr, mask),
-        }
+        on_qp!(&self.imp, q => q.modify(attr, mask))
     }
 
     /// What to tell the peer: LID 0, QPN, first send PSN, the device's own
     /// GID (source GID index 0).
     pub fn endpoint(&self) -> Endpoint {
         match &self.imp {
-            QpImp::Soft(q) => {
-                let e = q.ctx.shared.lock();
-                let psn = e
-                    .query_qp(q.qpn)
-                    .map(|(a, _)| a.sq_psn.value())
-                    .unwrap_or(0);
-                let gid = gid_of(e.config().gids[0]);
-                Endpoint {
-                    lid: 0,
-                    qpn: q.qpn,
-                    psn,
-                    gid,
-                }
-            }
-            QpImp::Native(n) => Endpoint {
+            QpImp::Soft(q) => q.endpoint(),
+            QpImp::Native(q) => Endpoint {
                 lid: 0,
-                qpn: n.qpn,
-                psn: n.initial_psn,
-                gid: n.gid(),
+                qpn: q.qpn,
+                psn: q.initial_psn,
+                gid: q.gid(),
             },
         }
     }
@@ -304,17 +203,14 @@ impl QueuePair {
     /// The PSN the QP sends first with (what [`QueuePair::endpoint`] tells).
     fn first_psn(&self) -> Result<Psn, Error> {
         match &self.imp {
-            QpImp::Soft(_) => Ok(self.query()?.0.sq_psn),
-            QpImp::Native(n) => Ok(Psn::new(n.initial_psn)),
+            QpImp::Soft(q) => q.first_psn(),
+            QpImp::Native(q) => Ok(Psn::new(q.initial_psn)),
         }
     }
 
     /// The port the QP is bound to by [`QueuePair::connect`].
     fn port(&self) -> u8 {
-        match &self.imp {
-            QpImp::Soft(_) => 1,
-            QpImp::Native(n) => n.port(),
-        }
+        on_qp!(&self.imp, q => q.port())
     }
 
     /// RESET → INIT → RTR → RTS towards `remote` with the usual attributes
@@ -348,40 +244,12 @@ impl QueuePair {
     /// device, memory-window binds are refused as unsupported before
     /// anything is posted.)
     pub fn post_send(&self, wrs: &[SendWr]) -> Result<(), Error> {
-        let q = match &self.imp {
-            QpImp::Soft(q) => q,
-            QpImp::Native(n) => return n.post_send(wrs),
-        };
-        q.ctx.shared.with_engine_post(|e| {
-            for (index, wr) in wrs.iter().enumerate() {
-                e.post_send_ref(q.qpn, wr)
-                    .map_err(|source| Error::BadWorkRequest {
-                        index,
-                        wr_id: wr.wr_id,
-                        source,
-                    })?;
-            }
-            Ok(())
-        })
+        on_qp!(&self.imp, q => q.post_send(wrs))
     }
 
     /// Posts receive work requests (`ibv_post_recv`), stopping at the first refused.
     pub fn post_recv(&self, wrs: &[RecvWr]) -> Result<(), Error> {
-        let q = match &self.imp {
-            QpImp::Soft(q) => q,
-            QpImp::Native(n) => return n.post_recv(wrs),
-        };
-        q.ctx.shared.with_engine_quiet(|e| {
-            for (index, wr) in wrs.iter().enumerate() {
-                e.post_recv_ref(q.qpn, wr)
-                    .map_err(|source| Error::BadWorkRequest {
-                        index,
-                        wr_id: wr.wr_id,
-                        source,
-                    })?;
-            }
-            Ok(())
-        })
+        on_qp!(&self.imp, q => q.post_recv(wrs))
     }
 
     /// Binds a type 1 window to `range` of `mr` with `access` (`ibv_bind_mw`);
@@ -395,25 +263,15 @@ impl QueuePair {
         r: Range<usize>,
         access: Access,
     ) -> Result<u32, Error> {
-        if r.end > mr.len() || r.start > r.end {
-            return Err(invalid(
-                "range",
-                format!("{r:?} is outside the {}-byte region", mr.len()),
-            ));
-        }
         let bind = MwBind {
             mw_rkey: mw.rkey(),
             new_rkey: inc_rkey(mw.rkey()),
-            mr_lkey: mr.lkey(),
-            addr: mr.addr() + r.start as u64,
-            length: (r.end - r.start) as u64,
-            access,
+            ..bind_of(mr, r, access)?
         };
-        let q = match &self.imp {
-            QpImp::Soft(q) => q,
+        let rkey = match &self.imp {
+            QpImp::Soft(q) => q.bind_mw(&bind)?,
             QpImp::Native(_) => return Err(unsupported("memory windows on a native device")),
         };
-        let rkey = q.ctx.shared.with_engine(|e| e.bind_mw(q.qpn, &bind))?;
         mw.set_rkey(rkey);
         Ok(rkey)
     }
@@ -431,22 +289,13 @@ impl QueuePair {
         r: Range<usize>,
         access: Access,
     ) -> Result<u32, Error> {
-        if r.end > mr.len() || r.start > r.end {
-            return Err(invalid(
-                "range",
-                format!("{r:?} is outside the {}-byte region", mr.len()),
-            ));
-        }
         let old = mw.rkey();
         let new_rkey = inc_rkey(old);
         let mut wr = SendWr::new(wr_id, SendOpcode::BindMw);
         wr.bind = Some(MwBind {
             mw_rkey: old,
             new_rkey,
-            mr_lkey: mr.lkey(),
-            addr: mr.addr() + r.start as u64,
-            length: (r.end - r.start) as u64,
-            access,
+            ..bind_of(mr, r, access)?
         });
         self.post_send(&[wr])?;
         mw.set_rkey(new_rkey);
@@ -454,73 +303,29 @@ impl QueuePair {
     }
 }
 
+/// A bind of `r` of `mr` with `access` (keys still to be filled in), or
+/// EINVAL if `r` is not inside the region.
+fn bind_of(mr: &MemoryRegion, r: Range<usize>, access: Access) -> Result<MwBind, Error> {
+    if r.end > mr.len() || r.start > r.end {
+        return Err(invalid(
+            "range",
+            format!("{r:?} is outside the {}-byte region", mr.len()),
+        ));
+    }
+    Ok(MwBind {
+        mw_rkey: 0,
+        new_rkey: 0,
+        mr_lkey: mr.lkey(),
+        addr: mr.addr() + r.start as u64,
+        length: (r.end - r.start) as u64,
+        access,
+    })
+}
+
 /// The rkey a window gets on its next bind: the low byte plus one
 /// (libibverbs' `ibv_inc_rkey`).
 pub fn inc_rkey(rkey: u32) -> u32 {
     (rkey & !0xff) | (rkey.wrapping_add(1) & 0xff)
-}
-
-impl SoftQp {
-    fn attach_mcast(&self, gid: [u8; 16]) -> Result<(), Error> {
-        let sh = &self.ctx.shared;
-        // Lock order: link before engine.
-        let mut link = sh.link.lock();
-        let mut e = sh.lock();
-        if e.attach_mcast(self.qpn, gid)? != Attached::First {
-            return Ok(());
-        }
-        // A group of the other address family can be attached to (the
-        // kernel allows it) but never receives anything here.
-        let Some(g) = group_of_gid(gid).filter(|g| g.is_ipv4() == link.addr().is_ipv4()) else {
-            return Ok(());
-        };
-        link.join_group(g).map_err(|source| {
-            let _ = e.detach_mcast(self.qpn, gid);
-            Error::Io {
-                what: format!("join IP multicast group {g} on {}", link.addr()),
-                source,
-            }
-        })
-    }
-
-    fn detach_mcast(&self, gid: [u8; 16]) -> Result<(), Error> {
-        let sh = &self.ctx.shared;
-        let mut link = sh.link.lock();
-        let mut e = sh.lock();
-        if e.detach_mcast(self.qpn, gid)? == Detached::Last {
-            if let Some(g) = group_of_gid(gid) {
-                link.leave_group(g);
-            }
-        }
-        Ok(())
-    }
-}
-
-impl Drop for SoftQp {
-    /// Destroying a QP first detaches it from its multicast groups and
-    /// moves it to ERR, so that whatever was posted completes with a flush
-    /// error, then removes it.
-    fn drop(&mut self) {
-        let qpn = self.qpn;
-        {
-            let sh = &self.ctx.shared;
-            let mut link = sh.link.lock();
-            let mut e = sh.lock();
-            for gid in e.detach_all_mcast(qpn) {
-                if let Some(g) = group_of_gid(gid) {
-                    link.leave_group(g);
-                }
-            }
-        }
-        self.ctx.shared.with_engine(|e| {
-            let to_err = QpAttr {
-                state: QpState::Err,
-                ..QpAttr::default()
-            };
-            let _ = e.modify_qp(qpn, &to_err, QpAttrMask::STATE);
-            let _ = e.destroy_qp(qpn);
-        });
-    }
 }
 
 /// A shared receive queue (`ibv_srq`).
@@ -533,11 +338,6 @@ enum SrqImp {
     Native(Arc<NSrq>),
 }
 
-struct SoftSrq {
-    ctx: Arc<Inner>,
-    id: SrqId,
-}
-
 impl std::fmt::Debug for SharedReceiveQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SharedReceiveQueue")
@@ -546,38 +346,31 @@ impl std::fmt::Debug for SharedReceiveQueue {
     }
 }
 
+/// The same call on whichever backend serves the SRQ.
+macro_rules! on_srq {
+    ($imp:expr, $s:ident => $call:expr) => {
+        match $imp {
+            SrqImp::Soft($s) => $call,
+            SrqImp::Native($s) => $call,
+        }
+    };
+}
+
 impl SharedReceiveQueue {
     /// The SRQ's number (as async events name it).
     pub fn id(&self) -> u32 {
         match &self.imp {
-            SrqImp::Soft(s) => s.id.0,
-            SrqImp::Native(n) => n.id,
+            SrqImp::Soft(s) => s.id(),
+            SrqImp::Native(s) => s.id,
         }
     }
     /// Posts receives, stopping at the first refused.
     pub fn post_recv(&self, wrs: &[RecvWr]) -> Result<(), Error> {
-        let s = match &self.imp {
-            SrqImp::Soft(s) => s,
-            SrqImp::Native(n) => return n.post_recv(wrs),
-        };
-        s.ctx.shared.with_engine(|e| {
-            for (index, wr) in wrs.iter().enumerate() {
-                e.post_srq_recv(s.id, wr.clone())
-                    .map_err(|source| Error::BadWorkRequest {
-                        index,
-                        wr_id: wr.wr_id,
-                        source,
-                    })?;
-            }
-            Ok(())
-        })
+        on_srq!(&self.imp, s => s.post_recv(wrs))
     }
     /// Arms the limit event: raised once when fewer than `limit` receives remain.
     pub fn set_limit(&self, limit: u32) -> Result<(), Error> {
-        match &self.imp {
-            SrqImp::Soft(s) => Ok(s.ctx.shared.with_engine(|e| e.modify_srq(s.id, limit))?),
-            SrqImp::Native(n) => n.set_limit(limit),
-        }
+        on_srq!(&self.imp, s => s.set_limit(limit))
     }
 
     /// [`Self::resize`] and [`Self::set_limit`] in one `ibv_modify_srq`,
@@ -585,13 +378,10 @@ impl SharedReceiveQueue {
     /// is before the resize. Returns the new size.
     pub fn resize_and_set_limit(&self, max_wr: u32, limit: u32) -> Result<u32, Error> {
         match &self.imp {
-            SrqImp::Soft(s) => Ok(s
-                .ctx
-                .shared
-                .with_engine(|e| e.resize_srq_and_limit(s.id, max_wr, limit))?),
-            SrqImp::Native(n) => {
-                let got = n.resize(max_wr)?;
-                n.set_limit(limit)?;
+            SrqImp::Soft(s) => s.resize_and_set_limit(max_wr, limit),
+            SrqImp::Native(s) => {
+                let got = s.resize(max_wr)?;
+                s.set_limit(limit)?;
                 Ok(got)
             }
         }
@@ -600,24 +390,15 @@ impl SharedReceiveQueue {
     /// Resizes the SRQ to hold at least `max_wr` receives (`ibv_modify_srq`
     /// with `IBV_SRQ_MAX_WR`), keeping those posted; returns the new size.
     pub fn resize(&self, max_wr: u32) -> Result<u32, Error> {
-        match &self.imp {
-            SrqImp::Soft(s) => Ok(s.ctx.shared.with_engine(|e| e.resize_srq(s.id, max_wr))?),
-            SrqImp::Native(n) => n.resize(max_wr),
-        }
+        on_srq!(&self.imp, s => s.resize(max_wr))
     }
 
     /// Receives it holds and scatter entries per receive, as created (or
     /// resized); for a native SRQ what was asked for.
     pub fn size(&self) -> Option<(u32, u32)> {
         match &self.imp {
-            SrqImp::Soft(s) => s.ctx.shared.with_engine(|e| e.srq_size(s.id)).ok(),
+            SrqImp::Soft(s) => s.size(),
             SrqImp::Native(_) => None,
         }
-    }
-}
-
-impl Drop for SoftSrq {
-    fn drop(&mut self) {
-        let _ = self.ctx.shared.with_engine(|e| e.destroy_srq(self.id));
     }
 }

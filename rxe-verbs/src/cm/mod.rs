@@ -55,14 +55,10 @@
 //!   ... UD SENDs to (ah, qp_num, qkey) ...
 //! ```
 
-mod port;
-
-pub(crate) use port::{CmPort, Gone};
-
 use crate::context::CtxImp;
 use crate::error::{invalid, Error};
 use crate::events::Events;
-use crate::soft::Inner;
+use crate::soft::{flow_label, to_err, to_init, ud_ready, CmPort, Gone, Inner, UdPath};
 use crate::{Context, QueuePair};
 use parking_lot::Mutex;
 use rxe_core::cm::{CmQpType, ConnId, ConnectParams, SidrId, SidrParams};
@@ -70,7 +66,7 @@ use rxe_core::mad::cm::RejReason;
 use rxe_core::mad::rdma_cm::CMA_HEADER_LEN;
 use rxe_core::mad::CmaHeader;
 use rxe_core::types::{AddressVector, QpType};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -563,14 +559,14 @@ impl CmId {
         let mut p = SidrParams::new(self.inner.ps.service_id(dst.port()), dst.ip());
         p.private_data = Self::with_header(local, dst, &param.private_data)?;
         let qpn = qp.map(|q| q.1);
-        let path = port::UdPath {
+        let path = UdPath {
             remote: dst.ip(),
-            flow_label: port::flow_label(local.port(), dst.port()),
+            flow_label: flow_label(local.port(), dst.port()),
             traffic_class: tos,
         };
         let sidr = cm_call(&dev, |e| {
             if let Some(qpn) = qpn {
-                port::ud_ready(e, qpn)?;
+                ud_ready(e, qpn)?;
             }
             dev.shared
                 .cm
@@ -643,7 +639,7 @@ impl CmId {
         let moves_qp = qp_dev.is_some();
         let conn = cm_call(&dev, |e| {
             if moves_qp {
-                port::to_init(e, qpn, qp_type)?;
+                to_init(e, qpn, qp_type)?;
             }
             let mut p = ConnectParams::new(sid, dst.ip(), qpn, rand::random::<u32>() & 0xff_ffff);
             p.qp_type = qp_type;
@@ -664,7 +660,7 @@ impl CmId {
             // device: a 1500-byte link gives 1024.
             p.path_mtu =
                 rxe_net::route::path_mtu(local.ip(), dst.ip(), dev.shared.device.active_mtu());
-            p.flow_label = port::flow_label(local.port(), dst.port());
+            p.flow_label = flow_label(local.port(), dst.port());
             p.private_data = pd;
             dev.shared
                 .cm
@@ -862,7 +858,7 @@ impl CmId {
         let qpn = self.inner.st.lock().qpn;
         cm_call(&dev, |e| {
             if let Some(qpn) = qpn {
-                port::to_err(e, qpn);
+                to_err(e, qpn);
             }
             dev.shared.cm.lock().disconnect(Instant::now(), conn)
         })
@@ -909,7 +905,7 @@ impl IdInner {
         }
         st.gone = true;
         let dev = st.dev.clone()?;
-        dev.shared.cm_gone.lock().push(port::Gone {
+        dev.shared.cm_gone.lock().push(Gone {
             conn: st.conn.take(),
             sidr: st.sidr.take().or(st.sidr_req.take()),
             listening: st.listening.take(),
@@ -964,13 +960,5 @@ fn soft(ctx: &Context) -> Result<Arc<Inner>, Error> {
         CtxImp::Native(_) => Err(crate::error::unsupported(
             "rdma_cm on a native device (use the system's librdmacm)",
         )),
-    }
-}
-
-/// An address and port as rdma_cm's header carries them.
-pub(crate) fn peer_of(cma: Option<&CmaHeader>, from: IpAddr) -> SocketAddr {
-    match cma {
-        Some(h) => SocketAddr::new(h.src, h.src_port),
-        None => SocketAddr::new(from, 0),
     }
 }

@@ -9,10 +9,10 @@
 //! waiting for completions. Who receives is [`super::progress`]'s business.
 
 use super::capture::Capture;
+use super::cq::ChannelInner;
 use super::doorbell::Doorbell;
 use super::progress::Receiver;
 use crate::attr::AsyncEventKind;
-use crate::cq::ChannelInner;
 use crate::device::Device;
 use crate::error::Error;
 use crate::events::Events;
@@ -41,15 +41,15 @@ pub(crate) struct Shared {
     pub receiver: Receiver,
     /// `Engine::completions_delivered` when last collected.
     pub delivered: AtomicU64,
-    /// Async events, for [`Context::get_async_event`] or the hook
-    /// [`Context::set_async_notify`] sets.
+    /// Async events, for [`crate::Context::get_async_event`] or the hook
+    /// [`crate::Context::set_async_notify`] sets.
     pub events: Events<AsyncEventKind>,
     pub channels: Mutex<HashMap<CqId, Arc<ChannelInner>>>,
     pub stop: AtomicBool,
     pub device: Device,
     /// Where sent and received packets are written, if anywhere.
     pub capture: Option<Capture>,
-    /// Faults injected into what is sent ([`Device::with_faults`],
+    /// Faults injected into what is sent ([`crate::Device::with_faults`],
     /// `RXE_FAULTS`). Innermost lock, taken under `link`.
     pub faults: Option<Mutex<FaultInjector>>,
     /// Packets the engine produced, in order, waiting for the socket.
@@ -59,11 +59,11 @@ pub(crate) struct Shared {
     /// collect (`Engine::recycle`). Innermost lock, like `outq`.
     pub spent: Mutex<Vec<Transmit>>,
     /// rdma_cm: the device's CM agent and ids. Lock order: after `engine`.
-    pub cm: Mutex<crate::cm::CmPort>,
+    pub cm: Mutex<super::cm::CmPort>,
     /// Ids that went, for the next pump of `cm` (innermost lock).
-    pub cm_gone: Mutex<Vec<crate::cm::Gone>>,
+    pub cm_gone: Mutex<Vec<super::cm::Gone>>,
     /// How long, in nanoseconds, a thread waiting for completions keeps
-    /// looking at the socket before it sleeps ([`Context::set_poll_spin`]).
+    /// looking at the socket before it sleeps ([`crate::Context::set_poll_spin`]).
     pub spin_ns: AtomicU64,
     /// Posts in quick succession leave together ([`super::doorbell`]).
     pub doorbell: Doorbell,
@@ -86,7 +86,7 @@ impl Shared {
     /// [`Shared::collect`] with the time the caller read for its round
     /// (one clock read a round, not two).
     fn collect_at(&self, engine: &mut Engine, by_receiver: bool, now: Instant) -> bool {
-        crate::cm::CmPort::pump(self, engine, now);
+        super::cm::CmPort::pump(self, engine, now);
         for t in self.spent.lock().drain(..) {
             engine.recycle(t);
         }
@@ -483,15 +483,15 @@ fn run_due_timers(e: &mut Engine, now: Instant) {
     }
 }
 
-/// The longest [`Context::set_poll_spin`] takes.
+/// The longest [`crate::Context::set_poll_spin`] takes.
 pub(crate) const MAX_SPIN: Duration = Duration::from_millis(10);
 
-/// `RXE_SPIN_US=N`: the initial [`Context::set_poll_spin`], in microseconds.
+/// `RXE_SPIN_US=N`: the initial [`crate::Context::set_poll_spin`], in microseconds.
 fn spin_from_env() -> Duration {
     crate::config::spin_us().map_or(Duration::ZERO, |us| Duration::from_micros(us).min(MAX_SPIN))
 }
 
-/// `RXE_POST_BATCH_US=N`: the initial [`Context::set_post_batching`], in
+/// `RXE_POST_BATCH_US=N`: the initial [`crate::Context::set_post_batching`], in
 /// microseconds. Unset: [`super::doorbell::DEFAULT_WINDOW`] on a loopback
 /// device, none on others (see [`super::doorbell`], "Loopback only").
 fn batch_from_env(addr: std::net::IpAddr) -> Duration {
@@ -536,7 +536,7 @@ pub(crate) fn open(device: Device) -> Result<Arc<Inner>, Error> {
     })?;
     config.port_mtu = device.active_mtu();
     config.max_in_flight = in_flight_budget(&link, config.port_mtu.bytes());
-    let cm = crate::cm::CmPort::new(
+    let cm = super::cm::CmPort::new(
         device.addr(),
         link.src_port(),
         link.qpn_prefix(),

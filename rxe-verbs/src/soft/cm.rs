@@ -7,12 +7,11 @@
 //! goes through the engine. An id dropped anywhere (even while this runs)
 //! only leaves a note in `Shared::cm_gone`, which the next pump reads.
 
-use super::{
-    peer_of, ChannelInner, CmId, ConnParam, Event, EventKind, IdInner, IdState, UdParam,
-    RDMA_UDP_QKEY,
+use super::{Inner, Shared};
+use crate::cm::{
+    ChannelInner, CmId, ConnParam, Event, EventKind, IdInner, IdState, UdParam, RDMA_UDP_QKEY,
 };
 use crate::error::{invalid, Error};
-use crate::soft::{Inner, Shared};
 use parking_lot::Mutex;
 use rxe_core::cm::{
     AcceptParams, CmAgent, CmConfig, CmEvent, CmQpType, ConnId, ConnectParams, QpParams, SidrId,
@@ -22,7 +21,7 @@ use rxe_core::engine::{Engine, Transmit};
 use rxe_core::mad::cm::RejReason;
 use rxe_core::mad::cm::{Req, SidrStatus};
 use rxe_core::mad::rdma_cm::CMA_HEADER_LEN;
-use rxe_core::mad::{GsiMad, PortSpace, GSI_QPN};
+use rxe_core::mad::{CmaHeader, GsiMad, PortSpace, GSI_QPN};
 use rxe_core::psn::Psn;
 use rxe_core::types::{Access, AddressVector, QpAttr, QpAttrMask, QpState};
 use rxe_core::wire::icrc;
@@ -1000,4 +999,12 @@ pub(crate) fn to_err(e: &mut Engine, qpn: u32) {
         ..QpAttr::default()
     };
     let _ = e.modify_qp(qpn, &a, QpAttrMask::STATE);
+}
+
+/// An address and port as rdma_cm's header carries them.
+fn peer_of(cma: Option<&CmaHeader>, from: IpAddr) -> SocketAddr {
+    match cma {
+        Some(h) => SocketAddr::new(h.src, h.src_port),
+        None => SocketAddr::new(from, 0),
+    }
 }
