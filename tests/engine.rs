@@ -976,3 +976,157 @@ fn many_qps_share_the_devices_budget_of_packets_in_flight() {
     let total = QPS * BUDGET_LEN as usize;
     assert_eq!(&b.mem.snapshot()[total..2 * total], &data[..]);
 }
+
+/// A FLUSH of `len` bytes at B's offset `dst`, through region `rkey`.
+fn flush_wr(id: u64, rkey: u32, dst: u64, len: u32, placement: u8, whole: bool) -> SendWr {
+    let mut wr = SendWr::new(id, SendOpcode::Flush);
+    wr.remote_addr = IOVA + dst;
+    wr.rkey = rkey;
+    wr.flush = FlushParams {
+        len,
+        placement,
+        whole_region: whole,
+    };
+    wr
+}
+
+/// Gives B's QP `qb` the QP rights of `bring_up` plus `extra`, and B a
+/// second region over the same bytes with the usual rights plus `mr_extra`;
+/// returns that region's rkey.
+fn flush_rights(
+    net: &mut rxe_net::sim::SimNet,
+    b: &Node,
+    qb: u32,
+    extra: Access,
+    mr_extra: Access,
+) -> u32 {
+    let e = &mut net.engines[b.idx];
+    let qp = QpAttr {
+        access: Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | extra,
+        ..QpAttr::default()
+    };
+    e.modify_qp(qb, &qp, QpAttrMask::ACCESS_FLAGS).unwrap();
+    let mr = Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | mr_extra;
+    e.reg_mr(b.pd, b.mem.clone(), IOVA, mr).unwrap().rkey
+}
+
+/// RDMA FLUSH, as the kernel's rxe has it since 6.2: one RC_FLUSH packet
+/// (FETH with the placement type and selectivity level, RETH with the
+/// range, AckReq, no payload), answered by an RDMA READ response only
+/// without payload at the same PSN, and completed as `Flush` with the
+/// length asked for. A whole-region FLUSH ignores the range (here one far
+/// outside the region); a 0-byte one still has its key checked.
+#[test]
+fn flush_is_one_packet_answered_by_an_empty_read_response() {
+    let (mut net, nodes) = network(26, Faults::none(), 2, 4096);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let (qa, qb) = connect(&mut net, a, b, &rc(7, 7));
+    let rkey = flush_rights(&mut net, b, qb, Access::FLUSH_GLOBAL, Access::FLUSH_GLOBAL);
+    let sent = record_sent(&mut net, a);
+    net.engines[a.idx]
+        .post_send(qa, flush_wr(1, rkey, 512, 1024, 1, false))
+        .unwrap();
+    net.run(Duration::from_secs(1));
+    let c = completions(&mut net, a);
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_eq!(c[0].status, WcStatus::Success);
+    assert_eq!(c[0].opcode, WcOpcode::Flush);
+    assert_eq!(c[0].byte_len, 1024);
+    let packets: Vec<(bool, u8)> = sent.lock().unwrap().iter().map(|p| (p.1, p.3)).collect();
+    assert_eq!(
+        packets,
+        vec![
+            (true, rxe_core::wire::Opcode::RC_FLUSH.0),
+            (false, rxe_core::wire::Opcode::RC_RDMA_READ_RESPONSE_ONLY.0)
+        ]
+    );
+
+    // The whole region, whatever the range; and 0 bytes.
+    net.engines[a.idx]
+        .post_send(qa, flush_wr(2, rkey, 1 << 40, 1 << 20, 1, true))
+        .unwrap();
+    net.engines[a.idx]
+        .post_send(qa, flush_wr(3, rkey, 0, 0, 1, false))
+        .unwrap();
+    net.run(Duration::from_secs(1));
+    let c = completions(&mut net, a);
+    assert_eq!(c.len(), 2, "{c:?}");
+    assert!(c.iter().all(|c| c.status == WcStatus::Success), "{c:?}");
+    assert_eq!((c[0].wr_id, c[0].byte_len), (2, 1 << 20));
+    assert_eq!((c[1].wr_id, c[1].byte_len), (3, 0));
+
+    // 0 bytes through a key that is not there: a remote access error.
+    net.engines[a.idx]
+        .post_send(qa, flush_wr(4, rkey ^ 0x100, 0, 0, 1, false))
+        .unwrap();
+    net.run(Duration::from_secs(1));
+    let c = completions(&mut net, a);
+    assert_eq!(c[0].status, WcStatus::RemAccessErr, "{c:?}");
+}
+
+/// The responder's checks, in the kernel's order: the QP's own rights for
+/// each placement type asked for come first (else *invalid request*), then
+/// the region's key, rights and range (else *remote access error*).
+#[test]
+fn flush_needs_the_qp_rights_then_the_regions() {
+    // (QP rights, region rights, placement, whole, offset, len, status)
+    let g = Access::FLUSH_GLOBAL;
+    let none = Access::empty();
+    let cases = [
+        (none, g, 1, false, 0, 64, WcStatus::RemInvReqErr),
+        (g, g, 2, false, 0, 64, WcStatus::RemInvReqErr),
+        (g, g, 3, false, 0, 64, WcStatus::RemInvReqErr),
+        (g, none, 1, false, 0, 64, WcStatus::RemAccessErr),
+        (g, none, 1, true, 0, 64, WcStatus::RemAccessErr),
+        (g, g, 1, false, 4000, 200, WcStatus::RemAccessErr),
+        (g, g, 1, false, 0, 4096, WcStatus::Success),
+    ];
+    for (i, &(qp, mr, placement, whole, off, len, want)) in cases.iter().enumerate() {
+        let (mut net, nodes) = network(40 + i as u64, Faults::none(), 2, 4096);
+        let (a, b) = (&nodes[0], &nodes[1]);
+        let (qa, qb) = connect(&mut net, a, b, &rc(7, 7));
+        let rkey = flush_rights(&mut net, b, qb, qp, mr);
+        net.engines[a.idx]
+            .post_send(qa, flush_wr(1, rkey, off, len, placement, whole))
+            .unwrap();
+        net.run(Duration::from_secs(1));
+        let c = completions(&mut net, a);
+        assert_eq!(c.len(), 1, "case {i}: {c:?}");
+        assert_eq!(c[0].status, want, "case {i}");
+    }
+}
+
+/// A FLUSH whose answer is lost is sent again and answered again (it
+/// changes nothing, so no responder resource is kept for it); a region
+/// asking for the persistence right is refused, since no memory here is
+/// persistent (the kernel's rxe refuses it on memory that is not).
+#[test]
+fn a_lost_flush_answer_is_answered_again_and_persistence_is_refused() {
+    let (mut net, nodes) = network(27, Faults::none(), 2, 4096);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let (qa, qb) = connect(&mut net, a, b, &rc(7, 7));
+    let rkey = flush_rights(&mut net, b, qb, Access::FLUSH_GLOBAL, Access::FLUSH_GLOBAL);
+    net.engines[a.idx]
+        .post_send(qa, flush_wr(1, rkey, 0, 64, 1, false))
+        .unwrap();
+    net.flush();
+    net.faults.loss = 1.0;
+    net.run_until(Duration::from_secs(1), |n| {
+        n.engines[b.idx].counters().rcvd_pkts >= 1
+    });
+    net.flush();
+    net.faults.loss = 0.0;
+    net.run(Duration::from_secs(1));
+    let c = completions(&mut net, a);
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_eq!(
+        (c[0].status, c[0].opcode),
+        (WcStatus::Success, WcOpcode::Flush)
+    );
+    assert_eq!(net.engines[b.idx].counters().duplicate_request, 1);
+
+    let access = Access::LOCAL_WRITE | Access::FLUSH_PERSISTENT;
+    assert!(net.engines[b.idx]
+        .reg_mr(b.pd, b.mem.clone(), IOVA, access)
+        .is_err());
+}

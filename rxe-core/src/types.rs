@@ -141,6 +141,12 @@ bitflags! {
         const MW_BIND = 1 << 4;
         /// The region is addressed from 0 rather than by virtual address.
         const ZERO_BASED = 1 << 5;
+        /// Remote peers may FLUSH for global visibility
+        /// (`IBV_ACCESS_FLUSH_GLOBAL`, IBTA 1.5).
+        const FLUSH_GLOBAL = 1 << 8;
+        /// Remote peers may FLUSH for persistence
+        /// (`IBV_ACCESS_FLUSH_PERSISTENT`, IBTA 1.5).
+        const FLUSH_PERSISTENT = 1 << 9;
     }
 }
 
@@ -387,6 +393,11 @@ pub enum SendOpcode {
     /// `remote_addr` in one indivisible write, after every earlier
     /// request of the QP. RC only.
     AtomicWrite,
+    /// RDMA FLUSH (IBTA 1.5, the kernel's rxe since 6.2): makes what
+    /// earlier WRITEs placed in `flush`'s range (or the whole region) of
+    /// `remote_addr`/`rkey` visible or persistent, and completes when the
+    /// responder says it is. No data travels. RC only.
+    Flush,
     /// Invalidate a local key (memory window or region).
     LocalInv,
     /// Bind a type 2 memory window.
@@ -425,6 +436,34 @@ pub struct MwBind {
     pub access: Access,
 }
 
+/// What a FLUSH asks (`ibv_wr_flush`'s `len`, `type` and `level`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct FlushParams {
+    /// Bytes from `remote_addr` (ignored with `whole_region`).
+    pub len: u32,
+    /// Placement type (FETH bits 3:0): bit 0 global visibility
+    /// (`IBV_FLUSH_GLOBAL`), bit 1 persistence (`IBV_FLUSH_PERSISTENT`).
+    pub placement: u8,
+    /// The whole region the key names rather than a range of it
+    /// (`IBV_FLUSH_MR`, selectivity level 1).
+    pub whole_region: bool,
+}
+
+impl FlushParams {
+    /// The access rights a FLUSH with this placement type needs, of the
+    /// responder's QP and of the region.
+    pub fn rights(&self) -> Access {
+        let mut a = Access::empty();
+        if self.placement & 1 != 0 {
+            a |= Access::FLUSH_GLOBAL;
+        }
+        if self.placement & 2 != 0 {
+            a |= Access::FLUSH_PERSISTENT;
+        }
+        a
+    }
+}
+
 /// A send work request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendWr {
@@ -454,6 +493,8 @@ pub struct SendWr {
     pub ud: Option<UdDest>,
     /// Memory-window bind (BIND_MW).
     pub bind: Option<MwBind>,
+    /// What a FLUSH asks (FLUSH only).
+    pub flush: FlushParams,
 }
 
 impl SendWr {
@@ -473,6 +514,7 @@ impl SendWr {
             swap: 0,
             ud: None,
             bind: None,
+            flush: FlushParams::default(),
         }
     }
 }
@@ -570,6 +612,8 @@ pub enum WcOpcode {
     FetchAdd,
     /// An ATOMIC WRITE completed (`IBV_WC_ATOMIC_WRITE`).
     AtomicWrite,
+    /// A FLUSH completed (`IBV_WC_FLUSH`).
+    Flush,
     /// A memory-window bind completed.
     BindMw,
     /// A local invalidate completed.

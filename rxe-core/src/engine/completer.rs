@@ -325,8 +325,11 @@ impl Qp {
         else {
             return self.unexpected(ctx);
         };
-        if self.req.sq[i].wr.opcode == SendOpcode::AtomicWrite {
-            return self.handle_atomic_write_response(ctx, pkt, psn, i);
+        if matches!(
+            self.req.sq[i].wr.opcode,
+            SendOpcode::AtomicWrite | SendOpcode::Flush
+        ) {
+            return self.handle_empty_read_response(ctx, pkt, psn, i);
         }
         if self.req.sq[i].wr.opcode != SendOpcode::RdmaRead {
             return self.unexpected(ctx);
@@ -373,9 +376,10 @@ impl Qp {
         self.answered(ctx, psn);
     }
 
-    /// The answer to ATOMIC WRITE `i`: an RDMA READ response only with no
-    /// payload (as the kernel's rxe sends it, `send_read_response_ack`).
-    fn handle_atomic_write_response(
+    /// The answer to ATOMIC WRITE or FLUSH `i`: an RDMA READ response only
+    /// with no payload (as the kernel's rxe sends both). A FLUSH may also
+    /// be answered by a plain ACK, which [`Qp::ack_through`] takes.
+    fn handle_empty_read_response(
         &mut self,
         ctx: &mut Ctx<'_>,
         pkt: &Packet<&[u8]>,

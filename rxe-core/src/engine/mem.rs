@@ -668,6 +668,16 @@ struct Region {
 
 impl Region {
     fn check(&self, pd: PdId, addr: u64, len: u64, need: Access) -> Result<MemSlice, KeyError> {
+        self.admits(pd, need)?;
+        let offset = range_offset(self.base, self.length, addr, len)?;
+        MemSlice::revocable(&self.mem, offset, len, &self.live)
+    }
+}
+
+impl Region {
+    /// Whether a remote request in `pd` may use the region for `need`,
+    /// whatever the range.
+    fn admits(&self, pd: PdId, need: Access) -> Result<(), KeyError> {
         if self.pd != pd {
             return Err(KeyError::WrongPd);
         }
@@ -680,8 +690,7 @@ impl Region {
                 have: self.access,
             });
         }
-        let offset = range_offset(self.base, self.length, addr, len)?;
-        MemSlice::revocable(&self.mem, offset, len, &self.live)
+        Ok(())
     }
 }
 
@@ -704,6 +713,30 @@ struct Window {
     key: u32,
     mw_type: MwType,
     binding: Option<Binding>,
+}
+
+impl Window {
+    /// The window's binding, if a remote request of QP `qpn` in `pd` may
+    /// use it for `need`, whatever the range.
+    fn admits(&self, pd: PdId, qpn: u32, need: Access) -> Result<&Binding, KeyError> {
+        if self.pd != pd {
+            return Err(KeyError::WrongPd);
+        }
+        let binding = self.binding.as_ref().ok_or(KeyError::Invalid)?;
+        if !binding.live.load(Ordering::Acquire) {
+            return Err(KeyError::Invalid);
+        }
+        if binding.qpn.is_some_and(|bound| bound != qpn) {
+            return Err(KeyError::WrongQp);
+        }
+        if !binding.access.contains(need) {
+            return Err(KeyError::AccessDenied {
+                need,
+                have: binding.access,
+            });
+        }
+        Ok(binding)
+    }
 }
 
 #[derive(Debug)]
@@ -883,6 +916,14 @@ impl MemTable {
             return Err(MemError::Access {
                 arg: "access",
                 reason: "unknown flag bits",
+            });
+        }
+        if access.contains(Access::FLUSH_PERSISTENT) {
+            // As the kernel's rxe answers for memory that is not
+            // persistent, which no memory here is.
+            return Err(MemError::Access {
+                arg: "access",
+                reason: "FLUSH_PERSISTENT needs persistent memory",
             });
         }
         if !access.contains(Access::LOCAL_WRITE) {
@@ -1222,22 +1263,7 @@ impl MemTable {
             Entry::Mr(mr) => return mr.check(pd, va, len, need),
             Entry::Mw(mw) => mw,
         };
-        if mw.pd != pd {
-            return Err(KeyError::WrongPd);
-        }
-        let binding = mw.binding.as_ref().ok_or(KeyError::Invalid)?;
-        if !binding.live.load(Ordering::Acquire) {
-            return Err(KeyError::Invalid);
-        }
-        if binding.qpn.is_some_and(|bound| bound != qpn) {
-            return Err(KeyError::WrongQp);
-        }
-        if !binding.access.contains(need) {
-            return Err(KeyError::AccessDenied {
-                need,
-                have: binding.access,
-            });
-        }
+        let binding = mw.admits(pd, qpn, need)?;
         let base = if binding.access.contains(Access::ZERO_BASED) {
             0
         } else {
@@ -1256,6 +1282,38 @@ impl MemTable {
             .ok_or(KeyError::OutOfRange)?;
         let offset = range_offset(mr.base, mr.length, addr, len)?;
         MemSlice::revocable(&mr.mem, offset, len, &binding.live)
+    }
+
+    /// What a FLUSH of `rkey` needs: the key, its PD and QP, and the
+    /// rights of `flush`'s placement type always (even for 0 bytes), and
+    /// the range from `va` unless it is the whole region.
+    pub fn check_flush(
+        &self,
+        pd: PdId,
+        qpn: u32,
+        rkey: u32,
+        va: u64,
+        flush: &crate::types::FlushParams,
+    ) -> Result<(), KeyError> {
+        let need = flush.rights();
+        let len = u64::from(flush.len);
+        if !flush.whole_region && len > 0 {
+            return self.remote(pd, qpn, rkey, va, len, need).map(drop);
+        }
+        match self.lookup(rkey)? {
+            Entry::Mr(mr) => mr.admits(pd, need),
+            Entry::Mw(mw) => {
+                let binding = mw.admits(pd, qpn, need)?;
+                let mr = self
+                    .region(binding.mr_lkey)
+                    .map_err(|_| KeyError::Invalid)?;
+                if mr.live.load(Ordering::Acquire) {
+                    Ok(())
+                } else {
+                    Err(KeyError::Invalid)
+                }
+            }
+        }
     }
 }
 

@@ -24,7 +24,9 @@ use super::slices::{gather, Slices};
 use super::timers::ack_timeout;
 use super::{Ctx, Transmit};
 use crate::types::*;
-use crate::wire::{AtomicEthRepr, BthRepr, DethRepr, Opcode, PacketRepr, Position, RethRepr};
+use crate::wire::{
+    AtomicEthRepr, BthRepr, DethRepr, FethRepr, Opcode, PacketRepr, Position, RethRepr,
+};
 
 /// What starting a WQE found it to be.
 enum Started {
@@ -42,6 +44,7 @@ fn wc_opcode(op: SendOpcode) -> WcOpcode {
         SendOpcode::AtomicCmpSwap => WcOpcode::CompSwap,
         SendOpcode::AtomicFetchAdd => WcOpcode::FetchAdd,
         SendOpcode::AtomicWrite => WcOpcode::AtomicWrite,
+        SendOpcode::Flush => WcOpcode::Flush,
         SendOpcode::LocalInv => WcOpcode::LocalInv,
         SendOpcode::BindMw => WcOpcode::BindMw,
     }
@@ -76,6 +79,7 @@ fn opcode_for(qp_type: QpType, op: SendOpcode, k: u32, n: u32) -> Opcode {
         (S::AtomicCmpSwap, _) => Opcode::RC_COMPARE_SWAP,
         (S::AtomicFetchAdd, _) => Opcode::RC_FETCH_ADD,
         (S::AtomicWrite, _) => Opcode::RC_ATOMIC_WRITE,
+        (S::Flush, _) => Opcode::RC_FLUSH,
         // Local operations send no packets: an opcode no table row has.
         (S::LocalInv | S::BindMw, _) => Opcode(0x1f),
     };
@@ -116,6 +120,7 @@ impl Qp {
             swap: wr.swap,
             ud: wr.ud,
             bind: wr.bind,
+            flush: wr.flush,
         };
         self.queue_wqe(ctx, owned);
     }
@@ -279,6 +284,16 @@ impl Qp {
                     .map_err(|_| WcStatus::MwBindErr);
             }
             _ => {}
+        }
+        if w.wr.opcode == SendOpcode::Flush {
+            // One packet and no data: the length is the responder's range
+            // (what the completion reports), not local memory.
+            w.len = u64::from(w.wr.flush.len);
+            w.npkts = 1;
+            w.first_psn = self.req.psn;
+            w.started = true;
+            self.req.psn = self.req.psn.next();
+            return Ok(Started::Sends);
         }
         let len = match &w.wr.inline_data {
             Some(d) => d.len() as u64,
@@ -531,6 +546,12 @@ impl Qp {
                 va,
                 rkey: w.wr.rkey,
                 dma_len: len as u32,
+            });
+        }
+        if info.headers.contains(crate::wire::ExtHeaders::FETH) {
+            repr.feth = Some(FethRepr {
+                selectivity: u8::from(w.wr.flush.whole_region),
+                placement: w.wr.flush.placement,
             });
         }
         if info.headers.contains(crate::wire::ExtHeaders::ATOMIC_ETH) {

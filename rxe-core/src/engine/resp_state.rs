@@ -74,9 +74,9 @@ pub(crate) enum RespOut {
         orig: u64,
         msn: u32,
     },
-    /// The answer to an ATOMIC WRITE: an RDMA READ response only without
-    /// payload, as the kernel's rxe sends it.
-    AtomicWriteAck {
+    /// The answer to an ATOMIC WRITE or a FLUSH: an RDMA READ response
+    /// only without payload, as the kernel's rxe sends both.
+    EmptyReadResponse {
         psn: Psn,
         msn: u32,
     },

@@ -88,6 +88,7 @@ impl Qp {
                         | Operation::CompareSwap
                         | Operation::FetchAdd
                         | Operation::AtomicWrite
+                        | Operation::Flush
                 );
                 if pkt.bth().ack_req() && !answered && self.resp.push_ack(psn) {
                     self.counters.ack_deferred += 1;
@@ -360,6 +361,7 @@ impl Qp {
             | Operation::CompareSwap
             | Operation::FetchAdd
             | Operation::AtomicWrite
+            | Operation::Flush
                 if rc && self.resp.out.len() >= RESP_OUT_LIMIT =>
             {
                 return Err(Refusal::Nak(NakCode::InvalidRequest, None));
@@ -463,14 +465,50 @@ impl Qp {
                     .map_err(|_| Refusal::Nak(NakCode::RemoteAccessError, None))?;
                 self.resp.msn = self.resp.msn.wrapping_add(1);
                 self.remember(Resource::AtomicWrite { psn });
-                self.resp.out.push_back(RespOut::AtomicWriteAck {
+                self.resp.out.push_back(RespOut::EmptyReadResponse {
                     psn,
                     msn: self.resp.msn,
                 });
                 self.resp.epsn = psn.next();
                 return Ok(());
             }
-            // FLUSH is parsed but not executed.
+            Operation::Flush if rc => {
+                // As the kernel's rxe (6.2 on): the QP must allow each
+                // placement type asked for and the length fit in 31 bits
+                // (else invalid request), then the key must grant them
+                // over the range, or over the whole region for selectivity
+                // level 1, even for 0 bytes (else remote access error).
+                // The region's bytes are always visible to every reader
+                // here and never persistent (no region can have the
+                // persistence right), so nothing more is done.
+                let (Some(reth), Some(feth)) = (pkt.reth(), pkt.feth()) else {
+                    return Err(Refusal::Nak(NakCode::InvalidRequest, None));
+                };
+                let flush = FlushParams {
+                    len: reth.dma_len(),
+                    placement: feth.placement(),
+                    whole_region: feth.selectivity() == 1,
+                };
+                let rights = flush.rights();
+                if !self.attr.access.contains(rights)
+                    || flush.len > 1 << 31
+                    || feth.selectivity() > 1
+                    || !payload.is_empty()
+                {
+                    return Err(Refusal::Nak(NakCode::InvalidRequest, None));
+                }
+                let rkey = TestFault::remote_key(ctx.config.test_fault, ctx.mem, reth.rkey());
+                ctx.mem
+                    .check_flush(self.pd, self.qpn, rkey, reth.va(), &flush)
+                    .map_err(refuse_key)?;
+                self.resp.msn = self.resp.msn.wrapping_add(1);
+                self.resp.out.push_back(RespOut::EmptyReadResponse {
+                    psn,
+                    msn: self.resp.msn,
+                });
+                self.resp.epsn = psn.next();
+                return Ok(());
+            }
             _ => return Err(Refusal::Nak(NakCode::InvalidRequest, None)),
         }
         if rc {
@@ -592,10 +630,20 @@ impl Qp {
                     let msn = self.resp.msn;
                     self.resp
                         .out
-                        .push_back(RespOut::AtomicWriteAck { psn, msn });
+                        .push_back(RespOut::EmptyReadResponse { psn, msn });
                 } else {
                     self.count_drop(ctx, DropReason::Sequence);
                 }
+            }
+            Operation::Flush => {
+                // A FLUSH changes nothing here (see `execute`), and one at
+                // a PSN before the expected one succeeded (a refused one
+                // took the QP to ERR): answered again, with no resource
+                // kept for it.
+                let msn = self.resp.msn;
+                self.resp
+                    .out
+                    .push_back(RespOut::EmptyReadResponse { psn, msn });
             }
             _ => {
                 if pkt.bth().ack_req() {
@@ -710,7 +758,7 @@ impl Qp {
                 self.resp.out.pop_front();
                 self.build(ctx.pool, &r, src, dst, av.as_ref())
             }
-            RespOut::AtomicWriteAck { psn, msn } => {
+            RespOut::EmptyReadResponse { psn, msn } => {
                 let mut r = PacketRepr::new(bth(Opcode::RC_RDMA_READ_RESPONSE_ONLY, *psn));
                 r.aeth = Some(AethRepr {
                     syndrome: AethSyndrome::Ack {

@@ -153,11 +153,14 @@ const ALL_ATTRS: [QpAttrMask; 21] = [
 /// Attributes the table permits but this device refuses.
 const UNSUPPORTED: QpAttrMask = QpAttrMask::CAP.union(QpAttrMask::ALT_PATH);
 
-/// The access flags that mean something on a QP.
+/// The access flags that mean something on a QP (the FLUSH rights as
+/// the kernel's rxe takes them from 6.2 on).
 const QP_ACCESS: Access = Access::LOCAL_WRITE
     .union(Access::REMOTE_WRITE)
     .union(Access::REMOTE_READ)
-    .union(Access::REMOTE_ATOMIC);
+    .union(Access::REMOTE_ATOMIC)
+    .union(Access::FLUSH_GLOBAL)
+    .union(Access::FLUSH_PERSISTENT);
 
 // ---------------------------------------------------------------------------
 // The table
@@ -1479,7 +1482,11 @@ mod tests {
         assert_eq!(
             rc_with(Reset, Init, |a| a.access =
                 Access::LOCAL_WRITE | Access::MW_BIND),
-            invalid(QpAttrMask::ACCESS_FLAGS, 0x11, ValueRule::FlagsWithin(0xF))
+            invalid(
+                QpAttrMask::ACCESS_FLAGS,
+                0x11,
+                ValueRule::FlagsWithin(0x30F)
+            )
         );
         // UC accepts REMOTE_READ / REMOTE_ATOMIC (meaningless, as in the kernel).
         let tr = transition(QpType::Uc, Reset, Init).unwrap();

@@ -26,6 +26,10 @@ pub fn wc_status(s: WcStatus) -> ibv_wc_status {
     }
 }
 
+/// `IBV_WC_FLUSH` of rdma-core 45 (44's header, which `sys` follows,
+/// lacks it).
+pub const IBV_WC_FLUSH: ibv_wc_opcode = 8;
+
 pub fn wc_opcode(o: WcOpcode) -> ibv_wc_opcode {
     match o {
         WcOpcode::Send => IBV_WC_SEND,
@@ -36,6 +40,7 @@ pub fn wc_opcode(o: WcOpcode) -> ibv_wc_opcode {
         WcOpcode::BindMw => IBV_WC_BIND_MW,
         WcOpcode::LocalInv => IBV_WC_LOCAL_INV,
         WcOpcode::AtomicWrite => IBV_WC_ATOMIC_WRITE,
+        WcOpcode::Flush => IBV_WC_FLUSH,
         WcOpcode::Recv => IBV_WC_RECV,
         WcOpcode::RecvRdmaWithImm => IBV_WC_RECV_RDMA_WITH_IMM,
     }

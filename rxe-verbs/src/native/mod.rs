@@ -1363,6 +1363,8 @@ fn wr_opcode(op: SendOpcode) -> u32 {
         SendOpcode::AtomicWrite => w::ATOMIC_WRITE,
         SendOpcode::LocalInv => w::LOCAL_INV,
         SendOpcode::BindMw => w::BIND_MW,
+        // Refused by `NQp::post_send` before this is reached.
+        SendOpcode::Flush => unreachable!("FLUSH is refused on a native device"),
     }
 }
 
@@ -1595,6 +1597,13 @@ impl NQp {
             if w.opcode == SendOpcode::BindMw || w.bind.is_some() {
                 return Err(unsupported(format!(
                     "work request {index} (wr_id {}): memory windows on a native device",
+                    w.wr_id
+                )));
+            }
+            if w.opcode == SendOpcode::Flush {
+                // rdma-core 44's ibv_post_send has no FLUSH to hand on.
+                return Err(unsupported(format!(
+                    "work request {index} (wr_id {}): FLUSH on a native device",
                     w.wr_id
                 )));
             }
