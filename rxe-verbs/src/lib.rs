@@ -87,8 +87,8 @@ pub use rxe_core::engine::mem::MwType;
 pub use rxe_core::engine::{AtomicOp, RegionMemory};
 pub use rxe_core::psn::Psn;
 pub use rxe_core::types::{
-    Access, AddressVector, Completion, DeviceCaps, Mtu, MwBind, QpAttr, QpAttrMask, QpCap, QpState,
-    QpType, RecvWr, SendFlags, SendOpcode, SendWr, Sge, UdDest, WcOpcode, WcStatus,
+    Access, AddressVector, Completion, DeviceCaps, FlushParams, Mtu, MwBind, QpAttr, QpAttrMask,
+    QpCap, QpState, QpType, RecvWr, SendFlags, SendOpcode, SendWr, Sge, UdDest, WcOpcode, WcStatus,
 };
 pub use rxe_net::route::{interface_of, Interface};
 pub use soft::progress::send_deferred;

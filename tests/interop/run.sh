@@ -827,6 +827,25 @@ MAXLEN=1024
 scenario ops-rsreq-m1024 "verbs ops rxe-rs-requester→kernel-responder mtu=1024" host \
     "rxe_peer -S -P ops -g $GIDX -m 1024 $HOST_IP" "$PEER" -R -P ops -d "$HOST_IP" -m 1024
 
+# IBTA 1.5's ATOMIC WRITE and FLUSH (plan ext): kernels from 6.2 on perform
+# both, 6.1 NAKs them, so only a newer guest runs it (KPKG, docs/interop.md).
+# rxe-rs requests and the kernel responds: rdma-core 44 cannot post a FLUSH.
+kver_major_minor() { echo "$KVER" | sed -n 's/^\([0-9]*\)\.\([0-9]*\).*/\1 \2/p'; }
+read -r KMAJ KMIN <<<"$(kver_major_minor)"
+if [ "${KMAJ:-0}" -gt 6 ] || { [ "${KMAJ:-0}" = 6 ] && [ "${KMIN:-0}" -ge 2 ]; }; then
+    PORT=18516
+    EXPECT="$HOST_IP|RC_ATOMIC_WRITE
+$HOST_IP|RC_FLUSH
+$GUEST_IP|RC_RDMA_READ_RESPONSE_ONLY
+$GUEST_IP|NAK invalid request
+$GUEST_IP|NAK remote access error"
+    MAXLEN=1024
+    scenario ext-rsreq-m1024 "ATOMIC WRITE and FLUSH rxe-rs-requester→kernel-responder mtu=1024" host \
+        "rxe_peer -S -P ext -g $GIDX -m 1024 $HOST_IP" "$PEER" -R -P ext -d "$HOST_IP" -m 1024
+else
+    say "(ATOMIC WRITE and FLUSH: guest kernel $KVER has neither; a 6.2+ guest runs ext-rsreq-m1024)"
+fi
+
 say "== perftest against rxe perf, path MTU 1024 ($(elapsed)s)"
 pt_pair write_bw 64 1024 200
 pt_pair write_bw 65536 1024 10

@@ -23,6 +23,14 @@
  *         SEND with and without immediate on UD (Q_Key 0x11111111, the
  *         receiver finds the 40-byte GRH area before the data), then one
  *         RC SEND with immediate on QP 2 (so that the responder sends too).
+ *   ext   IBTA 1.5's RC ATOMIC WRITE and FLUSH, which kernels from 6.2 on
+ *         perform (this side is the responder only: rdma-core 44 has no
+ *         ibv_wr_flush): an ATOMIC WRITE checked in memory, FLUSHes of a
+ *         range, the whole region and 0 bytes, then one asking for
+ *         persistence the QP does not allow (QP 1: NAK invalid request)
+ *         and one with a bad rkey (QP 2: NAK remote access error). The
+ *         region and the QPs allow FLUSH_GLOBAL (256, rdma-core 45's
+ *         IBV_ACCESS_FLUSH_GLOBAL).
  *
  * Out of band (TCP, default port 18516): each side sends one text line
  *   RXEPEER1 role=R impl=kernel plan=ops mtu=1024 gid=<32 hex> addr=<hex>
@@ -35,7 +43,7 @@
  * (pattern() below; the Rust side has the same function). Unused bytes
  * around every target are 0xEE guards, checked after each step.
  *
- * Usage:  rxe_peer -R|-S [-P ops|loss|ucud] [-d rxe0] [-g 1] [-m 1024] [-p 18516]
+ * Usage:  rxe_peer -R|-S [-P ops|loss|ucud|ext] [-d rxe0] [-g 1] [-m 1024] [-p 18516]
  *                  [-t seconds] [server_ipv4]
  * Build:  gcc -O2 -Wall -o rxe_peer rxe_peer.c -libverbs
  */
@@ -71,6 +79,7 @@
 #define LOSS_N 8
 #define LOSS_LEN 65536u
 
+#define ACCESS_FLUSH_GLOBAL 256 /* rdma-core 45's IBV_ACCESS_FLUSH_GLOBAL */
 #define MIN_RNR_TIMER 24       /* 40.96 ms */
 #define UD_QKEY 0x11111111u
 #define GRH_LEN 40
@@ -526,6 +535,32 @@ static void step_bad_rkey(const char *step)
 	finish(step, NULL);
 }
 
+/* ext plan, responder: the requester's ATOMIC WRITE stores want_mem */
+static void step_atomic_write(const char *step, uint64_t initial, uint64_t want_mem)
+{
+	begin(step);
+	set_u64(OFF_ATOMIC, initial);
+	sync_step(step);
+	atomic_expect_mem = want_mem;
+	finish(step, check_atomic_mem);
+}
+/* ext plan, responder: a FLUSH on QP q changes no byte; says the QP's state */
+static int flush_q;
+static void check_flush(void)
+{
+	long bad = check_guard(buf + OFF_BADW, 4096);
+	if (bad >= 0) fail("byte %ld of the guard was written", bad);
+	note_qp_state(flush_q);
+}
+static void step_flush(const char *step, int q)
+{
+	begin(step);
+	memset(buf + OFF_BADW, GUARD, 4096);
+	flush_q = q;
+	sync_step(step);
+	finish(step, check_flush);
+}
+
 /* the kernel's rxe answers a SEND longer than the receive with NAK "remote
  * operational error"; rxe-rs (like the spec) with NAK "invalid request" */
 static void step_too_long(const char *step)
@@ -763,12 +798,15 @@ int main(int argc, char **argv)
 		case 'p': port = atoi(optarg); break;
 		case 't': timeout_s = atoi(optarg); break;
 		default:
-			fprintf(stderr, "usage: %s -R|-S [-P ops|loss|ucud] [-d dev] [-g gid_index] [-m mtu] [-p port] [-t s] [server]\n", argv[0]);
+			fprintf(stderr, "usage: %s -R|-S [-P ops|loss|ucud|ext] [-d dev] [-g gid_index] [-m mtu] [-p port] [-t s] [server]\n", argv[0]);
 			return 2;
 		}
 	}
 	if (!role) die("say -R (requester) or -S (responder)");
-	if (strcmp(plan, "ops") && strcmp(plan, "loss") && strcmp(plan, "ucud")) die("unknown plan %s", plan);
+	if (strcmp(plan, "ops") && strcmp(plan, "loss") && strcmp(plan, "ucud") && strcmp(plan, "ext"))
+		die("unknown plan %s", plan);
+	int ext = !strcmp(plan, "ext");
+	if (ext && role != 'S') die("plan ext: this side is the responder only");
 	if (optind < argc) server = argv[optind];
 
 	struct ibv_device **list = ibv_get_device_list(NULL);
@@ -783,7 +821,8 @@ int main(int argc, char **argv)
 	if (!(buf = aligned_alloc(4096, MR_LEN))) die("malloc");
 	memset(buf, GUARD, MR_LEN);
 	mr = ibv_reg_mr(pd, buf, MR_LEN, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-			IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC);
+			IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+			(ext ? ACCESS_FLUSH_GLOBAL : 0));
 	if (!mr) die("reg_mr: %s", strerror(errno));
 	union ibv_gid gid;
 	if (ibv_query_gid(ctx, 1, gidx, &gid)) die("query_gid %d", gidx);
@@ -801,6 +840,8 @@ int main(int argc, char **argv)
 			.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
 					   IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC };
 		int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
+		if (ext)
+			a.qp_access_flags |= ACCESS_FLUSH_GLOBAL;
 		if (t == IBV_QPT_UC)
 			a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
 		if (t == IBV_QPT_UD) {
@@ -835,6 +876,13 @@ int main(int argc, char **argv)
 		step_rnr("rnr_retry");
 		step_bad_rkey("bad_rkey");
 		step_too_long("too_long_send");
+	} else if (ext) {
+		step_atomic_write("atomic_write", 0x1111111111111111ull, 0x0123456789abcdefull);
+		step_flush("flush_range", 0);
+		step_flush("flush_region", 0);
+		step_flush("flush_zero_len", 0);
+		step_flush("flush_persistent_refused", 1);
+		step_flush("flush_bad_rkey", 2);
 	} else if (ucud) {
 		step_q = 0;
 		step_send("uc_send_imm_1pkt", 256, 1, 0x0c0ffee1, 11);

@@ -16,7 +16,7 @@
 //! ICRC or was malformed, or if ICRCs went unverified (it must run with
 //! CAP_NET_RAW so that the raw socket sees every IPv4 header).
 //!
-//! Usage: rxe-interop-peer -R|-S [-P ops|loss|ucud] -d <local IPv4> [-m 1024]
+//! Usage: rxe-interop-peer -R|-S [-P ops|loss|ucud|ext] -d <local IPv4> [-m 1024]
 //!        [--port-mtu 1024] [-p 18516] [-t seconds] [server_ipv4]
 
 use rxe_verbs::*;
@@ -669,6 +669,98 @@ impl Run {
         self.finish(step, |_| {});
     }
 
+    /// ATOMIC WRITE (plan ext): the requester stores `value` in the
+    /// responder's atomic word, which held `initial`.
+    fn step_atomic_write(&mut self, step: &str, initial: u64, value: u64) {
+        self.begin(step);
+        if self.role == 'S' {
+            self.write(OFF_ATOMIC, &initial.to_ne_bytes());
+            self.oob.sync(step);
+            self.finish(step, |r| {
+                let v = r.get_u64(OFF_ATOMIC);
+                if v != value {
+                    r.fail(format!("memory {v:#018x}, expected {value:#018x}"));
+                } else {
+                    r.note(format!("memory {v:#018x}"));
+                }
+            });
+            return;
+        }
+        self.write(OFF_SRC, &value.to_ne_bytes());
+        self.oob.sync(step);
+        let (addr, rkey) = (self.them.addr + OFF_ATOMIC as u64, self.them.rkey);
+        let op = SendOpcode::AtomicWrite;
+        self.post_send(0, 10, op, OFF_SRC, 8, 0, addr, rkey, 0, 0);
+        self.req_expect(step, WcStatus::Success, WcOpcode::AtomicWrite);
+        self.finish(step, |_| {});
+    }
+
+    /// FLUSH (plan ext) on QP `q` of `len` bytes at the responder's WRITE
+    /// target (or its whole region), with `placement` and the rkey xored
+    /// with `key_xor`; the requester expects `want`, and a successful one
+    /// to complete with the length asked for. The responder checks that
+    /// no byte of its guard changed and says its QP's state.
+    #[allow(clippy::too_many_arguments)]
+    fn step_flush(
+        &mut self,
+        step: &str,
+        q: usize,
+        len: u32,
+        placement: u8,
+        whole_region: bool,
+        key_xor: u32,
+        want: WcStatus,
+    ) {
+        self.begin(step);
+        if self.role == 'S' {
+            self.fill(OFF_BADW, 4096, GUARD);
+            self.oob.sync(step);
+            self.finish(step, |r| {
+                let got = r.read(OFF_BADW, 4096);
+                if let Some(i) = got.iter().position(|&b| b != GUARD) {
+                    r.fail(format!("byte {i} of the guard was written"));
+                }
+                r.note_qp_state(q);
+            });
+            return;
+        }
+        self.oob.sync(step);
+        let mut wr = SendWr::new(11, SendOpcode::Flush);
+        wr.remote_addr = self.them.addr + OFF_WRITE as u64;
+        wr.rkey = self.them.rkey ^ key_xor;
+        wr.flush = FlushParams {
+            len,
+            placement,
+            whole_region,
+        };
+        self.qps[q].post_send(&[wr]).expect("post_send");
+        let v = self.wait_wc(1, self.timeout);
+        match v.first() {
+            None => self.fail(format!("no completion within {:?}", self.timeout)),
+            Some(wc) => {
+                Self::print_wc("requester", wc);
+                if wc.status != want {
+                    self.fail(format!(
+                        "status {}, expected {}",
+                        wc.status.ibv_name(),
+                        want.ibv_name()
+                    ));
+                } else if want == WcStatus::Success {
+                    if wc.opcode != WcOpcode::Flush || wc.byte_len != len {
+                        self.fail(format!(
+                            "{:?} of {} bytes, expected Flush of {len}",
+                            wc.opcode, wc.byte_len
+                        ));
+                    } else {
+                        self.note(format!("flushed {len} bytes"));
+                    }
+                }
+            }
+        }
+        self.note_qp_state(q);
+        self.finish(step, |_| {});
+    }
+
     /// The kernel's rxe NAKs a SEND longer than the receive with "remote
     /// operational error"; rxe-rs, like the spec, with "invalid request".
     fn step_too_long(&mut self, step: &str) {
@@ -886,7 +978,7 @@ fn parse_args() -> Args {
     if a.role == ' ' {
         die("say -R (requester) or -S (responder)");
     }
-    if !["ops", "loss", "ucud"].contains(&a.plan.as_str()) {
+    if !["ops", "loss", "ucud", "ext"].contains(&a.plan.as_str()) {
         die(&format!("unknown plan {}", a.plan));
     }
     a
@@ -933,8 +1025,18 @@ fn main() -> ExitCode {
         ctx.recv_mode()
     );
     let pd = ctx.alloc_pd().expect("alloc_pd");
-    let all =
-        Access::LOCAL_WRITE | Access::REMOTE_WRITE | Access::REMOTE_READ | Access::REMOTE_ATOMIC;
+    // The ext plan's FLUSHes need the global visibility right on the
+    // region and the responder's QPs.
+    let flush = if a.plan == "ext" {
+        Access::FLUSH_GLOBAL
+    } else {
+        Access::empty()
+    };
+    let all = Access::LOCAL_WRITE
+        | Access::REMOTE_WRITE
+        | Access::REMOTE_READ
+        | Access::REMOTE_ATOMIC
+        | flush;
     let mr = pd.register(vec![GUARD; MR_LEN], all).expect("register MR");
     let cq = ctx.create_cq(256, None).expect("create_cq");
     let cap = QpCap {
@@ -1001,6 +1103,7 @@ fn main() -> ExitCode {
         min_rnr_timer: MIN_RNR_TIMER,
         max_rd_atomic: LOSS_N as u8,
         qkey: UD_QKEY,
+        access: ConnectOptions::default().access | flush,
         ..ConnectOptions::default()
     };
     for (i, qp) in qps.iter().enumerate() {
@@ -1071,6 +1174,15 @@ fn main() -> ExitCode {
         r.step_rnr("rnr_retry");
         r.step_bad_rkey("bad_rkey");
         r.step_too_long("too_long_send");
+    } else if a.plan == "ext" {
+        r.step_atomic_write("atomic_write", 0x1111_1111_1111_1111, 0x0123_4567_89ab_cdef);
+        r.step_flush("flush_range", 0, 65536, 1, false, 0, WcStatus::Success);
+        r.step_flush("flush_region", 0, 1 << 30, 1, true, 0, WcStatus::Success);
+        r.step_flush("flush_zero_len", 0, 0, 1, false, 0, WcStatus::Success);
+        let refused = WcStatus::RemInvReqErr;
+        r.step_flush("flush_persistent_refused", 1, 64, 2, false, 0, refused);
+        let bad_key = WcStatus::RemAccessErr;
+        r.step_flush("flush_bad_rkey", 2, 64, 1, false, 0x5a_5a00, bad_key);
     } else if ucud {
         r.step_q = 0;
         r.step_send("uc_send_imm_1pkt", 256, Some(0x0c0f_fee1), 11);
