@@ -7,7 +7,10 @@
 //! summary, so stdout stays pure JSON lines). `--ladder OUT.svg` (or
 //! `.html`) draws the capture as a sequence diagram instead (the `ladder`
 //! module). `--explain` takes every packet apart field by field and says
-//! what it does in the capture (the `explain` module).
+//! what it does in the capture (the `explain` module). A GSO super-packet
+//! (several RoCE packets in one IPv4 packet, as a capture on `lo` of a
+//! GSO sender holds them) is split into its packets first ([`split`]);
+//! their lines say so.
 
 use rxe_core::wire::{Error as WireError, LinkType, PacketRepr, RoceFrame};
 use rxe_net::capture::{CaptureReader, CaptureWriter, Record};
@@ -24,6 +27,7 @@ use crate::{explain, ladder};
 
 mod json;
 pub(crate) mod packet;
+mod split;
 
 use json::{error_json, json_packet};
 use packet::{error_line, roce_addresses, text_line, Parsed, Rel};
@@ -81,6 +85,24 @@ struct Stats {
     icrc_bad: u64,
     malformed: u64,
     skipped: u64,
+    /// GSO super-packets found, and the packets they held ([`split`]).
+    split_frames: u64,
+    split_packets: u64,
+}
+
+/// Says on a packet's line that it is segment `s` of its frame: a
+/// suffix in text, a `gso_segment: [index, count]` member in JSON.
+fn mark_segment(line: String, s: split::Segment, json: bool) -> String {
+    if !json {
+        return format!("{line}  [GSO segment {}/{}]", s.index, s.count);
+    }
+    match serde_json::from_str::<serde_json::Value>(&line) {
+        Ok(serde_json::Value::Object(mut m)) => {
+            m.insert("gso_segment".into(), serde_json::json!([s.index, s.count]));
+            to_json(&m)
+        }
+        _ => line,
+    }
 }
 
 /// What one frame prints: `None` if it is not RoCE.
@@ -300,23 +322,32 @@ pub fn run(args: &Args) -> ExitCode {
             continue;
         }
         let time = Rel::new(rec.timestamp, *t0.get_or_insert(rec.timestamp));
-        if args.explain {
-            explained.push((rec, time.secs()));
-            continue;
-        }
-        let collect = ladder_format.is_some().then_some(&mut ladder_packets);
-        let Some(o) = dump_record(&rec, time, args.json, &mut stats, collect) else {
-            stats.skipped += 1;
-            continue;
-        };
-        any_bad |= o.bad;
-        if ladder_format.is_none() && (o.bad || !args.check) {
-            let mut written = writeln!(out, "{}", o.line);
-            if streaming {
-                written = written.and_then(|()| out.flush());
+        for (rec, segment) in split::expand(rec) {
+            if let Some(s) = segment {
+                stats.split_packets += 1;
+                stats.split_frames += u64::from(s.index == 1);
             }
-            if let Err(e) = written {
-                return stdout_error(e);
+            if args.explain {
+                explained.push((rec, time.secs()));
+                continue;
+            }
+            let collect = ladder_format.is_some().then_some(&mut ladder_packets);
+            let Some(mut o) = dump_record(&rec, time, args.json, &mut stats, collect) else {
+                stats.skipped += 1;
+                continue;
+            };
+            if let Some(s) = segment {
+                o.line = mark_segment(o.line, s, args.json);
+            }
+            any_bad |= o.bad;
+            if ladder_format.is_none() && (o.bad || !args.check) {
+                let mut written = writeln!(out, "{}", o.line);
+                if streaming {
+                    written = written.and_then(|()| out.flush());
+                }
+                if let Err(e) = written {
+                    return stdout_error(e);
+                }
             }
         }
     }
@@ -348,8 +379,16 @@ pub fn run(args: &Args) -> ExitCode {
         }
     }
     if !args.json && !args.quiet {
+        let split = match stats.split_frames {
+            0 => String::new(),
+            n => format!(
+                "; {n} GSO super-packet{} split into {} packets",
+                if n == 1 { "" } else { "s" },
+                stats.split_packets
+            ),
+        };
         eprintln!(
-            "{}: {} RoCE packets ({} ICRC BAD, {} malformed), {} other frames skipped",
+            "{}: {} RoCE packets ({} ICRC BAD, {} malformed), {} other frames skipped{split}",
             name, stats.roce, stats.icrc_bad, stats.malformed, stats.skipped
         );
     }
