@@ -284,7 +284,8 @@ unsafe fn gid_table(v: &Verbs, ctx: *mut ibv_context, dev: &str) -> Vec<NativeGi
         };
         if n >= 0 {
             for e in &entries[..(n as usize).min(total)] {
-                let gid = Ipv6Addr::from(e.gid.raw);
+                // SAFETY: either member of `union ibv_gid` is plain bytes.
+                let gid = Ipv6Addr::from(unsafe { e.gid.raw });
                 if !gid.is_unspecified() {
                     out.push(NativeGid {
                         port: e.port_num as u8,
@@ -304,7 +305,8 @@ unsafe fn gid_table(v: &Verbs, ctx: *mut ibv_context, dev: &str) -> Vec<NativeGi
             if unsafe { (v.query_gid)(ctx, port, index as c_int, &mut g) } != 0 {
                 continue;
             }
-            let gid = Ipv6Addr::from(g.raw);
+            // SAFETY: either member of `union ibv_gid` is plain bytes.
+            let gid = Ipv6Addr::from(unsafe { g.raw });
             if gid.is_unspecified() {
                 continue;
             }
@@ -567,7 +569,7 @@ impl NContext {
             gid_tbl_len: pa.gid_tbl_len.max(0) as u32,
             max_msg_sz: pa.max_msg_sz,
             pkey_tbl_len: pa.pkey_tbl_len,
-            link_layer: match pa.link_layer {
+            link_layer: match u32::from(pa.link_layer) {
                 IBV_LINK_LAYER_INFINIBAND => "InfiniBand",
                 IBV_LINK_LAYER_ETHERNET => "Ethernet",
                 _ => "Unspecified",
@@ -590,10 +592,7 @@ impl NContext {
             if !wait_readable(fd, deadline) {
                 return None;
             }
-            let mut ev = ibv_async_event {
-                element: ptr::null_mut(),
-                event_type: 0,
-            };
+            let mut ev = ibv_async_event::default();
             // SAFETY: live context, valid out-parameter; the descriptor is
             // non-blocking, so this returns at once if another reader won.
             if unsafe { (self.v.get_async_event)(self.ctx, &mut ev) } != 0 {
@@ -607,21 +606,19 @@ impl NContext {
             // member read is the one the event type says.
             let kind = unsafe {
                 match ev.event_type {
-                    IBV_EVENT_QP_FATAL | IBV_EVENT_QP_REQ_ERR | IBV_EVENT_QP_ACCESS_ERR => Some(
-                        AsyncEventKind::QpFatal((*(ev.element as *mut ibv_qp)).qp_num),
-                    ),
-                    IBV_EVENT_COMM_EST => Some(AsyncEventKind::CommEstablished(
-                        (*(ev.element as *mut ibv_qp)).qp_num,
-                    )),
-                    IBV_EVENT_SQ_DRAINED => Some(AsyncEventKind::SqDrained(
-                        (*(ev.element as *mut ibv_qp)).qp_num,
-                    )),
-                    IBV_EVENT_CQ_ERR => Some(AsyncEventKind::CqError(
-                        (*(ev.element as *mut ibv_cq)).handle,
-                    )),
-                    IBV_EVENT_SRQ_LIMIT_REACHED => Some(AsyncEventKind::SrqLimitReached(
-                        (*(ev.element as *mut ibv_srq)).handle,
-                    )),
+                    IBV_EVENT_QP_FATAL | IBV_EVENT_QP_REQ_ERR | IBV_EVENT_QP_ACCESS_ERR => {
+                        Some(AsyncEventKind::QpFatal((*ev.element.qp).qp_num))
+                    }
+                    IBV_EVENT_COMM_EST => {
+                        Some(AsyncEventKind::CommEstablished((*ev.element.qp).qp_num))
+                    }
+                    IBV_EVENT_SQ_DRAINED => {
+                        Some(AsyncEventKind::SqDrained((*ev.element.qp).qp_num))
+                    }
+                    IBV_EVENT_CQ_ERR => Some(AsyncEventKind::CqError((*ev.element.cq).handle)),
+                    IBV_EVENT_SRQ_LIMIT_REACHED => {
+                        Some(AsyncEventKind::SrqLimitReached((*ev.element.srq).handle))
+                    }
                     IBV_EVENT_PORT_ACTIVE => Some(AsyncEventKind::PortActive),
                     _ => None,
                 }
@@ -970,40 +967,41 @@ impl NChannel {
 
 /// Converts a work completion.
 fn completion(w: &ibv_wc) -> Completion {
-    use ffi::wc_opcode as o;
-    use ffi::wc_status as s;
     let status = match w.status {
-        s::SUCCESS => WcStatus::Success,
-        s::LOC_LEN_ERR => WcStatus::LocLenErr,
-        s::LOC_QP_OP_ERR => WcStatus::LocQpOpErr,
-        s::LOC_PROT_ERR | s::LOC_ACCESS_ERR => WcStatus::LocProtErr,
-        s::WR_FLUSH_ERR => WcStatus::WrFlushErr,
-        s::MW_BIND_ERR => WcStatus::MwBindErr,
-        s::REM_INV_REQ_ERR => WcStatus::RemInvReqErr,
-        s::REM_ACCESS_ERR => WcStatus::RemAccessErr,
-        s::REM_OP_ERR | s::REM_ABORT_ERR => WcStatus::RemOpErr,
-        s::RETRY_EXC_ERR => WcStatus::RetryExcErr,
-        s::RNR_RETRY_EXC_ERR => WcStatus::RnrRetryExcErr,
-        s::REM_INV_RD_REQ_ERR => WcStatus::RemInvalidRdReqErr,
+        IBV_WC_SUCCESS => WcStatus::Success,
+        IBV_WC_LOC_LEN_ERR => WcStatus::LocLenErr,
+        IBV_WC_LOC_QP_OP_ERR => WcStatus::LocQpOpErr,
+        IBV_WC_LOC_PROT_ERR | IBV_WC_LOC_ACCESS_ERR => WcStatus::LocProtErr,
+        IBV_WC_WR_FLUSH_ERR => WcStatus::WrFlushErr,
+        IBV_WC_MW_BIND_ERR => WcStatus::MwBindErr,
+        IBV_WC_REM_INV_REQ_ERR => WcStatus::RemInvReqErr,
+        IBV_WC_REM_ACCESS_ERR => WcStatus::RemAccessErr,
+        IBV_WC_REM_OP_ERR | IBV_WC_REM_ABORT_ERR => WcStatus::RemOpErr,
+        IBV_WC_RETRY_EXC_ERR => WcStatus::RetryExcErr,
+        IBV_WC_RNR_RETRY_EXC_ERR => WcStatus::RnrRetryExcErr,
+        IBV_WC_REM_INV_RD_REQ_ERR => WcStatus::RemInvalidRdReqErr,
         // LOC_EEC_OP_ERR, BAD_RESP_ERR, LOC_RDD_VIOL_ERR, INV_EECN_ERR,
         // INV_EEC_STATE_ERR, FATAL_ERR, RESP_TIMEOUT_ERR, GENERAL_ERR, TM_*.
         _ => WcStatus::GeneralErr,
     };
     let opcode = match w.opcode {
-        o::SEND => WcOpcode::Send,
-        o::RDMA_WRITE => WcOpcode::RdmaWrite,
-        o::RDMA_READ => WcOpcode::RdmaRead,
-        o::COMP_SWAP => WcOpcode::CompSwap,
-        o::FETCH_ADD => WcOpcode::FetchAdd,
-        o::BIND_MW => WcOpcode::BindMw,
-        o::LOCAL_INV => WcOpcode::LocalInv,
-        o::ATOMIC_WRITE => WcOpcode::AtomicWrite,
-        o::RECV_RDMA_WITH_IMM => WcOpcode::RecvRdmaWithImm,
+        IBV_WC_SEND => WcOpcode::Send,
+        IBV_WC_RDMA_WRITE => WcOpcode::RdmaWrite,
+        IBV_WC_RDMA_READ => WcOpcode::RdmaRead,
+        IBV_WC_COMP_SWAP => WcOpcode::CompSwap,
+        IBV_WC_FETCH_ADD => WcOpcode::FetchAdd,
+        IBV_WC_BIND_MW => WcOpcode::BindMw,
+        IBV_WC_LOCAL_INV => WcOpcode::LocalInv,
+        IBV_WC_ATOMIC_WRITE => WcOpcode::AtomicWrite,
+        IBV_WC_RECV_RDMA_WITH_IMM => WcOpcode::RecvRdmaWithImm,
         // "consumers can test if a completion is a receive by testing
         // (opcode & IBV_WC_RECV)" (verbs.h).
-        x if x & o::RECV != 0 => WcOpcode::Recv,
+        x if x & IBV_WC_RECV != 0 => WcOpcode::Recv,
         _ => WcOpcode::Send,
     };
+    // SAFETY: both members of the union are a u32; `wc_flags` says which
+    // one the provider wrote.
+    let imm_or_inv = unsafe { w.__bindgen_anon_1.imm_data };
     Completion {
         wr_id: w.wr_id,
         status,
@@ -1011,8 +1009,8 @@ fn completion(w: &ibv_wc) -> Completion {
         qp_num: w.qp_num,
         byte_len: w.byte_len,
         // The wire's immediate, as the soft stack gives it (ntohl).
-        imm_data: (w.wc_flags & IBV_WC_WITH_IMM != 0).then(|| u32::from_be(w.imm_data)),
-        invalidated_rkey: (w.wc_flags & IBV_WC_WITH_INV != 0).then_some(w.imm_data),
+        imm_data: (w.wc_flags & IBV_WC_WITH_IMM != 0).then(|| u32::from_be(imm_or_inv)),
+        invalidated_rkey: (w.wc_flags & IBV_WC_WITH_INV != 0).then_some(imm_or_inv),
         src_qp: w.src_qp,
         grh: w.wc_flags & IBV_WC_GRH != 0,
         pkey_index: w.pkey_index,
@@ -1209,7 +1207,7 @@ impl NSrq {
             max_sge: 0,
             srq_limit: limit,
         };
-        self.modify(&mut a, IBV_SRQ_LIMIT)
+        self.modify(&mut a, IBV_SRQ_LIMIT as c_int)
     }
 
     /// `ibv_modify_srq` with `IBV_SRQ_MAX_WR`; the new capacity is what the
@@ -1220,7 +1218,7 @@ impl NSrq {
             max_sge: 0,
             srq_limit: 0,
         };
-        self.modify(&mut a, IBV_SRQ_MAX_WR)?;
+        self.modify(&mut a, IBV_SRQ_MAX_WR as c_int)?;
         let Some(query) = self.ctx.v.query_srq else {
             return Ok(max_wr);
         };
@@ -1350,19 +1348,18 @@ fn index_of<T>(base: *const T, bad: *const T, n: usize) -> usize {
 }
 
 fn wr_opcode(op: SendOpcode) -> u32 {
-    use ffi::wr_opcode as w;
     match op {
-        SendOpcode::Send => w::SEND,
-        SendOpcode::SendWithImm => w::SEND_WITH_IMM,
-        SendOpcode::SendWithInv => w::SEND_WITH_INV,
-        SendOpcode::RdmaWrite => w::RDMA_WRITE,
-        SendOpcode::RdmaWriteWithImm => w::RDMA_WRITE_WITH_IMM,
-        SendOpcode::RdmaRead => w::RDMA_READ,
-        SendOpcode::AtomicCmpSwap => w::ATOMIC_CMP_AND_SWP,
-        SendOpcode::AtomicFetchAdd => w::ATOMIC_FETCH_AND_ADD,
-        SendOpcode::AtomicWrite => w::ATOMIC_WRITE,
-        SendOpcode::LocalInv => w::LOCAL_INV,
-        SendOpcode::BindMw => w::BIND_MW,
+        SendOpcode::Send => IBV_WR_SEND,
+        SendOpcode::SendWithImm => IBV_WR_SEND_WITH_IMM,
+        SendOpcode::SendWithInv => IBV_WR_SEND_WITH_INV,
+        SendOpcode::RdmaWrite => IBV_WR_RDMA_WRITE,
+        SendOpcode::RdmaWriteWithImm => IBV_WR_RDMA_WRITE_WITH_IMM,
+        SendOpcode::RdmaRead => IBV_WR_RDMA_READ,
+        SendOpcode::AtomicCmpSwap => IBV_WR_ATOMIC_CMP_AND_SWP,
+        SendOpcode::AtomicFetchAdd => IBV_WR_ATOMIC_FETCH_AND_ADD,
+        SendOpcode::AtomicWrite => IBV_WR_ATOMIC_WRITE,
+        SendOpcode::LocalInv => IBV_WR_LOCAL_INV,
+        SendOpcode::BindMw => IBV_WR_BIND_MW,
     }
 }
 
@@ -1549,7 +1546,8 @@ impl NQp {
         }
         let g = &a.ah_attr.grh;
         let av = (a.ah_attr.is_global != 0).then(|| AddressVector {
-            dest: addr_of(Ipv6Addr::from(g.dgid.raw)),
+            // SAFETY: either member of `union ibv_gid` is plain bytes.
+            dest: addr_of(Ipv6Addr::from(unsafe { g.dgid.raw })),
             sgid_index: g.sgid_index,
             hop_limit: g.hop_limit,
             traffic_class: g.traffic_class,
@@ -1684,20 +1682,24 @@ impl NQp {
                 SendOpcode::SendWithInv | SendOpcode::LocalInv => w.invalidate_rkey,
                 _ => 0,
             };
-            // SAFETY: an all-zero ibv_send_wr is valid (integers, null pointers).
-            let mut x: ibv_send_wr = unsafe { std::mem::zeroed() };
-            x.wr_id = w.wr_id;
-            x.sg_list = if n == 0 {
+            let sg_list = if n == 0 {
                 ptr::null_mut()
             } else {
                 // SAFETY: `at` is within `sge_buf`, which is not resized after.
                 unsafe { base.add(at) }
             };
-            x.num_sge = n as c_int;
-            x.opcode = wr_opcode(w.opcode);
-            x.send_flags = flags;
-            x.imm_data = imm;
-            x.wr = wr;
+            // The rest is zero (bindgen's Default): `next` is linked below,
+            // and the XRC and bind_mw/tso unions are unused here.
+            let x = ibv_send_wr {
+                wr_id: w.wr_id,
+                sg_list,
+                num_sge: n as c_int,
+                opcode: wr_opcode(w.opcode),
+                send_flags: flags,
+                __bindgen_anon_1: send_wr_imm { imm_data: imm },
+                wr,
+                ..Default::default()
+            };
             wrs.push(x);
             at += n;
         }
