@@ -352,7 +352,7 @@ fn completion_conversion() {
         wc_flags: IBV_WC_WITH_IMM,
         ..Default::default()
     };
-    let c = super::completion(&w);
+    let c = super::cq::completion(&w);
     assert_eq!(c.imm_data, Some(0x1234_5678));
     assert_eq!(c.opcode, rxe_core::types::WcOpcode::RecvRdmaWithImm);
     let w = ibv_wc {
@@ -360,7 +360,7 @@ fn completion_conversion() {
         opcode: IBV_WC_RECV | 0x20,
         ..Default::default()
     };
-    let c = super::completion(&w);
+    let c = super::cq::completion(&w);
     assert_eq!(c.status, rxe_core::types::WcStatus::WrFlushErr);
     assert_eq!(c.opcode, rxe_core::types::WcOpcode::Recv);
     assert_eq!(c.imm_data, None);
@@ -372,7 +372,7 @@ fn completion_conversion() {
         },
         ..Default::default()
     };
-    let c = super::completion(&w);
+    let c = super::cq::completion(&w);
     assert_eq!(c.status, rxe_core::types::WcStatus::GeneralErr);
     assert_eq!(c.invalidated_rkey, Some(0xabcd));
 }
