@@ -16,7 +16,8 @@
 //!   `ib_write_bw`, when installed) with ours first on `LD_LIBRARY_PATH`
 //!   finds ours and no undefined symbol.
 //!
-//! Layouts ([`layouts_match_the_c_headers`]): `src/sys.rs` is bindgen output
+//! Layouts ([`layouts_match_the_c_headers`]): `rxe-verbs/sys/src/sys.rs`
+//! (crate rxe-ibverbs-sys, the drop-in's `sys`) is bindgen output
 //! whose compile-time assertions (`["Size of ibv_qp"][size_of::<ibv_qp>() -
 //! 160usize]`, alignment, field offsets) state the Rust layout, since it
 //! compiles. Every such number of an rdma-core type (`ibv_*`, `verbs_*`,
@@ -476,7 +477,7 @@ fn debian_programs_link_against_ours() {
 }
 
 // ---------------------------------------------------------------------------
-// Layouts: src/sys.rs's assertions against the C headers
+// Layouts: rxe-verbs/sys/src/sys.rs's assertions against the C headers
 // ---------------------------------------------------------------------------
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -911,7 +912,7 @@ fn layouts_match_the_c_headers() {
     let sys = tests_dir()
         .parent()
         .unwrap()
-        .join("rxe-verbs/ibverbs/src/sys.rs");
+        .join("rxe-verbs/sys/src/sys.rs");
     let text = std::fs::read_to_string(&sys).unwrap_or_else(|e| panic!("{}: {e}", sys.display()));
     let asserts = parse_assertions(&text);
     let (types, aliases) = parse_types(&text);

@@ -7,7 +7,7 @@ use crate::native::{NChannel, NCq};
 use crate::soft::{SoftChannel, SoftCq};
 use rxe_core::types::Completion;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Takes a channel's events, the numbers of the CQs that fired, instead of
 /// [`CompletionChannel::get_event`] (see [`CompletionChannel::set_notify`]).
@@ -238,7 +238,7 @@ impl CompletionQueue {
     ) -> Result<usize, Error> {
         match &self.imp {
             CqImp::Soft(c) => c.wait_into(out, n, timeout),
-            CqImp::Native(c) => wait_native(c, out, n, timeout),
+            CqImp::Native(c) => c.wait_into(out, n, timeout),
         }
     }
 
@@ -246,41 +246,5 @@ impl CompletionQueue {
     /// completion, or with `solicited_only` on the next solicited or error one.
     pub fn req_notify(&self, solicited_only: bool) -> Result<(), Error> {
         on_cq!(&self.imp, c => c.req_notify(solicited_only))
-    }
-}
-
-/// [`CompletionQueue::wait`] on a native CQ: polls, spinning briefly and
-/// then sleeping a little longer each round (at most 1 ms).
-fn wait_native(
-    q: &NCq,
-    out: &mut Vec<Completion>,
-    n: usize,
-    timeout: Duration,
-) -> Result<usize, Error> {
-    let deadline = Instant::now() + timeout;
-    let base = out.len();
-    let mut nap = Duration::ZERO;
-    loop {
-        let want = n - (out.len() - base);
-        q.poll_into(out, want);
-        let got = out.len() - base;
-        if got >= n {
-            return Ok(got);
-        }
-        let now = Instant::now();
-        if now >= deadline {
-            return if got == 0 {
-                Err(Error::Timeout(timeout))
-            } else {
-                Ok(got)
-            };
-        }
-        if nap.is_zero() {
-            std::thread::yield_now();
-            nap = Duration::from_micros(1);
-        } else {
-            std::thread::sleep(nap.min(deadline - now));
-            nap = (nap * 2).min(Duration::from_millis(1));
-        }
     }
 }

@@ -128,10 +128,7 @@ macro_rules! on_qp {
 impl QueuePair {
     /// The QP number.
     pub fn qp_num(&self) -> u32 {
-        match &self.imp {
-            QpImp::Soft(q) => q.qpn(),
-            QpImp::Native(q) => q.qpn,
-        }
+        on_qp!(&self.imp, q => q.qpn())
     }
 
     /// The soft device and QP number behind this QP (`None` on a native
@@ -165,20 +162,14 @@ impl QueuePair {
     /// group joins the group's IP address on the device's interface.
     /// Attaching twice does nothing.
     pub fn attach_mcast(&self, gid: [u8; 16], lid: u16) -> Result<(), Error> {
-        match &self.imp {
-            QpImp::Soft(q) => q.attach_mcast(gid),
-            QpImp::Native(q) => q.mcast(gid, lid, true),
-        }
+        on_qp!(&self.imp, q => q.attach_mcast(gid, lid))
     }
 
     /// Detaches this QP from multicast group `gid` (`ibv_detach_mcast`):
     /// EINVAL if it was not attached. Dropping a QP detaches it from every
     /// group.
     pub fn detach_mcast(&self, gid: [u8; 16], lid: u16) -> Result<(), Error> {
-        match &self.imp {
-            QpImp::Soft(q) => q.detach_mcast(gid),
-            QpImp::Native(q) => q.mcast(gid, lid, false),
-        }
+        on_qp!(&self.imp, q => q.detach_mcast(gid, lid))
     }
 
     /// Modifies attributes and state (`ibv_modify_qp`).
@@ -189,23 +180,12 @@ impl QueuePair {
     /// What to tell the peer: LID 0, QPN, first send PSN, the device's own
     /// GID (source GID index 0).
     pub fn endpoint(&self) -> Endpoint {
-        match &self.imp {
-            QpImp::Soft(q) => q.endpoint(),
-            QpImp::Native(q) => Endpoint {
-                lid: 0,
-                qpn: q.qpn,
-                psn: q.initial_psn,
-                gid: q.gid(),
-            },
-        }
+        on_qp!(&self.imp, q => q.endpoint())
     }
 
     /// The PSN the QP sends first with (what [`QueuePair::endpoint`] tells).
     fn first_psn(&self) -> Result<Psn, Error> {
-        match &self.imp {
-            QpImp::Soft(q) => q.first_psn(),
-            QpImp::Native(q) => Ok(Psn::new(q.initial_psn)),
-        }
+        on_qp!(&self.imp, q => q.first_psn())
     }
 
     /// The port the QP is bound to by [`QueuePair::connect`].
@@ -359,10 +339,7 @@ macro_rules! on_srq {
 impl SharedReceiveQueue {
     /// The SRQ's number (as async events name it).
     pub fn id(&self) -> u32 {
-        match &self.imp {
-            SrqImp::Soft(s) => s.id(),
-            SrqImp::Native(s) => s.id,
-        }
+        on_srq!(&self.imp, s => s.id())
     }
     /// Posts receives, stopping at the first refused.
     pub fn post_recv(&self, wrs: &[RecvWr]) -> Result<(), Error> {
@@ -377,14 +354,7 @@ impl SharedReceiveQueue {
     /// as the kernel does it: the limit is checked against the queue as it
     /// is before the resize. Returns the new size.
     pub fn resize_and_set_limit(&self, max_wr: u32, limit: u32) -> Result<u32, Error> {
-        match &self.imp {
-            SrqImp::Soft(s) => s.resize_and_set_limit(max_wr, limit),
-            SrqImp::Native(s) => {
-                let got = s.resize(max_wr)?;
-                s.set_limit(limit)?;
-                Ok(got)
-            }
-        }
+        on_srq!(&self.imp, s => s.resize_and_set_limit(max_wr, limit))
     }
 
     /// Resizes the SRQ to hold at least `max_wr` receives (`ibv_modify_srq`

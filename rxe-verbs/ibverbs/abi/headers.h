@@ -1,4 +1,4 @@
-/* What src/sys.rs is generated from (abi/bindgen.sh). */
+/* What ../sys/src/sys.rs (crate rxe-ibverbs-sys) is generated from (abi/bindgen.sh). */
 #include <infiniband/verbs.h>
 #include <infiniband/sa.h>
 #include <rdma/ib_user_verbs.h>

@@ -38,7 +38,7 @@
 // are left out: a test executable has no version script for them.
 #![cfg_attr(test, allow(dead_code))]
 
-pub mod sys;
+pub use rxe_ibverbs_sys as sys;
 
 mod compat;
 mod context;

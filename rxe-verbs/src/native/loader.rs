@@ -9,10 +9,17 @@
 //! which is exactly a leaked `dlopen` handle.
 //!
 //! `RXE_LIBIBVERBS` names another file to load instead (a path or a soname),
-//! for tests and for unusual installations.
+//! for tests and for unusual installations. The library is loaded once per
+//! process, on first use ([`verbs`]), and every object of the backend calls
+//! through that one table.
+//!
+//! The function pointer types below are the prototypes of the exported
+//! functions in verbs.h, written here: the generated bindings
+//! (rxe-ibverbs-sys) have the structs and constants, not the functions.
 
 use super::ffi::*;
 use std::ffi::{c_char, c_int, c_uint, c_void, CStr, CString};
+use std::sync::OnceLock;
 
 /// The library name loaded by default.
 pub const DEFAULT_LIBRARY: &str = "libibverbs.so.1";
@@ -190,4 +197,27 @@ pub fn load(path: &str) -> Result<Verbs, String> {
         get_async_event: required!(h, "ibv_get_async_event"),
         ack_async_event: required!(h, "ibv_ack_async_event"),
     })
+}
+
+static VERBS: OnceLock<Result<Verbs, String>> = OnceLock::new();
+
+/// The library to load: `RXE_LIBIBVERBS` if set, else `libibverbs.so.1`.
+pub(crate) fn library_name() -> String {
+    crate::config::libibverbs().unwrap_or_else(|| DEFAULT_LIBRARY.to_string())
+}
+
+/// libibverbs, loaded on first use (once per process).
+pub(super) fn verbs() -> Result<&'static Verbs, String> {
+    VERBS
+        .get_or_init(|| {
+            let name = library_name();
+            load(&name).map_err(|e| format!("cannot load {name}: {e}"))
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
+/// Whether libibverbs could be loaded (loading it if not yet done).
+pub(crate) fn available() -> Result<String, String> {
+    verbs().map(|v| v.path.clone())
 }

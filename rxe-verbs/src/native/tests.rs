@@ -1,6 +1,9 @@
 //! Checks of the native backend that need no RDMA device.
 
 use super::ffi::*;
+use rxe_core::types::{Access, QpAttrMask};
+use rxe_ibverbs_sys::{ibv_mw, ibv_mw_bind, ibv_mw_bind_info, pthread_cond_t, pthread_mutex_t};
+use rxe_ibverbs_sys::{IBV_QPS_RESET, IBV_QPS_RTS};
 use std::mem::{offset_of, size_of};
 use std::process::Command;
 
@@ -22,8 +25,24 @@ macro_rules! offs {
     };
 }
 
-/// Every size and offset the Rust definitions rely on, as a C expression
-/// over `<infiniband/verbs.h>` and the Rust value it must equal.
+/// The offset of C member `$c` of `struct $t`, which bindgen's Rust
+/// reaches by the field path `$rust` (through a `__bindgen_anon_N` for an
+/// anonymous union, or a field bindgen renamed).
+macro_rules! off {
+    ($t:ident, $c:literal, $($rust:tt)+) => {
+        (
+            concat!("offsetof(struct ", stringify!($t), ", ", $c, ")").to_string(),
+            offset_of!($t, $($rust)+),
+        )
+    };
+}
+
+/// Every size and offset the native backend relies on, as a C expression
+/// over `<infiniband/verbs.h>` and the number the generated bindings it
+/// uses (crate rxe-ibverbs-sys) give. bindgen's own assertions and
+/// `tests/ibverbs_abi.rs` check the whole generated file against rdma-core
+/// 44's header; this checks the part this backend touches against the
+/// header installed here, and runs with rxe-verbs' unit tests.
 fn layout_table() -> Vec<(String, usize)> {
     let mut t = vec![
         size!("union" ibv_gid),
@@ -73,10 +92,7 @@ fn layout_table() -> Vec<(String, usize)> {
         abi_compat),
     );
     t.extend(offs!(verbs_context: query_port, sz, context));
-    t.push((
-        "offsetof(struct verbs_context, _ABI_placeholder3)".into(),
-        offset_of!(verbs_context, _abi_placeholder3),
-    ));
+    t.push(off!(verbs_context, "_ABI_placeholder3", _ABI_placeholder3));
     t.extend(
         offs!(ibv_device_attr: fw_ver, node_guid, sys_image_guid, max_mr_size,
         page_size_cap, vendor_id, vendor_part_id, hw_ver, max_qp, max_qp_wr, device_cap_flags,
@@ -94,21 +110,20 @@ fn layout_table() -> Vec<(String, usize)> {
     );
     t.extend(offs!(ibv_async_event: element, event_type));
     t.extend(
-        offs!(ibv_wc: wr_id, status, opcode, vendor_err, byte_len, imm_data, qp_num,
+        offs!(ibv_wc: wr_id, status, opcode, vendor_err, byte_len, qp_num,
         src_qp, wc_flags, pkey_index, slid, sl, dlid_path_bits),
     );
-    t.push((
-        "offsetof(struct ibv_wc, invalidated_rkey)".into(),
-        offset_of!(ibv_wc, imm_data),
+    t.push(off!(ibv_wc, "imm_data", __bindgen_anon_1.imm_data));
+    t.push(off!(
+        ibv_wc,
+        "invalidated_rkey",
+        __bindgen_anon_1.invalidated_rkey
     ));
     t.extend(offs!(ibv_mw_bind_info: mr, addr, length, mw_access_flags));
     t.extend(offs!(ibv_pd: context, handle));
     t.extend(offs!(ibv_mr: context, pd, addr, length, handle, lkey, rkey));
     t.extend(offs!(ibv_mw: context, pd, rkey, handle));
-    t.push((
-        "offsetof(struct ibv_mw, type)".into(),
-        offset_of!(ibv_mw, type_),
-    ));
+    t.push(off!(ibv_mw, "type", type_));
     t.extend(offs!(ibv_mw_bind: wr_id, send_flags, bind_info));
     t.extend(offs!(ibv_global_route: dgid, flow_label, sgid_index, hop_limit, traffic_class));
     t.extend(
@@ -133,77 +148,37 @@ fn layout_table() -> Vec<(String, usize)> {
         rate_limit),
     );
     t.extend(offs!(ibv_sge: addr, length, lkey));
-    t.extend(
-        offs!(ibv_send_wr: wr_id, next, sg_list, num_sge, opcode, send_flags, imm_data,
-        wr),
-    );
-    let wr = offset_of!(ibv_send_wr, wr);
-    let bind = offset_of!(ibv_send_wr, bind_tso);
+    t.extend(offs!(ibv_send_wr: wr_id, next, sg_list, num_sge, opcode, send_flags, wr));
     t.extend([
-        (
-            "offsetof(struct ibv_send_wr, invalidate_rkey)".to_string(),
-            offset_of!(ibv_send_wr, imm_data),
+        off!(ibv_send_wr, "imm_data", __bindgen_anon_1.imm_data),
+        off!(
+            ibv_send_wr,
+            "invalidate_rkey",
+            __bindgen_anon_1.invalidate_rkey
         ),
-        (
-            "offsetof(struct ibv_send_wr, wr.rdma.remote_addr)".into(),
-            wr + offset_of!(wr_rdma, remote_addr),
+        off!(ibv_send_wr, "wr.rdma.remote_addr", wr.rdma.remote_addr),
+        off!(ibv_send_wr, "wr.rdma.rkey", wr.rdma.rkey),
+        off!(ibv_send_wr, "wr.atomic.remote_addr", wr.atomic.remote_addr),
+        off!(ibv_send_wr, "wr.atomic.compare_add", wr.atomic.compare_add),
+        off!(ibv_send_wr, "wr.atomic.swap", wr.atomic.swap),
+        off!(ibv_send_wr, "wr.atomic.rkey", wr.atomic.rkey),
+        off!(ibv_send_wr, "wr.ud.ah", wr.ud.ah),
+        off!(ibv_send_wr, "wr.ud.remote_qpn", wr.ud.remote_qpn),
+        off!(ibv_send_wr, "wr.ud.remote_qkey", wr.ud.remote_qkey),
+        off!(
+            ibv_send_wr,
+            "qp_type.xrc.remote_srqn",
+            qp_type.xrc.remote_srqn
         ),
-        (
-            "offsetof(struct ibv_send_wr, wr.rdma.rkey)".into(),
-            wr + offset_of!(wr_rdma, rkey),
+        off!(ibv_send_wr, "bind_mw.mw", __bindgen_anon_2.bind_mw.mw),
+        off!(ibv_send_wr, "bind_mw.rkey", __bindgen_anon_2.bind_mw.rkey),
+        off!(
+            ibv_send_wr,
+            "bind_mw.bind_info",
+            __bindgen_anon_2.bind_mw.bind_info
         ),
-        (
-            "offsetof(struct ibv_send_wr, wr.atomic.remote_addr)".into(),
-            wr + offset_of!(wr_atomic, remote_addr),
-        ),
-        (
-            "offsetof(struct ibv_send_wr, wr.atomic.compare_add)".into(),
-            wr + offset_of!(wr_atomic, compare_add),
-        ),
-        (
-            "offsetof(struct ibv_send_wr, wr.atomic.swap)".into(),
-            wr + offset_of!(wr_atomic, swap),
-        ),
-        (
-            "offsetof(struct ibv_send_wr, wr.atomic.rkey)".into(),
-            wr + offset_of!(wr_atomic, rkey),
-        ),
-        (
-            "offsetof(struct ibv_send_wr, wr.ud.ah)".into(),
-            wr + offset_of!(wr_ud, ah),
-        ),
-        (
-            "offsetof(struct ibv_send_wr, wr.ud.remote_qpn)".into(),
-            wr + offset_of!(wr_ud, remote_qpn),
-        ),
-        (
-            "offsetof(struct ibv_send_wr, wr.ud.remote_qkey)".into(),
-            wr + offset_of!(wr_ud, remote_qkey),
-        ),
-        (
-            "offsetof(struct ibv_send_wr, qp_type.xrc.remote_srqn)".into(),
-            offset_of!(ibv_send_wr, qp_type_xrc_remote_srqn),
-        ),
-        (
-            "offsetof(struct ibv_send_wr, bind_mw.mw)".into(),
-            bind + offset_of!(wr_bind_mw, mw),
-        ),
-        (
-            "offsetof(struct ibv_send_wr, bind_mw.rkey)".into(),
-            bind + offset_of!(wr_bind_mw, rkey),
-        ),
-        (
-            "offsetof(struct ibv_send_wr, bind_mw.bind_info)".into(),
-            bind + offset_of!(wr_bind_mw, bind_info),
-        ),
-        (
-            "offsetof(struct ibv_send_wr, tso.hdr_sz)".into(),
-            bind + offset_of!(wr_tso, hdr_sz),
-        ),
-        (
-            "offsetof(struct ibv_send_wr, tso.mss)".into(),
-            bind + offset_of!(wr_tso, mss),
-        ),
+        off!(ibv_send_wr, "tso.hdr_sz", __bindgen_anon_2.tso.hdr_sz),
+        off!(ibv_send_wr, "tso.mss", __bindgen_anon_2.tso.mss),
     ]);
     t.extend(offs!(ibv_recv_wr: wr_id, next, sg_list, num_sge));
     t.extend(offs!(ibv_srq: context, srq_context, pd, handle, mutex, cond, events_completed));
@@ -220,49 +195,50 @@ fn layout_table() -> Vec<(String, usize)> {
     t
 }
 
-/// The constants the conversions rely on, as C expressions.
+/// The constants the conversions rely on, as C expressions, and the value
+/// the Rust code uses: the generated constant, or for the bits the API
+/// passes through unchanged (`QpAttrMask`, `Access`) the API's own bit.
 fn constant_table() -> Vec<(String, usize)> {
-    use super::ffi::{wc_opcode as wo, wc_status as ws, wr_opcode as wr};
     let c = |e: &str, v: u32| (e.to_string(), v as usize);
     vec![
-        c("IBV_WC_SUCCESS", ws::SUCCESS),
-        c("IBV_WC_LOC_LEN_ERR", ws::LOC_LEN_ERR),
-        c("IBV_WC_LOC_PROT_ERR", ws::LOC_PROT_ERR),
-        c("IBV_WC_WR_FLUSH_ERR", ws::WR_FLUSH_ERR),
-        c("IBV_WC_MW_BIND_ERR", ws::MW_BIND_ERR),
-        c("IBV_WC_LOC_ACCESS_ERR", ws::LOC_ACCESS_ERR),
-        c("IBV_WC_REM_INV_REQ_ERR", ws::REM_INV_REQ_ERR),
-        c("IBV_WC_REM_ACCESS_ERR", ws::REM_ACCESS_ERR),
-        c("IBV_WC_REM_OP_ERR", ws::REM_OP_ERR),
-        c("IBV_WC_RETRY_EXC_ERR", ws::RETRY_EXC_ERR),
-        c("IBV_WC_RNR_RETRY_EXC_ERR", ws::RNR_RETRY_EXC_ERR),
-        c("IBV_WC_REM_INV_RD_REQ_ERR", ws::REM_INV_RD_REQ_ERR),
-        c("IBV_WC_REM_ABORT_ERR", ws::REM_ABORT_ERR),
-        c("IBV_WC_GENERAL_ERR", ws::GENERAL_ERR),
-        c("IBV_WC_SEND", wo::SEND),
-        c("IBV_WC_RDMA_WRITE", wo::RDMA_WRITE),
-        c("IBV_WC_RDMA_READ", wo::RDMA_READ),
-        c("IBV_WC_COMP_SWAP", wo::COMP_SWAP),
-        c("IBV_WC_FETCH_ADD", wo::FETCH_ADD),
-        c("IBV_WC_BIND_MW", wo::BIND_MW),
-        c("IBV_WC_LOCAL_INV", wo::LOCAL_INV),
-        c("IBV_WC_ATOMIC_WRITE", wo::ATOMIC_WRITE),
-        c("IBV_WC_RECV", wo::RECV),
-        c("IBV_WC_RECV_RDMA_WITH_IMM", wo::RECV_RDMA_WITH_IMM),
+        c("IBV_WC_SUCCESS", IBV_WC_SUCCESS),
+        c("IBV_WC_LOC_LEN_ERR", IBV_WC_LOC_LEN_ERR),
+        c("IBV_WC_LOC_PROT_ERR", IBV_WC_LOC_PROT_ERR),
+        c("IBV_WC_WR_FLUSH_ERR", IBV_WC_WR_FLUSH_ERR),
+        c("IBV_WC_MW_BIND_ERR", IBV_WC_MW_BIND_ERR),
+        c("IBV_WC_LOC_ACCESS_ERR", IBV_WC_LOC_ACCESS_ERR),
+        c("IBV_WC_REM_INV_REQ_ERR", IBV_WC_REM_INV_REQ_ERR),
+        c("IBV_WC_REM_ACCESS_ERR", IBV_WC_REM_ACCESS_ERR),
+        c("IBV_WC_REM_OP_ERR", IBV_WC_REM_OP_ERR),
+        c("IBV_WC_RETRY_EXC_ERR", IBV_WC_RETRY_EXC_ERR),
+        c("IBV_WC_RNR_RETRY_EXC_ERR", IBV_WC_RNR_RETRY_EXC_ERR),
+        c("IBV_WC_REM_INV_RD_REQ_ERR", IBV_WC_REM_INV_RD_REQ_ERR),
+        c("IBV_WC_REM_ABORT_ERR", IBV_WC_REM_ABORT_ERR),
+        c("IBV_WC_GENERAL_ERR", rxe_ibverbs_sys::IBV_WC_GENERAL_ERR),
+        c("IBV_WC_SEND", IBV_WC_SEND),
+        c("IBV_WC_RDMA_WRITE", IBV_WC_RDMA_WRITE),
+        c("IBV_WC_RDMA_READ", IBV_WC_RDMA_READ),
+        c("IBV_WC_COMP_SWAP", IBV_WC_COMP_SWAP),
+        c("IBV_WC_FETCH_ADD", IBV_WC_FETCH_ADD),
+        c("IBV_WC_BIND_MW", IBV_WC_BIND_MW),
+        c("IBV_WC_LOCAL_INV", IBV_WC_LOCAL_INV),
+        c("IBV_WC_ATOMIC_WRITE", IBV_WC_ATOMIC_WRITE),
+        c("IBV_WC_RECV", IBV_WC_RECV),
+        c("IBV_WC_RECV_RDMA_WITH_IMM", IBV_WC_RECV_RDMA_WITH_IMM),
         c("IBV_WC_GRH", IBV_WC_GRH),
         c("IBV_WC_WITH_IMM", IBV_WC_WITH_IMM),
         c("IBV_WC_WITH_INV", IBV_WC_WITH_INV),
-        c("IBV_WR_RDMA_WRITE", wr::RDMA_WRITE),
-        c("IBV_WR_RDMA_WRITE_WITH_IMM", wr::RDMA_WRITE_WITH_IMM),
-        c("IBV_WR_SEND", wr::SEND),
-        c("IBV_WR_SEND_WITH_IMM", wr::SEND_WITH_IMM),
-        c("IBV_WR_RDMA_READ", wr::RDMA_READ),
-        c("IBV_WR_ATOMIC_CMP_AND_SWP", wr::ATOMIC_CMP_AND_SWP),
-        c("IBV_WR_ATOMIC_FETCH_AND_ADD", wr::ATOMIC_FETCH_AND_ADD),
-        c("IBV_WR_LOCAL_INV", wr::LOCAL_INV),
-        c("IBV_WR_BIND_MW", wr::BIND_MW),
-        c("IBV_WR_SEND_WITH_INV", wr::SEND_WITH_INV),
-        c("IBV_WR_ATOMIC_WRITE", wr::ATOMIC_WRITE),
+        c("IBV_WR_RDMA_WRITE", IBV_WR_RDMA_WRITE),
+        c("IBV_WR_RDMA_WRITE_WITH_IMM", IBV_WR_RDMA_WRITE_WITH_IMM),
+        c("IBV_WR_SEND", IBV_WR_SEND),
+        c("IBV_WR_SEND_WITH_IMM", IBV_WR_SEND_WITH_IMM),
+        c("IBV_WR_RDMA_READ", IBV_WR_RDMA_READ),
+        c("IBV_WR_ATOMIC_CMP_AND_SWP", IBV_WR_ATOMIC_CMP_AND_SWP),
+        c("IBV_WR_ATOMIC_FETCH_AND_ADD", IBV_WR_ATOMIC_FETCH_AND_ADD),
+        c("IBV_WR_LOCAL_INV", IBV_WR_LOCAL_INV),
+        c("IBV_WR_BIND_MW", IBV_WR_BIND_MW),
+        c("IBV_WR_SEND_WITH_INV", IBV_WR_SEND_WITH_INV),
+        c("IBV_WR_ATOMIC_WRITE", IBV_WR_ATOMIC_WRITE),
         c("IBV_SEND_FENCE", IBV_SEND_FENCE),
         c("IBV_SEND_SIGNALED", IBV_SEND_SIGNALED),
         c("IBV_SEND_SOLICITED", IBV_SEND_SOLICITED),
@@ -273,15 +249,15 @@ fn constant_table() -> Vec<(String, usize)> {
         c("IBV_QPS_RESET", IBV_QPS_RESET),
         c("IBV_QPS_RTS", IBV_QPS_RTS),
         c("IBV_QPS_ERR", IBV_QPS_ERR),
-        c("IBV_QP_STATE", 1 << 0),
-        c("IBV_QP_ACCESS_FLAGS", 1 << 3),
-        c("IBV_QP_AV", 1 << 7),
-        c("IBV_QP_SQ_PSN", 1 << 16),
-        c("IBV_QP_DEST_QPN", 1 << 20),
-        c("IBV_ACCESS_LOCAL_WRITE", 1),
-        c("IBV_ACCESS_REMOTE_ATOMIC", 8),
-        c("IBV_ACCESS_ZERO_BASED", 32),
-        c("IBV_SRQ_LIMIT", IBV_SRQ_LIMIT as u32),
+        c("IBV_QP_STATE", QpAttrMask::STATE.bits()),
+        c("IBV_QP_ACCESS_FLAGS", QpAttrMask::ACCESS_FLAGS.bits()),
+        c("IBV_QP_AV", QpAttrMask::AV.bits()),
+        c("IBV_QP_SQ_PSN", QpAttrMask::SQ_PSN.bits()),
+        c("IBV_QP_DEST_QPN", QpAttrMask::DEST_QPN.bits()),
+        c("IBV_ACCESS_LOCAL_WRITE", Access::LOCAL_WRITE.bits()),
+        c("IBV_ACCESS_REMOTE_ATOMIC", Access::REMOTE_ATOMIC.bits()),
+        c("IBV_ACCESS_ZERO_BASED", Access::ZERO_BASED.bits()),
+        c("IBV_SRQ_LIMIT", IBV_SRQ_LIMIT),
         c("IBV_EVENT_CQ_ERR", IBV_EVENT_CQ_ERR),
         c("IBV_EVENT_QP_FATAL", IBV_EVENT_QP_FATAL),
         c("IBV_EVENT_QP_REQ_ERR", IBV_EVENT_QP_REQ_ERR),
@@ -292,10 +268,7 @@ fn constant_table() -> Vec<(String, usize)> {
         c("IBV_EVENT_SRQ_LIMIT_REACHED", IBV_EVENT_SRQ_LIMIT_REACHED),
         c("IBV_GID_TYPE_ROCE_V2", IBV_GID_TYPE_ROCE_V2),
         c("IBV_PORT_ACTIVE", IBV_PORT_ACTIVE),
-        c(
-            "IBV_LINK_LAYER_ETHERNET",
-            u32::from(IBV_LINK_LAYER_ETHERNET),
-        ),
+        c("IBV_LINK_LAYER_ETHERNET", IBV_LINK_LAYER_ETHERNET),
         (
             "(size_t)__VERBS_ABI_IS_EXTENDED".into(),
             VERBS_ABI_IS_EXTENDED,
@@ -369,33 +342,37 @@ fn layout_matches_the_c_header() {
 fn completion_conversion() {
     let w = ibv_wc {
         wr_id: 7,
-        status: wc_status::SUCCESS,
-        opcode: wc_opcode::RECV_RDMA_WITH_IMM,
+        status: IBV_WC_SUCCESS,
+        opcode: IBV_WC_RECV_RDMA_WITH_IMM,
         byte_len: 12,
-        imm_data: 0x1234_5678u32.to_be(),
+        __bindgen_anon_1: wc_imm {
+            imm_data: 0x1234_5678u32.to_be(),
+        },
         qp_num: 0x11,
         wc_flags: IBV_WC_WITH_IMM,
         ..Default::default()
     };
-    let c = super::completion(&w);
+    let c = super::cq::completion(&w);
     assert_eq!(c.imm_data, Some(0x1234_5678));
     assert_eq!(c.opcode, rxe_core::types::WcOpcode::RecvRdmaWithImm);
     let w = ibv_wc {
-        status: wc_status::WR_FLUSH_ERR,
-        opcode: wc_opcode::RECV | 0x20,
+        status: IBV_WC_WR_FLUSH_ERR,
+        opcode: IBV_WC_RECV | 0x20,
         ..Default::default()
     };
-    let c = super::completion(&w);
+    let c = super::cq::completion(&w);
     assert_eq!(c.status, rxe_core::types::WcStatus::WrFlushErr);
     assert_eq!(c.opcode, rxe_core::types::WcOpcode::Recv);
     assert_eq!(c.imm_data, None);
     let w = ibv_wc {
-        status: wc_status::FATAL_ERR,
+        status: rxe_ibverbs_sys::IBV_WC_FATAL_ERR,
         wc_flags: IBV_WC_WITH_INV,
-        imm_data: 0xabcd,
+        __bindgen_anon_1: wc_imm {
+            invalidated_rkey: 0xabcd,
+        },
         ..Default::default()
     };
-    let c = super::completion(&w);
+    let c = super::cq::completion(&w);
     assert_eq!(c.status, rxe_core::types::WcStatus::GeneralErr);
     assert_eq!(c.invalidated_rkey, Some(0xabcd));
 }

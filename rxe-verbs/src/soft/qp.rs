@@ -117,9 +117,9 @@ impl SoftQp {
         Ok(self.ctx.shared.with_engine(|e| e.bind_mw(self.qpn, bind))?)
     }
 
-    /// Attaches to `gid`; the device's first QP in the group joins its IP
-    /// address on the device's interface.
-    pub fn attach_mcast(&self, gid: [u8; 16]) -> Result<(), Error> {
+    /// Attaches to `gid` (`lid` means nothing on RoCE); the device's first
+    /// QP in the group joins its IP address on the device's interface.
+    pub fn attach_mcast(&self, gid: [u8; 16], _lid: u16) -> Result<(), Error> {
         let sh = &self.ctx.shared;
         // Lock order: link before engine.
         let mut link = sh.link.lock();
@@ -143,7 +143,7 @@ impl SoftQp {
 
     /// Detaches from `gid`; the last QP of the device to leave leaves the
     /// IP group.
-    pub fn detach_mcast(&self, gid: [u8; 16]) -> Result<(), Error> {
+    pub fn detach_mcast(&self, gid: [u8; 16], _lid: u16) -> Result<(), Error> {
         let sh = &self.ctx.shared;
         let mut link = sh.link.lock();
         let mut e = sh.lock();
