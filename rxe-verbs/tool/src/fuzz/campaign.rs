@@ -23,10 +23,10 @@
 //! `region` arm joins the others.
 
 use super::canary::{self, Canary, Check, RegionFinding};
+use super::config::{Config, Peer, Res};
 use super::mutate::{self, Arm, Ctx, Gen, ARMS, REGION_ARMS};
 use super::record::{self, IcrcChoice, PsnBase, QpnChoice, Recorder, Sent, SessionInfo};
 use super::session::{Answers, Kind, Link, Session, Signature};
-use super::{Config, Peer, Res};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rxe_core::psn::Psn;
@@ -75,7 +75,7 @@ pub(crate) struct Driver {
 /// Packets to send for a probe: a valid SEND ONLY of a fixed pattern.
 pub(crate) fn probe_packet(psn: Psn) -> Vec<u8> {
     let data = *b"rxe fuzz liveness probe.";
-    let mut r = PacketRepr::new(super::session::bth_repr(Opcode::RC_SEND_ONLY, 0, psn, true));
+    let mut r = PacketRepr::new(super::bth::bth_repr(Opcode::RC_SEND_ONLY, 0, psn, true));
     r.payload = &data;
     let mut b = vec![0u8; r.buffer_len()];
     let n = r.emit(&mut b).unwrap_or(0);
@@ -87,7 +87,7 @@ pub(crate) fn probe_packet(psn: Psn) -> Vec<u8> {
 /// pingpong servers'), which ends the QP.
 fn kill_packet(psn: Psn) -> Vec<u8> {
     let data = [0u8; 8];
-    let mut r = PacketRepr::new(super::session::bth_repr(
+    let mut r = PacketRepr::new(super::bth::bth_repr(
         Opcode::RC_RDMA_WRITE_ONLY,
         0,
         psn,
@@ -221,7 +221,7 @@ impl Driver {
             );
             if g.wellformed {
                 let psn = Psn::new(u32::from_be_bytes([0, b[9], b[10], b[11]]));
-                let qpn = super::session::bth_qpn(&b);
+                let qpn = super::bth::bth_qpn(&b);
                 self.rec.sanity_check(&b, arm, Some((psn, qpn)));
             } else {
                 self.rec.sanity_check(&b, arm, None);

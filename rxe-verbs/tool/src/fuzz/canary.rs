@@ -27,10 +27,11 @@
 //! replays on a new connection, against a new buffer: the replay takes the
 //! first `canary` READ as its baseline and judges the others the same way.
 
+use super::bth::bth_repr;
 use super::campaign::Driver;
 use super::mutate::Gen;
 use super::record::{IcrcChoice, PsnBase, QpnChoice, RegionRef, Sent};
-use super::session::{bth_repr, Capture, Kind, Region, Session, Signature};
+use super::session::{Capture, Kind, Region, Session, Signature};
 use rand::Rng;
 use rxe_core::psn::Psn;
 use rxe_core::wire::{Opcode, PacketRepr, RethRepr};
@@ -435,14 +436,14 @@ impl Driver {
     /// Prints the canary and data verdicts (perftest peers only) and
     /// returns the finding, if any.
     pub(crate) fn region_oracles(&self, tag: &str) -> Vec<super::campaign::Finding> {
-        if self.cfg.peer == super::Peer::Pingpong {
+        if self.cfg.peer == super::config::Peer::Pingpong {
             return Vec::new();
         }
         let fired = self.region_finding.as_ref().map(|f| f.oracle);
         let mut found = Vec::new();
         for o in ["canary", "data"] {
             // An rping peer has no region to watch: data only.
-            if o == "canary" && matches!(self.cfg.peer, super::Peer::Rping { .. }) {
+            if o == "canary" && matches!(self.cfg.peer, super::config::Peer::Rping { .. }) {
                 continue;
             }
             if fired == Some(o) {
@@ -491,10 +492,10 @@ mod tests {
     /// A driver (its socket on an address no test uses) with a connection
     /// to a 64-byte region whose baseline is taken.
     fn driver(local: &str) -> (Driver, Session) {
-        let cfg = super::super::Config {
+        let cfg = super::super::config::Config {
             local: local.parse().unwrap(),
-            target: super::super::Target::parse("127.0.5.78:19729").unwrap(),
-            peer: super::super::Peer::PerftestRead { size: 64 },
+            target: super::super::config::Target::parse("127.0.5.78:19729").unwrap(),
+            peer: super::super::config::Peer::PerftestRead { size: 64 },
             mtu: 1024,
             recv_size: 4096,
             window: Duration::from_millis(5),

@@ -14,8 +14,8 @@
 //! so that rxe-net routes the peer's answers to this process when several
 //! share the address (`rxe_core::mad::cm_route`).
 
+use super::config::{Res, Target};
 use super::session::Link;
-use super::{Res, Target};
 use rxe_core::cm::{CmAgent, CmConfig, CmEvent, ConnId, ConnectParams};
 use rxe_core::engine::Transmit;
 use rxe_core::mad::rdma_cm::CMA_HEADER_LEN;
@@ -308,10 +308,7 @@ impl Link {
         let mut got = Vec::new();
         let _ = self.recv_into(Some(wait), &mut got);
         for d in got {
-            if d.meta.src == from
-                && d.data.len() >= 8
-                && super::session::bth_qpn(&d.data) == GSI_QPN
-            {
+            if d.meta.src == from && d.data.len() >= 8 && super::bth::bth_qpn(&d.data) == GSI_QPN {
                 self.cm_received(from, &d.data);
             } else {
                 self.stray += 1;

@@ -32,9 +32,9 @@
 //! to `NAME.pcap`.
 
 use super::campaign::Finding;
+use super::config::{Config, Res};
 use super::record::{self, Loaded, PsnBase, Sent};
 use super::replay;
-use super::{Config, Res};
 use rxe_core::psn::Psn;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

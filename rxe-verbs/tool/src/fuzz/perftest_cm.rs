@@ -19,8 +19,9 @@
 //! it fuzzes the test QP, and ends both with DREQs (the server's run ends
 //! on its DISCONNECTED events).
 
-use super::session::{bth_repr, Link, Region, Session};
-use super::{Res, Target};
+use super::bth::bth_repr;
+use super::config::{Res, Target};
+use super::session::{Link, Region, Session};
 use rxe_core::psn::Psn;
 use rxe_core::wire::{Opcode, PacketRepr};
 use std::time::{Duration, Instant};

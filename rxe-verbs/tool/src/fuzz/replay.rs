@@ -20,10 +20,10 @@
 //! [`execute`] is also what the minimiser runs for every candidate.
 
 use super::campaign::{Driver, Finding};
+use super::config::{Config, Res};
 use super::mutate::Gen;
 use super::record::{self, Sent, SessionInfo};
 use super::session::Session;
-use super::{Config, Res};
 use std::path::Path;
 use std::time::Duration;
 

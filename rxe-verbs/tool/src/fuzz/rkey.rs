@@ -38,9 +38,9 @@
 //! connection at the PSN the peer expected at its first packet.
 
 use super::campaign::{Driver, Finding};
+use super::config::Peer;
 use super::record::{PsnBase, Sent};
 use super::session::{Answers, Kind, Session};
-use super::Peer;
 use rxe_core::psn::Psn;
 use rxe_core::wire::{Operation, Packet};
 
@@ -330,8 +330,9 @@ impl Driver {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fuzz::bth::bth_repr;
     use crate::fuzz::record::{IcrcChoice, QpnChoice};
-    use crate::fuzz::session::{bth_repr, Region};
+    use crate::fuzz::session::Region;
     use rxe_core::wire::{AtomicEthRepr, Opcode, PacketRepr, RethRepr};
     use std::time::Duration;
 

@@ -13,23 +13,23 @@
 //! with rdma_cm ([`super::cm`]: the CM's MADs on QP 1 of this same
 //! socket), ended with a DREQ; against an rping server the responder here
 //! also serves the server's RDMA READs and takes its WRITEs
-//! ([`super::rping::LocalMem`]).
+//! ([`super::local_mem::LocalMem`]).
 //!
 //! What the peer sends back is sorted into answer [`Kind`]s: ACK, each NAK
 //! code, RNR NAK, atomic ACK, READ data, a SEND of its own, anything else,
 //! and packets our parser refuses.
 
+use super::bth::{bth_qpn, bth_repr};
 use super::cm::CmLink;
+use super::config::{Peer, Res, Target};
+use super::local_mem::LocalMem;
 use super::record::Recorder;
-use super::rping::LocalMem;
-use super::{Peer, Res, Target};
 use crate::perf::oob::{self, BwReport, Oob};
 use crate::pingpong::{gid_addr, Dest};
 use rxe_core::engine::Transmit;
 use rxe_core::psn::Psn;
 use rxe_core::wire::{
-    icrc, AethRepr, AethSyndrome, BthRepr, NakCode, Opcode, Operation, Packet, PacketRepr,
-    ROCE_V2_PORT,
+    icrc, AethRepr, AethSyndrome, NakCode, Opcode, Operation, Packet, PacketRepr, ROCE_V2_PORT,
 };
 use rxe_net::udp::{GsoSend, UdpTransport};
 use std::collections::BTreeMap;
@@ -908,25 +908,4 @@ fn perftest_exchange(
     let mtu = rxe_core::types::Mtu::from_bytes(128usize << opening.mtu_enum.min(5))
         .map_or(mtu, |m| m.bytes());
     Ok((o, me, theirs[0], mtu))
-}
-
-/// A BTH with the defaults of a well-behaved requester.
-pub(crate) fn bth_repr(op: Opcode, qpn: u32, psn: Psn, ack_req: bool) -> BthRepr {
-    BthRepr {
-        opcode: op,
-        solicited: false,
-        mig_req: false,
-        pad_count: 0,
-        pkey: 0xffff,
-        fecn: false,
-        becn: false,
-        dest_qp: qpn & 0xff_ffff,
-        ack_req,
-        psn,
-    }
-}
-
-/// The destination QP of a BTH (the first 8 bytes must be there).
-pub(crate) fn bth_qpn(b: &[u8]) -> u32 {
-    u32::from_be_bytes([0, b[5], b[6], b[7]])
 }
