@@ -31,8 +31,19 @@
 //! and `data` (legitimate READs complete and return the buffer's bytes),
 //! see [`canary`]; against an rping server `data` (what it READs from us
 //! it WRITEs back unchanged, [`rping`]); and `rkey` (no request with a
-//! key the peer did not grant is executed), see [`rkey`]. A finding is
-//! written as a pcap of the
+//! key the peer did not grant is executed), see [`rkey`].
+//!
+//! The liveness, sanity and peer-wire oracles are the [`driver`]'s own:
+//! they read the connections, the record and the socket it keeps. The
+//! others each implement the [`oracle::Oracle`] trait: the driver holds
+//! a list of them ([`campaign::oracles`] says which, for the peer) and
+//! shows each one every connection made, every step sent and its
+//! answers; the one that checks connections its own way (the canary and
+//! data oracles, rping's data oracle) does so in place of the liveness
+//! probe; and each gives its verdict at the end. [`oracle`] also holds
+//! what they all speak of: a check's result and a finding.
+//!
+//! A finding is written as a pcap of the
 //! packets since the last good liveness check plus a `.meta` sidecar, and
 //! `rxe fuzz --replay FILE.pcap` resends them on a new connection
 //! ([`replay`]). A replayable finding is then minimised ([`minimise`]:
@@ -47,9 +58,11 @@ mod campaign;
 mod canary;
 mod cm;
 mod config;
+mod driver;
 mod local_mem;
 mod minimise;
 mod mutate;
+mod oracle;
 mod perftest_cm;
 mod record;
 mod replay;
