@@ -23,7 +23,8 @@
 //! `region` arm joins the others.
 //!
 //! The probes, checks and connections are the driver's
-//! ([`super::driver`]); which oracles a run checks is [`oracles`].
+//! ([`super::driver`]); which oracles a run checks is [`oracles`]. The
+//! campaign returns its findings: minimising them is up to its caller.
 
 use super::canary::Canary;
 use super::config::{Config, Peer, Res};
@@ -101,14 +102,15 @@ impl Bandit {
     }
 }
 
-/// Runs a campaign. `Ok(true)` when an oracle fired.
+/// Runs a campaign. Returns the oracles' findings (none when no oracle
+/// fired); the driver, and its socket, are gone by then.
 pub(crate) fn run(
     cfg: &Config,
     seed: u64,
     packets: Option<u64>,
     seconds: Option<Duration>,
     save: bool,
-) -> Res<bool> {
+) -> Res<Vec<Finding>> {
     let mut d = Driver::new(cfg, seed, oracles(cfg, seed))?;
     let mut rng = StdRng::seed_from_u64(seed);
     println!(
@@ -314,8 +316,5 @@ pub(crate) fn run(
     }
     found.extend(d.verdicts(&tag));
     found.extend(d.other_oracles(&tag));
-    // The socket is the minimiser's now.
-    drop(d);
-    super::minimise::after_campaign(cfg, &found);
-    Ok(!found.is_empty())
+    Ok(found)
 }

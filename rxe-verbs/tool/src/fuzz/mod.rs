@@ -46,7 +46,8 @@
 //! A finding is written as a pcap of the
 //! packets since the last good liveness check plus a `.meta` sidecar, and
 //! `rxe fuzz --replay FILE.pcap` resends them on a new connection
-//! ([`replay`]). A replayable finding is then minimised ([`minimise`]:
+//! ([`replay`]). Once the campaign has returned its findings, [`run`]
+//! minimises the replayable ones ([`minimise`]:
 //! ddmin over connections, steps and packets, each candidate replayed
 //! against the live peer) into `NAME.min.pcap`, within
 //! `--minimise-budget`; `rxe fuzz --minimise FILE.pcap` does it on demand.
@@ -304,6 +305,8 @@ pub fn run(a: &Args) -> ExitCode {
                 eprintln!("rxe fuzz: give a budget: --packets N or --seconds S");
                 return ExitCode::from(2);
             }
+            // Minimised after the campaign, whose socket is closed by
+            // then: the minimiser's replays make connections of their own.
             campaign::run(
                 &cfg,
                 a.seed,
@@ -311,6 +314,10 @@ pub fn run(a: &Args) -> ExitCode {
                 a.seconds.map(Duration::from_secs),
                 a.save,
             )
+            .map(|found| {
+                minimise::after_campaign(&cfg, &found);
+                !found.is_empty()
+            })
         }
     };
     match r {
