@@ -164,8 +164,8 @@ impl Driver {
             base_psn: psn,
             peer_qpn: s.peer_qpn,
             our_qpn: s.our_qpn,
-            local: self.link.local,
-            peer: self.link.peer.unwrap_or(self.link.local),
+            local: self.link.local(),
+            peer: self.link.peer.unwrap_or(self.link.local()),
         });
         if self.cfg.verbose {
             println!(
@@ -550,7 +550,7 @@ impl Driver {
     /// The sanity and peer-wire oracles: their findings.
     pub(crate) fn other_oracles(&mut self, tag: &str) -> Vec<Finding> {
         let mut found = Vec::new();
-        let peer = self.link.peer.unwrap_or(self.link.local);
+        let peer = self.link.peer.unwrap_or(self.link.local());
         if self.rec.insane.is_empty() {
             println!("oracle sanity: ok");
         } else {
@@ -562,7 +562,7 @@ impl Driver {
                 .rec
                 .insane
                 .iter()
-                .map(|(_, b)| (record::now(), self.link.local, peer, b.as_slice()));
+                .map(|(_, b)| (record::now(), self.link.local(), peer, b.as_slice()));
             match record::write_pcap(&path, frames) {
                 Ok(()) => println!("oracle sanity: FINDING {}", path.display()),
                 Err(e) => println!("oracle sanity: FINDING ({e})"),
@@ -586,7 +586,7 @@ impl Driver {
                 .link
                 .unparsable
                 .iter()
-                .map(|b| (record::now(), peer, self.link.local, b.as_slice()));
+                .map(|b| (record::now(), peer, self.link.local(), b.as_slice()));
             let r = ours.and(record::write_pcap(&theirs, frames));
             match r {
                 Ok(()) => {

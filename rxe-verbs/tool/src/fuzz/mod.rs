@@ -70,6 +70,7 @@ mod replay;
 mod rkey;
 mod rping;
 mod session;
+mod socket;
 
 use clap::Args as ClapArgs;
 use config::{Config, Peer, Target};

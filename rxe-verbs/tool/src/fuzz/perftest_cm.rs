@@ -73,7 +73,7 @@ impl Link {
         let c = self.cm_connect(target, comm_qpn, comm_psn, mtu, deadline)?;
         self.set_peer(c.peer);
         let mut comm = Session::new(index, comm_qpn, c.peer_qpn, c.sq_psn, comm_psn, c.mtu);
-        let gid = match self.local {
+        let gid = match self.local() {
             std::net::IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
             std::net::IpAddr::V6(a) => a.octets(),
         };
