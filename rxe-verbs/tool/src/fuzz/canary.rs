@@ -26,12 +26,18 @@
 //! the last READ that found the region unchanged to the one that did not)
 //! replays on a new connection, against a new buffer: the replay takes the
 //! first `canary` READ as its baseline and judges the others the same way.
+//!
+//! Both oracles are one [`Canary`], the [`Oracle`] that checks a perftest
+//! peer's connections in place of the liveness probe.
 
-use super::campaign::Driver;
+use super::bth::bth_repr;
+use super::driver::Driver;
 use super::mutate::Gen;
-use super::record::{IcrcChoice, PsnBase, QpnChoice, RegionRef, Sent};
-use super::session::{bth_repr, Capture, Kind, Region, Session, Signature};
-use rand::Rng;
+use super::oracle::{Check, Finding, Oracle};
+use super::record::{self, IcrcChoice, PsnBase, QpnChoice, RegionRef, Sent};
+use super::session::{Capture, Kind, Region, Session, Signature};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 use rxe_core::psn::Psn;
 use rxe_core::wire::{Opcode, PacketRepr, RethRepr};
 use std::time::Duration;
@@ -48,13 +54,13 @@ pub(crate) fn is_read_arm(arm: &str) -> bool {
 
 /// One connection's view of the region.
 #[derive(Debug, Clone)]
-pub(crate) struct Canary {
-    pub region: Region,
+struct View {
+    region: Region,
     /// The region as the first READ on this connection returned it.
-    pub baseline: Option<Vec<u8>>,
+    baseline: Option<Vec<u8>>,
     /// Index in `rec.sent` of the last whole-region READ that found the
     /// region unchanged (where a finding starts).
-    pub good_at: Option<usize>,
+    good_at: Option<usize>,
 }
 
 /// A finding of the canary or data oracle.
@@ -80,17 +86,6 @@ pub(crate) enum ReadOutcome {
     Refused(Signature, usize),
     /// Nothing came back.
     Silence,
-}
-
-/// What a check of the region concluded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Check {
-    /// The READs completed and the region is as it was.
-    Ok,
-    /// No answer: the peer's QP is gone (the liveness oracle decides).
-    Dead,
-    /// The canary or data oracle fired (`Driver::region_finding`).
-    Found,
 }
 
 /// A READ request of `len` bytes at `off` in the region.
@@ -123,121 +118,123 @@ fn diff(a: &[u8], b: &[u8]) -> Option<(usize, usize)> {
     Some((first, n))
 }
 
-impl Driver {
-    /// A new connection's view of its region (and the last one's key as a
-    /// stale key for the `region` arm).
-    pub(crate) fn new_canary(&mut self, s: &Session) {
-        self.clean = true;
-        // The rkey oracle's view starts again too: the peer expects the
-        // connection's initial PSN.
-        self.keys.connection(s, self.rec.sent.len(), self.cfg.peer);
-        let Some(region) = s.region else {
-            self.canary = None;
-            return;
-        };
-        if let Some(old) = &self.canary {
-            if old.region.rkey != region.rkey {
-                self.stale_rkey = Some(old.region.rkey);
+/// Sends one legitimate READ of `len` bytes at `off` in the region (or
+/// the recorded one, aimed at this connection's region) through the
+/// driver and gathers its responses for `window`. Returns what came back
+/// and the index of the request in `rec.sent`.
+fn legit_read(
+    d: &mut Driver,
+    s: &mut Session,
+    arm: &'static str,
+    off: u64,
+    len: u32,
+    recorded: Option<&Sent>,
+    window: Duration,
+) -> (ReadOutcome, usize) {
+    let idx = d.rec.sent.len();
+    let Some(reg) = s.region else {
+        return (ReadOutcome::Silence, idx);
+    };
+    let g = match recorded {
+        Some(p) => Gen {
+            bytes: p.bytes.clone(),
+            qpn: p.qpn,
+            icrc: p.icrc,
+            psn: p.psn,
+            wellformed: true,
+            region: p.region,
+        },
+        None => Gen {
+            bytes: read_packet(s.sq_psn, reg, off, len),
+            qpn: QpnChoice::Peer,
+            icrc: IcrcChoice::Right,
+            psn: PsnBase::Ours,
+            wellformed: true,
+            region: Some(RegionRef {
+                va: Some(off as i64),
+                key: Some(0),
+            }),
+        },
+    };
+    let psn = match recorded {
+        // (Shifted as `send` shifts it over rdma_cm, where the peer
+        // chose our first PSN.)
+        Some(p) if p.bytes.len() >= 12 => Psn::new(u32::from_be_bytes([
+            0,
+            p.bytes[9],
+            p.bytes[10],
+            p.bytes[11],
+        ]))
+        .add(if p.psn == PsnBase::Ours {
+            s.psn_shift
+        } else {
+            0
+        }),
+        _ => s.sq_psn,
+    };
+    let npkts = (len as usize).div_ceil(s.mtu.max(1)).max(1) as u32;
+    d.link.capture = Some(Capture::new(psn, npkts));
+    if d.send(s, arm, &[g]) == 0 {
+        d.link.capture = None;
+        return (ReadOutcome::Silence, idx);
+    }
+    let a = d.answers(s, window);
+    let cap = d.link.capture.take();
+    let out = match cap.as_ref().and_then(Capture::data) {
+        Some(d) if d.len() == len as usize => ReadOutcome::Data(d),
+        _ => {
+            let got = cap.as_ref().map_or(0, Capture::bytes);
+            if a.sig.has(Kind::NakSeq) && !a.sig.fatal() && got == 0 {
+                ReadOutcome::Sequence
+            } else if a.sig.fatal() || got > 0 || a.sig.has(Kind::ReadData) {
+                ReadOutcome::Refused(a.sig, got)
+            } else if a.sig.is_silence() {
+                ReadOutcome::Silence
+            } else {
+                // An RNR NAK, an ACK, something else: not a READ's
+                // answer, not a refusal either.
+                ReadOutcome::Refused(a.sig, got)
             }
         }
-        self.canary = Some(Canary {
-            region,
-            baseline: None,
-            good_at: None,
-        });
+    };
+    (out, idx)
+}
+
+/// The canary and data oracles' state.
+pub(crate) struct Canary {
+    /// The current connection's region and its baseline.
+    view: Option<View>,
+    /// The current connection is in a clean state: just made, or right
+    /// after a legitimate READ that completed.
+    clean: bool,
+    /// The canary or data oracle's finding (the first).
+    pub finding: Option<RegionFinding>,
+    /// Where the data oracle's READs go (seeded).
+    rng: StdRng,
+}
+
+impl Canary {
+    /// The oracles of a run with seed `seed`.
+    pub(crate) fn new(seed: u64) -> Canary {
+        Canary {
+            view: None,
+            clean: false,
+            finding: None,
+            rng: StdRng::seed_from_u64(seed ^ 0x00da_7a0f_ca7a_5eed),
+        }
     }
 
     /// Whether the current connection's whole-region READ completed (its
     /// baseline is taken): a finding after it is the peer's, not a setup
     /// error (a `--size` larger than the server's buffer).
-    pub(crate) fn baseline_taken(&self) -> bool {
-        self.canary.as_ref().is_some_and(|c| c.baseline.is_some())
-    }
-
-    /// Sends one legitimate READ of `len` bytes at `off` in the region
-    /// (or the recorded one, aimed at this connection's region) and
-    /// gathers its responses for `window`. Returns what came back and the
-    /// index of the request in `rec.sent`.
-    pub(crate) fn legit_read(
-        &mut self,
-        s: &mut Session,
-        arm: &'static str,
-        off: u64,
-        len: u32,
-        recorded: Option<&Sent>,
-        window: Duration,
-    ) -> (ReadOutcome, usize) {
-        let idx = self.rec.sent.len();
-        let Some(reg) = s.region else {
-            return (ReadOutcome::Silence, idx);
-        };
-        let g = match recorded {
-            Some(p) => Gen {
-                bytes: p.bytes.clone(),
-                qpn: p.qpn,
-                icrc: p.icrc,
-                psn: p.psn,
-                wellformed: true,
-                region: p.region,
-            },
-            None => Gen {
-                bytes: read_packet(s.sq_psn, reg, off, len),
-                qpn: QpnChoice::Peer,
-                icrc: IcrcChoice::Right,
-                psn: PsnBase::Ours,
-                wellformed: true,
-                region: Some(RegionRef {
-                    va: Some(off as i64),
-                    key: Some(0),
-                }),
-            },
-        };
-        let psn = match recorded {
-            // (Shifted as `send` shifts it over rdma_cm, where the peer
-            // chose our first PSN.)
-            Some(p) if p.bytes.len() >= 12 => Psn::new(u32::from_be_bytes([
-                0,
-                p.bytes[9],
-                p.bytes[10],
-                p.bytes[11],
-            ]))
-            .add(if p.psn == PsnBase::Ours {
-                s.psn_shift
-            } else {
-                0
-            }),
-            _ => s.sq_psn,
-        };
-        let npkts = (len as usize).div_ceil(s.mtu.max(1)).max(1) as u32;
-        self.link.capture = Some(Capture::new(psn, npkts));
-        if self.send(s, arm, &[g]) == 0 {
-            self.link.capture = None;
-            return (ReadOutcome::Silence, idx);
-        }
-        let a = self.answers(s, window);
-        let cap = self.link.capture.take();
-        let out = match cap.as_ref().and_then(Capture::data) {
-            Some(d) if d.len() == len as usize => ReadOutcome::Data(d),
-            _ => {
-                let got = cap.as_ref().map_or(0, Capture::bytes);
-                if a.sig.has(Kind::NakSeq) && !a.sig.fatal() && got == 0 {
-                    ReadOutcome::Sequence
-                } else if a.sig.fatal() || got > 0 || a.sig.has(Kind::ReadData) {
-                    ReadOutcome::Refused(a.sig, got)
-                } else if a.sig.is_silence() {
-                    ReadOutcome::Silence
-                } else {
-                    // An RNR NAK, an ACK, something else: not a READ's
-                    // answer, not a refusal either.
-                    ReadOutcome::Refused(a.sig, got)
-                }
-            }
-        };
-        (out, idx)
+    fn baseline_taken(&self) -> bool {
+        self.view.as_ref().is_some_and(|c| c.baseline.is_some())
     }
 
     /// Judges what a legitimate READ got: the canary and data oracles.
-    /// `was_clean`: the connection was in a clean state when it was sent.
+    /// `idx`: the index of its request in `rec.sent`; `to`: how many
+    /// packets are recorded now; `was_clean`: the connection was in a
+    /// clean state when it was sent.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn judge_read(
         &mut self,
@@ -247,12 +244,12 @@ impl Driver {
         len: u32,
         out: ReadOutcome,
         idx: usize,
+        to: usize,
         was_clean: bool,
     ) -> Check {
-        let Some(c) = self.canary.as_mut() else {
+        let Some(c) = self.view.as_mut() else {
             return Check::Dead;
         };
-        let to = self.rec.sent.len();
         let what = if arm == CANARY {
             format!("the whole region ({len} bytes at {:#x})", c.region.va)
         } else {
@@ -328,8 +325,8 @@ impl Driver {
                 return Check::Dead
             }
         };
-        if self.region_finding.is_none() {
-            self.region_finding = Some(finding);
+        if self.finding.is_none() {
+            self.finding = Some(finding);
         }
         Check::Found
     }
@@ -338,18 +335,25 @@ impl Driver {
     /// canary), then, when it completed unchanged, a READ of a random part
     /// (data). `tries` READs at most for the first, following the PSN the
     /// peer's sequence NAKs name; each waits `window`.
-    pub(crate) fn region_check(&mut self, s: &mut Session, tries: u32, window: Duration) -> Check {
+    fn region_check(
+        &mut self,
+        d: &mut Driver,
+        s: &mut Session,
+        tries: u32,
+        window: Duration,
+    ) -> Check {
         let Some(reg) = s.region else {
             return Check::Dead;
         };
         let mut c = Check::Dead;
         for _ in 0..tries.max(1) {
             let was_clean = self.clean;
-            let (out, idx) = self.legit_read(s, CANARY, 0, reg.len, None, window);
+            let (out, idx) = legit_read(d, s, CANARY, 0, reg.len, None, window);
             if matches!(out, ReadOutcome::Sequence) {
                 continue;
             }
-            c = self.judge_read(s, CANARY, 0, reg.len, out, idx, was_clean);
+            let to = d.rec.sent.len();
+            c = self.judge_read(s, CANARY, 0, reg.len, out, idx, to, was_clean);
             break;
         }
         if c != Check::Ok {
@@ -357,25 +361,26 @@ impl Driver {
         }
         // A part of it, right after: the connection is in a clean state.
         let mtu = s.mtu as u32;
-        let len = match self.vrng.gen_range(0..6) {
+        let len = match self.rng.gen_range(0..6) {
             0 => 1,
             1 => 8,
             2 => mtu,
             3 => mtu + 1,
             4 => 2 * mtu + 3,
-            _ => self.vrng.gen_range(1..=reg.len),
+            _ => self.rng.gen_range(1..=reg.len),
         }
         .min(reg.len);
-        let off = self.vrng.gen_range(0..=u64::from(reg.len - len));
+        let off = self.rng.gen_range(0..=u64::from(reg.len - len));
         let was_clean = self.clean;
-        let window = window.max(self.cfg.window);
-        let (out, idx) = self.legit_read(s, DATA, off, len, None, window);
-        self.judge_read(s, DATA, off, len, out, idx, was_clean)
+        let window = window.max(d.cfg.window);
+        let (out, idx) = legit_read(d, s, DATA, off, len, None, window);
+        let to = d.rec.sent.len();
+        self.judge_read(s, DATA, off, len, out, idx, to, was_clean)
     }
 
     /// Replays a recorded legitimate READ and judges it as the campaign
     /// did. `None` when the packet is not one.
-    pub(crate) fn replay_read(&mut self, s: &mut Session, p: &Sent) -> Option<Check> {
+    fn replay_read(&mut self, d: &mut Driver, s: &mut Session, p: &Sent) -> Option<Check> {
         let arm = match p.arm.as_str() {
             CANARY => CANARY,
             DATA => DATA,
@@ -384,75 +389,117 @@ impl Driver {
         let (off, len) = recorded_range(p)?;
         s.region?;
         let was_clean = self.clean;
-        let window = (self.cfg.window * 10).max(Duration::from_millis(300));
-        let (out, idx) = self.legit_read(s, arm, off, len, Some(p), window);
-        Some(self.judge_read(s, arm, off, len, out, idx, was_clean))
+        let window = (d.cfg.window * 10).max(Duration::from_millis(300));
+        let (out, idx) = legit_read(d, s, arm, off, len, Some(p), window);
+        let to = d.rec.sent.len();
+        Some(self.judge_read(s, arm, off, len, out, idx, to, was_clean))
+    }
+}
+
+impl Oracle<Driver> for Canary {
+    /// A new connection's view of its region.
+    fn connected(&mut self, s: &Session, _next: usize) {
+        self.clean = true;
+        self.view = s.region.map(|region| View {
+            region,
+            baseline: None,
+            good_at: None,
+        });
     }
 
-    /// Writes the canary or data oracle's finding. Its first packet is a
-    /// READ in the middle of a connection, so the sidecar gives that
-    /// connection the first PSN the READ was sent at.
-    pub(crate) fn write_region_finding(&self, tag: &str) -> Option<super::campaign::Finding> {
-        let f = self.region_finding.as_ref()?;
-        let path = self.cfg.out.join(format!("{}-{tag}.pcap", f.oracle));
-        let first = self.rec.sent.get(f.from)?;
-        let b = &first.bytes;
-        let psn = Psn::new(u32::from_be_bytes([0, b[9], b[10], b[11]]));
-        let sessions = self.rec.sessions_from(f.session, psn);
-        let to = f.to.min(self.rec.sent.len());
-        let r = super::record::write_packets(
-            &path,
-            &self.rec.sent[f.from.min(to)..to],
-            &sessions,
-            Some(f.oracle),
-            self.rec.peer.as_deref(),
-        );
-        match r {
-            Ok(()) => {
-                println!("finding {}-{tag}: {}", f.oracle, f.why);
-                println!(
-                    "  {} ({} packets from the last READ that found the region unchanged)",
-                    path.display(),
-                    to - f.from.min(to)
-                );
-                println!(
-                    "  replay: rxe fuzz --replay {} -d {} --to {}",
-                    path.display(),
-                    self.cfg.local,
-                    self.cfg.target
-                );
-                println!("oracle {}: FINDING {}", f.oracle, path.display());
-            }
-            Err(e) => println!("oracle {}: FINDING ({e})", f.oracle),
+    /// Any step but a legitimate READ leaves the connection in a state
+    /// that is not clean.
+    fn sent(&mut self, _s: &Session, arm: &str, _first: usize, _step: &[Sent]) {
+        if !is_read_arm(arm) {
+            self.clean = false;
         }
-        Some(super::campaign::Finding {
-            oracle: f.oracle,
-            path,
-            replayable: true,
-        })
     }
 
-    /// Prints the canary and data verdicts (perftest peers only) and
-    /// returns the finding, if any.
-    pub(crate) fn region_oracles(&self, tag: &str) -> Vec<super::campaign::Finding> {
-        if self.cfg.peer == super::Peer::Pingpong {
-            return Vec::new();
+    fn checks(&self) -> bool {
+        true
+    }
+
+    fn check(&mut self, d: &mut Driver, s: &mut Session, tries: u32, window: Duration) -> Check {
+        self.region_check(d, s, tries, window)
+    }
+
+    fn replay(&mut self, d: &mut Driver, s: &mut Session, p: &Sent) -> Option<Check> {
+        self.replay_read(d, s, p)
+    }
+
+    /// A finding before the baseline was taken: the first READ of the
+    /// whole region was refused, most likely for asking for more than
+    /// the server's buffer.
+    fn setup_fault(&self) -> Option<String> {
+        if self.baseline_taken() {
+            return None;
         }
-        let fired = self.region_finding.as_ref().map(|f| f.oracle);
+        Some(
+            self.finding
+                .as_ref()
+                .map(|f| f.why.clone())
+                .unwrap_or_default(),
+        )
+    }
+
+    fn fired(&self) -> Option<&'static str> {
+        self.finding.as_ref().map(|f| f.oracle)
+    }
+
+    /// Prints the canary and data verdicts and writes the finding, if any.
+    fn verdict(&self, d: &Driver, tag: &str) -> Vec<Finding> {
         let mut found = Vec::new();
-        for o in ["canary", "data"] {
-            // An rping peer has no region to watch: data only.
-            if o == "canary" && matches!(self.cfg.peer, super::Peer::Rping { .. }) {
-                continue;
-            }
-            if fired == Some(o) {
-                found.extend(self.write_region_finding(tag));
-            } else {
-                println!("oracle {o}: ok");
+        for o in [CANARY, DATA] {
+            match &self.finding {
+                Some(f) if f.oracle == o => found.extend(write_region_finding(d, f, tag)),
+                _ => println!("oracle {o}: ok"),
             }
         }
         found
     }
+}
+
+/// Writes the canary or data oracle's finding `f` (the rping peer's data
+/// oracle's too). Its first packet is a READ (or an rping SEND) in the
+/// middle of a connection, so the sidecar gives that connection the first
+/// PSN it was sent at.
+pub(crate) fn write_region_finding(d: &Driver, f: &RegionFinding, tag: &str) -> Option<Finding> {
+    let path = d.cfg.out.join(format!("{}-{tag}.pcap", f.oracle));
+    let first = d.rec.sent.get(f.from)?;
+    let b = &first.bytes;
+    let psn = Psn::new(u32::from_be_bytes([0, b[9], b[10], b[11]]));
+    let sessions = d.rec.sessions_from(f.session, psn);
+    let to = f.to.min(d.rec.sent.len());
+    let r = record::write_packets(
+        &path,
+        &d.rec.sent[f.from.min(to)..to],
+        &sessions,
+        Some(f.oracle),
+        d.rec.peer.as_deref(),
+    );
+    match r {
+        Ok(()) => {
+            println!("finding {}-{tag}: {}", f.oracle, f.why);
+            println!(
+                "  {} ({} packets from the last READ that found the region unchanged)",
+                path.display(),
+                to - f.from.min(to)
+            );
+            println!(
+                "  replay: rxe fuzz --replay {} -d {} --to {}",
+                path.display(),
+                d.cfg.local,
+                d.cfg.target
+            );
+            println!("oracle {}: FINDING {}", f.oracle, path.display());
+        }
+        Err(e) => println!("oracle {}: FINDING ({e})", f.oracle),
+    }
+    Some(Finding {
+        oracle: f.oracle,
+        path,
+        replayable: true,
+    })
 }
 
 #[cfg(test)]
@@ -488,25 +535,10 @@ mod tests {
         assert!(is_read_arm("canary") && is_read_arm("data") && !is_read_arm("reth"));
     }
 
-    /// A driver (its socket on an address no test uses) with a connection
-    /// to a 64-byte region whose baseline is taken.
-    fn driver(local: &str) -> (Driver, Session) {
-        let cfg = super::super::Config {
-            local: local.parse().unwrap(),
-            target: super::super::Target::parse("127.0.5.78:19729").unwrap(),
-            peer: super::super::Peer::PerftestRead { size: 64 },
-            mtu: 1024,
-            recv_size: 4096,
-            window: Duration::from_millis(5),
-            grace: Duration::from_millis(1),
-            check_every: 100,
-            liveness_timeout: Duration::from_secs(1),
-            out: std::env::temp_dir(),
-            verbose: false,
-            minimise_budget: Duration::ZERO,
-            minimise_attempts: 1,
-        };
-        let mut d = Driver::new(&cfg, 1).unwrap();
+    /// The oracles with a connection to a 64-byte region whose baseline is
+    /// taken.
+    fn canary() -> (Canary, Session) {
+        let mut d = Canary::new(1);
         let s = Session::for_test(
             0,
             Region {
@@ -515,10 +547,10 @@ mod tests {
                 len: 64,
             },
         );
-        d.new_canary(&s);
+        d.connected(&s, 0);
         let base: Vec<u8> = (0..64).collect();
         assert_eq!(
-            d.judge_read(&s, CANARY, 0, 64, ReadOutcome::Data(base), 0, true),
+            d.judge_read(&s, CANARY, 0, 64, ReadOutcome::Data(base), 0, 0, true),
             Check::Ok
         );
         (d, s)
@@ -529,54 +561,54 @@ mod tests {
     fn the_canary_and_data_oracles_fire() {
         let base: Vec<u8> = (0..64).collect();
         // The same bytes again: nothing; a part of them: nothing.
-        let (mut d, s) = driver("127.0.5.79");
+        let (mut d, s) = canary();
         let ok = ReadOutcome::Data(base.clone());
-        assert_eq!(d.judge_read(&s, CANARY, 0, 64, ok, 3, false), Check::Ok);
+        assert_eq!(d.judge_read(&s, CANARY, 0, 64, ok, 3, 0, false), Check::Ok);
         let part = ReadOutcome::Data(base[10..20].to_vec());
-        assert_eq!(d.judge_read(&s, DATA, 10, 10, part, 4, true), Check::Ok);
-        assert!(d.region_finding.is_none());
+        assert_eq!(d.judge_read(&s, DATA, 10, 10, part, 4, 0, true), Check::Ok);
+        assert!(d.finding.is_none());
         // No answer, or a refusal after fuzzing: the QP is gone, no finding.
         assert_eq!(
-            d.judge_read(&s, CANARY, 0, 64, ReadOutcome::Silence, 5, true),
+            d.judge_read(&s, CANARY, 0, 64, ReadOutcome::Silence, 5, 0, true),
             Check::Dead
         );
         let refused = ReadOutcome::Refused(Signature(1 << Kind::NakAccess as u32), 0);
         assert_eq!(
-            d.judge_read(&s, CANARY, 0, 64, refused.clone(), 5, false),
+            d.judge_read(&s, CANARY, 0, 64, refused.clone(), 5, 0, false),
             Check::Dead
         );
-        assert!(d.region_finding.is_none());
+        assert!(d.finding.is_none());
         // The region changed: canary, from the last READ that found it whole.
         let mut changed = base.clone();
         changed[40] ^= 0xff;
-        let r = d.judge_read(&s, CANARY, 0, 64, ReadOutcome::Data(changed), 6, false);
+        let r = d.judge_read(&s, CANARY, 0, 64, ReadOutcome::Data(changed), 6, 0, false);
         assert_eq!(r, Check::Found);
-        let f = d.region_finding.take().unwrap();
+        let f = d.finding.take().unwrap();
         assert_eq!((f.oracle, f.from), ("canary", 3), "{}", f.why);
         assert!(f
             .why
             .contains("1 of its 64 bytes differ, the first at offset 40"));
 
         // A part that does not match the whole: data.
-        let (mut d, s) = driver("127.0.5.79");
+        let (mut d, s) = canary();
         let mut wrong = base[8..24].to_vec();
         wrong[0] ^= 1;
-        let r = d.judge_read(&s, DATA, 8, 16, ReadOutcome::Data(wrong), 1, true);
+        let r = d.judge_read(&s, DATA, 8, 16, ReadOutcome::Data(wrong), 1, 0, true);
         assert_eq!(r, Check::Found);
-        let f = d.region_finding.take().unwrap();
+        let f = d.finding.take().unwrap();
         assert_eq!(f.oracle, "data");
         assert!(f.why.contains("first at offset 8"), "{}", f.why);
         // A legitimate READ refused, or answered short, on a clean
         // connection: data.
-        let r = d.judge_read(&s, DATA, 0, 64, refused, 2, true);
+        let r = d.judge_read(&s, DATA, 0, 64, refused, 2, 0, true);
         assert_eq!(r, Check::Found);
-        assert_eq!(d.region_finding.take().unwrap().oracle, "data");
+        assert_eq!(d.finding.take().unwrap().oracle, "data");
         let short = ReadOutcome::Refused(Signature(1 << Kind::ReadData as u32), 32);
         assert_eq!(
-            d.judge_read(&s, CANARY, 0, 64, short, 3, true),
+            d.judge_read(&s, CANARY, 0, 64, short, 3, 0, true),
             Check::Found
         );
-        let f = d.region_finding.take().unwrap();
+        let f = d.finding.take().unwrap();
         assert!(f.why.contains("32 of its 64 bytes"), "{}", f.why);
     }
 }

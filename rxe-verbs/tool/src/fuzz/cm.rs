@@ -10,14 +10,17 @@
 //! PSNs cross, docs/cm-wire.md), which is why a replay over rdma_cm shifts
 //! the PSNs it resends ([`super::session::Session::psn_shift`]).
 //!
+//! [`CmLink`] is our CM end; it sends and receives through the fuzzer's
+//! [`Socket`], which [`super::session::Link`] holds with it.
+//!
 //! The agent's communication IDs carry our transport's QPN prefix on top,
 //! so that rxe-net routes the peer's answers to this process when several
 //! share the address (`rxe_core::mad::cm_route`).
 
-use super::session::Link;
-use super::{Res, Target};
+use super::bth::bth_qpn;
+use super::config::{Res, Target};
+use super::socket::Socket;
 use rxe_core::cm::{CmAgent, CmConfig, CmEvent, ConnId, ConnectParams};
-use rxe_core::engine::Transmit;
 use rxe_core::mad::rdma_cm::CMA_HEADER_LEN;
 use rxe_core::mad::{CmaHeader, GsiMad, PortSpace, GSI_QPN};
 use rxe_core::psn::Psn;
@@ -37,7 +40,7 @@ pub(crate) struct CmLink {
     pub conns: Vec<ConnId>,
     /// The peer ended one of them (its DREQ came).
     pub peer_left: bool,
-    /// Events for [`Link::cm_connect`] and [`Link::close_cm`].
+    /// Events for [`CmLink::connect`] and [`CmLink::close`].
     events: VecDeque<CmEvent>,
     /// MADs sent and received (for the summary).
     pub mads_sent: u64,
@@ -117,24 +120,22 @@ pub(crate) fn resolve(target: &Target, local: IpAddr) -> Res<IpAddr> {
         })
 }
 
-impl Link {
+impl CmLink {
     /// Feeds a datagram to our QP 1 (a MAD from `from`) to the agent.
-    pub(crate) fn cm_received(&mut self, from: IpAddr, data: &[u8]) {
+    pub(crate) fn received(&mut self, sock: &mut Socket, from: IpAddr, data: &[u8]) {
         let now = Instant::now();
-        if let Some(c) = self.cm.as_mut() {
-            c.mads_received += 1;
-            c.agent.handle_gsi_packet(now, from, data);
-        }
-        self.cm_pump();
+        self.mads_received += 1;
+        self.agent.handle_gsi_packet(now, from, data);
+        self.pump(sock);
     }
 
     /// Runs the agent's timers, sends what it has to send, answers a DREQ
     /// of the peer's with the DREP (what rdma_cm does when the program
     /// calls `rdma_disconnect` on its DISCONNECTED event), and keeps the
     /// other events for whoever waits on them.
-    pub(crate) fn cm_pump(&mut self) {
+    pub(crate) fn pump(&mut self, sock: &mut Socket) {
         let now = Instant::now();
-        let Some(c) = self.cm.as_mut() else { return };
+        let c = self;
         if c.agent.poll_timeout().is_some_and(|t| t <= now) {
             c.agent.handle_timeout(now);
         }
@@ -157,7 +158,7 @@ impl Link {
             let Ok(n) = repr.emit(&mut b) else { continue };
             b.truncate(n);
             let at = n - icrc::ICRC_LEN;
-            if let Ok(crc) = icrc::compute_udp(self.local, t.dst, ROCE_V2_PORT, &b[..at]) {
+            if let Ok(crc) = icrc::compute_udp(sock.local, t.dst, ROCE_V2_PORT, &b[..at]) {
                 b[at..].copy_from_slice(&crc.to_le_bytes());
             }
             out.push((t.dst, b));
@@ -167,55 +168,45 @@ impl Link {
             c.events.pop_front();
         }
         for (dst, b) in out {
-            if self.send_to(dst, b).is_ok() {
-                if let Some(c) = self.cm.as_mut() {
-                    c.mads_sent += 1;
-                }
+            // A MAD, to `dst`'s port 4791.
+            if sock.send_to(dst, b, 64).is_ok() {
+                c.mads_sent += 1;
             }
         }
-    }
-
-    /// One datagram to `dst`'s port 4791 (a MAD).
-    fn send_to(&mut self, dst: IpAddr, payload: Vec<u8>) -> Res<()> {
-        let t = Transmit {
-            src: self.local,
-            dst,
-            src_port: ROCE_V2_PORT,
-            traffic_class: 0,
-            hop_limit: 64,
-            payload,
-        };
-        self.send_transmit(t)
     }
 
     /// Connects to the rdma_cm listener at `target` (TCP port space) as
     /// `rdma_connect` does: a REQ for our QP `our_qpn`, whose starting PSN
     /// `peer_psn` is the first the peer will send; on the REP, the RTU.
     /// A refusal (nobody listens yet: REJ 8) or silence is tried again
-    /// until `deadline`.
-    pub(crate) fn cm_connect(
-        &mut self,
+    /// until `deadline`. Our CM end (`cm`) is made on the first call;
+    /// datagrams that are no MAD of the peer's count in `stray`.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn connect(
+        cm: &mut Option<CmLink>,
+        sock: &mut Socket,
+        stray: &mut u64,
         target: &Target,
         our_qpn: u32,
         peer_psn: Psn,
         mtu: usize,
         deadline: Instant,
     ) -> Res<CmConnected> {
-        let remote = resolve(target, self.local)?;
+        let remote = resolve(target, sock.local)?;
         if remote.is_multicast() || remote.is_unspecified() {
             return Err(format!("{remote} is not a unicast address"));
         }
-        if self.cm.is_none() {
+        let c = cm.get_or_insert_with(|| {
             let seed = u64::from(our_qpn) << 24 ^ u64::from(peer_psn.value());
-            self.cm = Some(CmLink::new(self.local, self.qpn_prefix(), seed));
-        }
+            CmLink::new(sock.local, sock.qpn_prefix(), seed)
+        });
         let path_mtu = Mtu::from_bytes(mtu).unwrap_or(Mtu::Mtu1024);
         // The REQ's source port, in rdma_cm's header and the flow label.
         let sport = 32768 | (our_qpn as u16 & 0x7fff);
         let mut pd = vec![0u8; CMA_HEADER_LEN];
         CmaHeader {
             src_port: sport,
-            src: self.local,
+            src: sock.local,
             dst: remote,
         }
         .emit(&mut pd)
@@ -233,35 +224,25 @@ impl Link {
         let mut why = String::from("no REP to the REQ");
         loop {
             let now = Instant::now();
-            let conn = {
-                let c = self.cm.as_mut().expect("made above");
-                c.events.clear();
-                c.agent.connect(now, &p).map_err(|e| e.to_string())?
-            };
-            self.cm_pump();
+            c.events.clear();
+            let conn = c.agent.connect(now, &p).map_err(|e| e.to_string())?;
+            c.pump(sock);
             let attempt_end = now + ATTEMPT;
             let mut retry = false;
             while !retry {
                 let now = Instant::now();
                 if now >= attempt_end && now < deadline {
-                    if let Some(c) = self.cm.as_mut() {
-                        let _ = c.agent.destroy(now, conn);
-                    }
+                    let _ = c.agent.destroy(now, conn);
                     why = "no REP to the REQ".into();
                     break;
                 }
                 if now >= deadline {
-                    if let Some(c) = self.cm.as_mut() {
-                        let _ = c.agent.destroy(now, conn);
-                    }
-                    self.cm_pump();
+                    let _ = c.agent.destroy(now, conn);
+                    c.pump(sock);
                     return Err(format!("no rdma_cm connection to {target}: {why}"));
                 }
                 let wait = (deadline - now).min(Duration::from_millis(10));
-                self.recv_mads(remote, wait);
-                let Some(c) = self.cm.as_mut() else {
-                    return Err("no agent".into());
-                };
+                c.recv_mads(sock, stray, remote, wait);
                 while let Some(e) = c.events.pop_front() {
                     match e {
                         CmEvent::ConnectResponse { conn: k, qp, .. } if k == conn => {
@@ -272,7 +253,7 @@ impl Link {
                                 c.peer_left = false;
                             }
                             c.conns.push(conn);
-                            self.cm_pump();
+                            c.pump(sock);
                             return Ok(CmConnected {
                                 peer: qp.remote_addr,
                                 peer_qpn: qp.remote_qpn & 0xff_ffff,
@@ -303,48 +284,50 @@ impl Link {
     }
 
     /// Receives for up to `wait`, giving the MADs from `from` to the agent
-    /// (anything else is an earlier connection's: dropped).
-    fn recv_mads(&mut self, from: IpAddr, wait: Duration) {
+    /// (anything else is an earlier connection's: dropped, counted in
+    /// `stray`).
+    fn recv_mads(&mut self, sock: &mut Socket, stray: &mut u64, from: IpAddr, wait: Duration) {
         let mut got = Vec::new();
-        let _ = self.recv_into(Some(wait), &mut got);
+        let _ = sock.recv_into(Some(wait), &mut got);
         for d in got {
-            if d.meta.src == from
-                && d.data.len() >= 8
-                && super::session::bth_qpn(&d.data) == GSI_QPN
-            {
-                self.cm_received(from, &d.data);
+            if d.meta.src == from && d.data.len() >= 8 && bth_qpn(&d.data) == GSI_QPN {
+                self.received(sock, from, &d.data);
             } else {
-                self.stray += 1;
+                *stray += 1;
             }
         }
-        self.cm_pump();
+        self.pump(sock);
     }
 
     /// Ends the current rdma_cm connections as `rdma_disconnect` does: a
-    /// DREQ each, and up to `wait` for the DREPs (a peer that is gone or
-    /// slow is no error: the agent resends a DREQ while we pump it and
-    /// gives up after its retries). A connection the peer ended first was
-    /// answered already (the DREQ in DREQ_RCVD or timewait is a no-op).
-    pub(crate) fn close_cm(&mut self, wait: Duration) {
-        let Some(c) = self.cm.as_mut() else { return };
-        let conns = std::mem::take(&mut c.conns);
+    /// DREQ each, and up to `wait` for the DREPs from `peer` (a peer that
+    /// is gone or slow is no error: the agent resends a DREQ while we pump
+    /// it and gives up after its retries). A connection the peer ended
+    /// first was answered already (the DREQ in DREQ_RCVD or timewait is a
+    /// no-op). Datagrams that are no MAD of the peer's count in `stray`.
+    pub(crate) fn close(
+        &mut self,
+        sock: &mut Socket,
+        stray: &mut u64,
+        peer: Option<IpAddr>,
+        wait: Duration,
+    ) {
+        let conns = std::mem::take(&mut self.conns);
         if conns.is_empty() {
             return;
         }
         let now = Instant::now();
         for &conn in &conns {
-            let _ = c.agent.disconnect(now, conn, &[]);
+            let _ = self.agent.disconnect(now, conn, &[]);
         }
-        self.cm_pump();
-        let Some(peer) = self.peer else { return };
+        self.pump(sock);
+        let Some(peer) = peer else { return };
         let end = now + wait;
         let mut left = conns;
         loop {
-            if let Some(c) = self.cm.as_mut() {
-                for e in &c.events {
-                    if let CmEvent::Disconnected { conn, .. } = e {
-                        left.retain(|k| k != conn);
-                    }
+            for e in &self.events {
+                if let CmEvent::Disconnected { conn, .. } = e {
+                    left.retain(|k| k != conn);
                 }
             }
             let gone = left.is_empty();
@@ -352,12 +335,12 @@ impl Link {
             if gone || now >= end {
                 return;
             }
-            self.recv_mads(peer, (end - now).min(Duration::from_millis(10)));
+            self.recv_mads(
+                sock,
+                stray,
+                peer,
+                (end - now).min(Duration::from_millis(10)),
+            );
         }
-    }
-
-    /// MADs sent and received on our QP 1 so far.
-    pub(crate) fn cm_counts(&self) -> Option<(u64, u64)> {
-        self.cm.as_ref().map(|c| (c.mads_sent, c.mads_received))
     }
 }

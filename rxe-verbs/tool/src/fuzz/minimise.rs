@@ -31,10 +31,10 @@
 //! so far is the result. It is written as `NAME.min.pcap` (+ `.meta`) next
 //! to `NAME.pcap`.
 
-use super::campaign::Finding;
+use super::config::{Config, Res};
+use super::oracle::Finding;
 use super::record::{self, Loaded, PsnBase, Sent};
 use super::replay;
-use super::{Config, Res};
 use rxe_core::psn::Psn;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};

@@ -31,30 +31,49 @@
 //! and `data` (legitimate READs complete and return the buffer's bytes),
 //! see [`canary`]; against an rping server `data` (what it READs from us
 //! it WRITEs back unchanged, [`rping`]); and `rkey` (no request with a
-//! key the peer did not grant is executed), see [`rkey`]. A finding is
-//! written as a pcap of the
+//! key the peer did not grant is executed), see [`rkey`].
+//!
+//! The liveness, sanity and peer-wire oracles are the [`driver`]'s own:
+//! they read the connections, the record and the socket it keeps. The
+//! others each implement the [`oracle::Oracle`] trait: the driver holds
+//! a list of them ([`campaign::oracles`] says which, for the peer) and
+//! shows each one every connection made, every step sent and its
+//! answers; the one that checks connections its own way (the canary and
+//! data oracles, rping's data oracle) does so in place of the liveness
+//! probe; and each gives its verdict at the end. [`oracle`] also holds
+//! what they all speak of: a check's result and a finding.
+//!
+//! A finding is written as a pcap of the
 //! packets since the last good liveness check plus a `.meta` sidecar, and
 //! `rxe fuzz --replay FILE.pcap` resends them on a new connection
-//! ([`replay`]). A replayable finding is then minimised ([`minimise`]:
+//! ([`replay`]). Once the campaign has returned its findings, [`run`]
+//! minimises the replayable ones ([`minimise`]:
 //! ddmin over connections, steps and packets, each candidate replayed
 //! against the live peer) into `NAME.min.pcap`, within
 //! `--minimise-budget`; `rxe fuzz --minimise FILE.pcap` does it on demand.
 //!
 //! Exit status: 0 no finding, 1 a finding, 2 usage or setup error.
 
+mod bth;
 mod campaign;
 mod canary;
 mod cm;
+mod config;
+mod driver;
+mod local_mem;
 mod minimise;
 mod mutate;
+mod oracle;
 mod perftest_cm;
 mod record;
 mod replay;
 mod rkey;
 mod rping;
 mod session;
+mod socket;
 
 use clap::Args as ClapArgs;
+use config::{Config, Peer, Target};
 use std::net::IpAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -160,170 +179,6 @@ pub struct Args {
     #[arg(short = 'v', long)]
     verbose: bool,
 }
-
-/// The peer's pingpong server.
-#[derive(Debug, Clone)]
-pub(crate) struct Target {
-    host: String,
-    port: u16,
-    /// A perftest server run with -R: connect through rdma_cm.
-    pub cm: bool,
-}
-
-impl Target {
-    #[cfg(test)]
-    fn parse(s: &str) -> Result<Target, String> {
-        Target::parse_or(s, 18515)
-    }
-
-    /// SERVER[:PORT], `default` when no port is given.
-    fn parse_or(s: &str, default: u16) -> Result<Target, String> {
-        // SERVER, SERVER:PORT, [V6]:PORT or a bare IPv6 address.
-        if let Some(rest) = s.strip_prefix('[') {
-            let (h, p) = rest.split_once(']').ok_or(format!("bad target {s:?}"))?;
-            let port = match p.strip_prefix(':') {
-                Some(p) => p.parse().map_err(|_| format!("bad port in {s:?}"))?,
-                None => default,
-            };
-            return Ok(Target {
-                host: h.into(),
-                port,
-                cm: false,
-            });
-        }
-        match s.rsplit_once(':') {
-            Some((h, p)) if !h.contains(':') => Ok(Target {
-                host: h.into(),
-                port: p.parse().map_err(|_| format!("bad port in {s:?}"))?,
-                cm: false,
-            }),
-            _ => Ok(Target {
-                host: s.into(),
-                port: default,
-                cm: false,
-            }),
-        }
-    }
-}
-
-impl std::fmt::Display for Target {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}:{}", self.host, self.port)
-    }
-}
-
-/// What kind of server the peer runs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Peer {
-    /// An rdma-core pingpong server (posted receives, no remote access).
-    Pingpong,
-    /// A perftest `ib_read_bw` server: its buffer (`size` bytes from the
-    /// address its exchange names) is readable and must stay unwritten.
-    PerftestRead { size: u32 },
-    /// An rping server, connected through rdma_cm: it READs `size` bytes
-    /// of ours and WRITEs them back.
-    Rping { size: u32 },
-}
-
-impl Peer {
-    /// The sidecar's `peer` line (none for a pingpong server).
-    pub(crate) fn meta(self) -> Option<String> {
-        match self {
-            Peer::Pingpong => None,
-            Peer::PerftestRead { size } => Some(format!("perftest-read size={size}")),
-            Peer::Rping { size } => Some(format!("rping size={size}")),
-        }
-    }
-
-    /// From a sidecar's `peer` line, and whether it was reached through
-    /// rdma_cm (a perftest server run with -R).
-    fn from_meta_cm(s: &str) -> Option<(Peer, bool)> {
-        match s.strip_prefix("perftest-read-cm size=") {
-            Some(size) => Some((
-                Peer::PerftestRead {
-                    size: size.parse().ok()?,
-                },
-                true,
-            )),
-            None => Peer::from_meta(s).map(|p| (p, false)),
-        }
-    }
-
-    /// From a sidecar's `peer` line.
-    fn from_meta(s: &str) -> Option<Peer> {
-        if let Some(size) = s.strip_prefix("perftest-read-cm size=") {
-            return Some(Peer::PerftestRead {
-                size: size.parse().ok()?,
-            });
-        }
-        if let Some(size) = s.strip_prefix("rping size=") {
-            return Some(Peer::Rping {
-                size: size.parse().ok()?,
-            });
-        }
-        let size = s.strip_prefix("perftest-read size=")?.parse().ok()?;
-        Some(Peer::PerftestRead { size })
-    }
-
-    /// The server's port when the target names none.
-    fn default_port(self) -> u16 {
-        match self {
-            Peer::Rping { .. } => 7174,
-            _ => 18515,
-        }
-    }
-
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Peer::Pingpong => "pingpong",
-            Peer::PerftestRead { .. } => "perftest read_bw",
-            Peer::Rping { .. } => "rping over rdma_cm",
-        }
-    }
-}
-
-/// What a campaign or replay is told.
-#[derive(Debug, Clone)]
-pub(crate) struct Config {
-    pub local: IpAddr,
-    pub target: Target,
-    pub peer: Peer,
-    pub mtu: usize,
-    pub recv_size: usize,
-    pub window: Duration,
-    pub grace: Duration,
-    pub check_every: u64,
-    pub liveness_timeout: Duration,
-    pub out: PathBuf,
-    pub verbose: bool,
-    /// Time the minimiser may spend on a campaign's findings (0: none).
-    pub minimise_budget: Duration,
-    /// Candidates the minimiser may replay.
-    pub minimise_attempts: u32,
-}
-
-impl Config {
-    /// How the peer is reached, for the first line of a run.
-    pub(crate) fn exchange(&self) -> &'static str {
-        match self.peer {
-            Peer::PerftestRead { .. } if self.target.cm => "perftest read_bw over rdma_cm",
-            p => p.name(),
-        }
-    }
-
-    /// The sidecar's `peer` line.
-    pub(crate) fn peer_meta(&self) -> Option<String> {
-        match self.peer {
-            Peer::PerftestRead { size } if self.target.cm => {
-                Some(format!("perftest-read-cm size={size}"))
-            }
-            p => p.meta(),
-        }
-    }
-}
-
-/// An error that ends the run: `Usage` exits 2, `Setup` exits 2.
-pub(crate) type Res<T> = Result<T, String>;
 
 /// Runs `rxe fuzz`.
 pub fn run(a: &Args) -> ExitCode {
@@ -451,6 +306,8 @@ pub fn run(a: &Args) -> ExitCode {
                 eprintln!("rxe fuzz: give a budget: --packets N or --seconds S");
                 return ExitCode::from(2);
             }
+            // Minimised after the campaign, whose socket is closed by
+            // then: the minimiser's replays make connections of their own.
             campaign::run(
                 &cfg,
                 a.seed,
@@ -458,6 +315,10 @@ pub fn run(a: &Args) -> ExitCode {
                 a.seconds.map(Duration::from_secs),
                 a.save,
             )
+            .map(|found| {
+                minimise::after_campaign(&cfg, &found);
+                !found.is_empty()
+            })
         }
     };
     match r {
@@ -467,23 +328,5 @@ pub fn run(a: &Args) -> ExitCode {
             eprintln!("rxe fuzz: {e}");
             ExitCode::from(2)
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn targets() {
-        let t = Target::parse("10.0.0.1").unwrap();
-        assert_eq!((t.host.as_str(), t.port), ("10.0.0.1", 18515));
-        let t = Target::parse("10.0.0.1:19700").unwrap();
-        assert_eq!((t.host.as_str(), t.port), ("10.0.0.1", 19700));
-        let t = Target::parse("[::1]:5").unwrap();
-        assert_eq!((t.host.as_str(), t.port), ("::1", 5));
-        let t = Target::parse("fe80::1").unwrap();
-        assert_eq!((t.host.as_str(), t.port), ("fe80::1", 18515));
-        assert!(Target::parse("h:x").is_err());
     }
 }

@@ -18,8 +18,9 @@
 //! the region with a key it did not grant (a neighbour of the granted key,
 //! a stale key, an edge key), for the rkey oracle.
 
-use super::record::{IcrcChoice, PsnBase, QpnChoice, RegionRef};
-use super::session::{bth_repr, Region};
+use super::bth::bth_repr;
+use super::record::{region_fields, IcrcChoice, PsnBase, QpnChoice, RegionRef};
+use super::session::Region;
 use rand::rngs::StdRng;
 use rand::seq::SliceRandom;
 use rand::Rng;
@@ -1191,20 +1192,6 @@ fn wrong_key(rng: &mut StdRng, c: &Ctx, reg: Region) -> Vec<Gen> {
     };
     g.region = Some(RegionRef { va: va_off, key });
     vec![g]
-}
-
-/// Where the region's fields are in a packet: the offset of the VA (a RETH
-/// or AtomicETH; `None` for an IETH, which has none) and of the R_Key.
-pub(crate) fn region_fields(b: &[u8]) -> Option<(Option<usize>, usize)> {
-    use rxe_core::wire::ExtHeaders as H;
-    let h = Opcode(*b.first()?).info()?.headers;
-    let at = |x: H| h.offset_of(x).map(|o| 12 + o);
-    let (va, key) = match (at(H::RETH).or(at(H::ATOMIC_ETH)), at(H::IETH)) {
-        (Some(v), _) => (Some(v), v + 8),
-        (None, Some(k)) => (None, k),
-        (None, None) => return None,
-    };
-    (b.len() >= key + 4 + 4).then_some((va, key))
 }
 
 /// Writes what depends on the connection into a generated (or recorded)

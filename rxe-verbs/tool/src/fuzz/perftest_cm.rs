@@ -19,8 +19,9 @@
 //! it fuzzes the test QP, and ends both with DREQs (the server's run ends
 //! on its DISCONNECTED events).
 
-use super::session::{bth_repr, Link, Region, Session};
-use super::{Res, Target};
+use super::bth::bth_repr;
+use super::config::{Res, Target};
+use super::session::{Link, Region, Session};
 use rxe_core::psn::Psn;
 use rxe_core::wire::{Opcode, PacketRepr};
 use std::time::{Duration, Instant};
@@ -72,7 +73,7 @@ impl Link {
         let c = self.cm_connect(target, comm_qpn, comm_psn, mtu, deadline)?;
         self.set_peer(c.peer);
         let mut comm = Session::new(index, comm_qpn, c.peer_qpn, c.sq_psn, comm_psn, c.mtu);
-        let gid = match self.local {
+        let gid = match self.local() {
             std::net::IpAddr::V4(a) => a.to_ipv6_mapped().octets(),
             std::net::IpAddr::V6(a) => a.octets(),
         };

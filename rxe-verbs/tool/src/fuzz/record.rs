@@ -11,10 +11,10 @@
 //! counts from the peer's PSN, whether its ICRC was right), so that
 //! `--replay` can rewrite it for a new connection.
 
-use super::Res;
+use super::config::Res;
 use rxe_core::psn::Psn;
 use rxe_core::wire::LinkType;
-use rxe_core::wire::{Packet, PacketRepr};
+use rxe_core::wire::{Opcode, Packet, PacketRepr};
 use rxe_net::capture::{CaptureReader, CaptureWriter};
 use std::fmt::Write as _;
 use std::net::IpAddr;
@@ -86,6 +86,20 @@ impl RegionRef {
         };
         Some(RegionRef { va, key })
     }
+}
+
+/// Where the region's fields are in a packet: the offset of the VA (a RETH
+/// or AtomicETH; `None` for an IETH, which has none) and of the R_Key.
+pub(crate) fn region_fields(b: &[u8]) -> Option<(Option<usize>, usize)> {
+    use rxe_core::wire::ExtHeaders as H;
+    let h = Opcode(*b.first()?).info()?.headers;
+    let at = |x: H| h.offset_of(x).map(|o| 12 + o);
+    let (va, key) = match (at(H::RETH).or(at(H::ATOMIC_ETH)), at(H::IETH)) {
+        (Some(v), _) => (Some(v), v + 8),
+        (None, Some(k)) => (None, k),
+        (None, None) => return None,
+    };
+    (b.len() >= key + 4 + 4).then_some((va, key))
 }
 
 /// One packet sent.
@@ -175,7 +189,7 @@ impl Recorder {
             let n = norm.len();
             norm[n - 4..].fill(0);
         }
-        if let (Some(r), Some((va_at, key_at))) = (s.region, super::mutate::region_fields(&norm)) {
+        if let (Some(r), Some((va_at, key_at))) = (s.region, region_fields(&norm)) {
             if let (Some(_), Some(at)) = (r.va, va_at) {
                 norm[at..at + 8].fill(0);
             }
@@ -588,7 +602,7 @@ pub(crate) fn load(pcap: &Path) -> Res<Loaded> {
 fn guess(frames: Vec<(Duration, IpAddr, IpAddr, Vec<u8>)>) -> Loaded {
     let mut counts = std::collections::BTreeMap::<u32, usize>::new();
     for f in frames.iter().filter(|f| f.3.len() >= 8) {
-        *counts.entry(super::session::bth_qpn(&f.3)).or_default() += 1;
+        *counts.entry(super::bth::bth_qpn(&f.3)).or_default() += 1;
     }
     let peer_qpn = counts
         .iter()
@@ -607,7 +621,7 @@ fn guess(frames: Vec<(Duration, IpAddr, IpAddr, Vec<u8>)>) -> Loaded {
         .into_iter()
         .enumerate()
         .map(|(i, (time, src, dst, bytes))| {
-            let qpn = if bytes.len() >= 8 && super::session::bth_qpn(&bytes) == peer_qpn {
+            let qpn = if bytes.len() >= 8 && super::bth::bth_qpn(&bytes) == peer_qpn {
                 QpnChoice::Peer
             } else {
                 QpnChoice::Keep

@@ -19,11 +19,13 @@
 //!
 //! [`execute`] is also what the minimiser runs for every candidate.
 
-use super::campaign::{Driver, Finding};
+use super::campaign;
+use super::config::{Config, Res};
+use super::driver::Driver;
 use super::mutate::Gen;
+use super::oracle::{Check, Finding};
 use super::record::{self, Sent, SessionInfo};
 use super::session::Session;
-use super::{Config, Res};
 use std::path::Path;
 use std::time::Duration;
 
@@ -43,13 +45,8 @@ impl Outcome {
             "liveness" => self.liveness.is_some(),
             "peer-wire" => !self.d.link.unparsable.is_empty(),
             "sanity" => !self.d.rec.insane.is_empty(),
-            "rkey" => self.d.keys.finding.is_some(),
-            "canary" | "data" => self
-                .d
-                .region_finding
-                .as_ref()
-                .is_some_and(|f| f.oracle == oracle),
-            _ => false,
+            // The oracles of the driver's list: canary, data, rkey.
+            _ => self.d.has_fired(oracle),
         }
     }
 }
@@ -65,7 +62,7 @@ pub(crate) fn execute(
     pkts: &[&Sent],
     ready: Duration,
 ) -> Res<Outcome> {
-    let mut d = Driver::new(cfg, 0)?;
+    let mut d = Driver::new(cfg, 0, campaign::oracles(cfg, 0))?;
     let mut cur: Option<(u32, Session)> = None;
     // An answer on the current connection ended the peer's QP.
     let mut ended = false;
@@ -103,15 +100,15 @@ pub(crate) fn execute(
         let Some((_, s)) = cur.as_mut() else { break };
         // A legitimate READ of the region, judged by the canary and data
         // oracles as in the campaign.
-        if let Some(c) = d.replay_read(s, p) {
+        if let Some(c) = d.replay_own(s, p) {
             replayed += 1;
-            last_fatal = c == super::canary::Check::Dead;
+            last_fatal = c == Check::Dead;
             ended |= last_fatal;
             if cfg.verbose {
                 println!("step {} {}: {c:?}", p.step, p.arm);
             }
             i += 1;
-            if c == super::canary::Check::Found {
+            if c == Check::Found {
                 break;
             }
             continue;
@@ -146,7 +143,9 @@ pub(crate) fn execute(
             println!("step {} {}: {}", p.step, p.arm, a.sig.describe());
         }
         i = j;
-        if d.keys.finding.is_some() {
+        // An oracle fired on the step's answers (the rkey oracle: the
+        // canary and data oracles fire on their READs, above).
+        if d.fired().is_some() {
             break;
         }
     }
@@ -201,8 +200,7 @@ pub(crate) fn run(cfg: &Config, file: &Path) -> Res<bool> {
             });
         }
     }
-    found.extend(d.region_oracles("replay"));
-    found.extend(d.key_oracle("replay"));
+    found.extend(d.verdicts("replay"));
     found.extend(d.other_oracles("replay"));
     if let Some(o) = &rec.oracle {
         let again = found.iter().any(|f| f.oracle == o);

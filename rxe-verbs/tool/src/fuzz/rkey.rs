@@ -36,11 +36,16 @@
 //! The finding is what was sent on the connection since the last good
 //! check, up to the step that was executed; its sidecar starts the
 //! connection at the PSN the peer expected at its first packet.
+//!
+//! [`Rkey`] is the oracle; it only watches ([`KeyWatch`] is its
+//! bookkeeping), against every peer, and judges those whose grants it
+//! knows.
 
-use super::campaign::{Driver, Finding};
-use super::record::{PsnBase, Sent};
+use super::config::Peer;
+use super::driver::Driver;
+use super::oracle::{Finding, Oracle};
+use super::record::{self, PsnBase, Sent};
 use super::session::{Answers, Kind, Session};
-use super::Peer;
 use rxe_core::psn::Psn;
 use rxe_core::wire::{Operation, Packet};
 
@@ -228,9 +233,37 @@ impl KeyWatch {
     }
 }
 
-impl Driver {
-    /// The rkey oracle on one step's answers.
-    pub(crate) fn judge_keys(&mut self, s: &Session, a: &Answers) {
+/// The rkey oracle against a peer of kind `peer`.
+#[derive(Debug)]
+pub(crate) struct Rkey {
+    peer: Peer,
+    keys: KeyWatch,
+}
+
+impl Rkey {
+    pub(crate) fn new(peer: Peer) -> Rkey {
+        Rkey {
+            peer,
+            keys: KeyWatch::default(),
+        }
+    }
+}
+
+impl Oracle<Driver> for Rkey {
+    /// The view starts again: the peer expects the connection's initial
+    /// PSN.
+    fn connected(&mut self, s: &Session, next: usize) {
+        self.keys.connection(s, next, self.peer);
+    }
+
+    fn sent(&mut self, s: &Session, _arm: &str, first: usize, step: &[Sent]) {
+        for (i, p) in step.iter().enumerate() {
+            self.keys.sent(s, i, first + i, p);
+        }
+    }
+
+    /// Judges the step's first request on its answers.
+    fn answered(&mut self, s: &Session, a: &Answers, last_good: usize, sent: usize) {
         let Some(cur) = self.keys.cur.take() else {
             return;
         };
@@ -262,7 +295,7 @@ impl Driver {
             j.k.op.name(),
             j.k.len
         );
-        let from = self.last_good.max(self.keys.conn_from).min(j.idx);
+        let from = last_good.max(self.keys.conn_from).min(j.idx);
         let base = self
             .keys
             .steps
@@ -272,15 +305,20 @@ impl Driver {
         self.keys.finding = Some(KeyFinding {
             why,
             from,
-            to: self.rec.sent.len(),
+            to: sent,
             session: s.index,
             base,
         });
     }
 
-    /// Prints the rkey verdict and writes its finding, if any.
-    pub(crate) fn key_oracle(&self, tag: &str) -> Vec<Finding> {
-        if !judges(self.cfg.peer) {
+    fn fired(&self) -> Option<&'static str> {
+        self.keys.finding.as_ref().map(|_| "rkey")
+    }
+
+    /// Prints the rkey verdict and writes its finding, if any (nothing
+    /// against a peer it does not judge).
+    fn verdict(&self, d: &Driver, tag: &str) -> Vec<Finding> {
+        if !judges(self.peer) {
             return Vec::new();
         }
         println!(
@@ -291,15 +329,15 @@ impl Driver {
             println!("oracle rkey: ok");
             return Vec::new();
         };
-        let path = self.cfg.out.join(format!("rkey-{tag}.pcap"));
-        let sessions = self.rec.sessions_from(f.session, f.base);
-        let to = f.to.min(self.rec.sent.len());
-        let r = super::record::write_packets(
+        let path = d.cfg.out.join(format!("rkey-{tag}.pcap"));
+        let sessions = d.rec.sessions_from(f.session, f.base);
+        let to = f.to.min(d.rec.sent.len());
+        let r = record::write_packets(
             &path,
-            &self.rec.sent[f.from.min(to)..to],
+            &d.rec.sent[f.from.min(to)..to],
             &sessions,
             Some("rkey"),
-            self.rec.peer.as_deref(),
+            d.rec.peer.as_deref(),
         );
         match r {
             Ok(()) => {
@@ -312,8 +350,8 @@ impl Driver {
                 println!(
                     "  replay: rxe fuzz --replay {} -d {} --to {}",
                     path.display(),
-                    self.cfg.local,
-                    self.cfg.target
+                    d.cfg.local,
+                    d.cfg.target
                 );
                 println!("oracle rkey: FINDING {}", path.display());
             }
@@ -330,8 +368,9 @@ impl Driver {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fuzz::bth::bth_repr;
     use crate::fuzz::record::{IcrcChoice, QpnChoice};
-    use crate::fuzz::session::{bth_repr, Region};
+    use crate::fuzz::session::Region;
     use rxe_core::wire::{AtomicEthRepr, Opcode, PacketRepr, RethRepr};
     use std::time::Duration;
 

@@ -7,8 +7,8 @@
 //! and SENDs "go ahead"; the client SENDs the info of its *rdma* buffer,
 //! the server RDMA WRITEs what it read into it and SENDs again. So the
 //! server's own requester works for us: its READ requests are answered by
-//! our minimal responder from [`LocalMem`], its WRITEs land there, its
-//! SENDs are ACKed ([`super::session`]).
+//! our minimal responder from [`LocalMem`](super::local_mem::LocalMem),
+//! its WRITEs land there, its SENDs are ACKed ([`super::session`]).
 //!
 //! One such round is the liveness check on an rping peer (a valid SEND of
 //! anything else would not do: the server's one posted receive is 16
@@ -17,12 +17,18 @@
 //! wrote back must be what it read, byte for byte. That checks the data
 //! the peer *receives* (our READ responses) and the data it *sends* (its
 //! WRITE), through its legitimate operations.
+//!
+//! [`Rping`] is that oracle: it checks an rping peer's connections in
+//! place of the liveness probe.
 
-use super::campaign::Driver;
-use super::canary::{Check, RegionFinding};
+use super::bth::bth_repr;
+use super::canary::{write_region_finding, RegionFinding};
+use super::driver::Driver;
+use super::local_mem::{RDMA_KEY, RDMA_VA, START_KEY, START_VA};
 use super::mutate::Gen;
+use super::oracle::{Check, Finding, Oracle};
 use super::record::{IcrcChoice, PsnBase, QpnChoice};
-use super::session::{bth_repr, Kind, Session, Signature};
+use super::session::{Kind, Session, Signature};
 use rxe_core::psn::Psn;
 use rxe_core::wire::{Opcode, PacketRepr};
 use std::time::{Duration, Instant};
@@ -33,89 +39,6 @@ pub(crate) const INFO_LEN: usize = 16;
 pub(crate) const ARM: &str = "rping";
 /// The oracle a wrong round fires.
 pub(crate) const DATA: &str = "data";
-
-/// Where our two buffers are, as the server sees them: fixed, so that a
-/// replayed round's SENDs point at the replaying connection's buffers too.
-const START_VA: u64 = 0x0000_7e57_0000_0000;
-const START_KEY: u32 = 0x0057_a201;
-const RDMA_VA: u64 = 0x0000_7e57_0010_0000;
-const RDMA_KEY: u32 = 0x00d4_7a02;
-
-/// Our side's memory for the peer's RDMA: the start buffer it may READ,
-/// the rdma buffer it may WRITE. Nothing else is served.
-#[derive(Debug, Clone)]
-pub(crate) struct LocalMem {
-    pub start: Vec<u8>,
-    pub rdma: Vec<u8>,
-    /// Where the next WRITE MIDDLE or LAST lands (after a FIRST), and
-    /// where the WRITE's DMA length ends.
-    write_at: Option<(usize, usize)>,
-    /// READs served, WRITE bytes taken, and requests refused.
-    pub reads: u64,
-    pub written: u64,
-    pub refused: u64,
-}
-
-impl LocalMem {
-    pub(crate) fn new(size: usize) -> LocalMem {
-        LocalMem {
-            start: vec![0; size],
-            rdma: vec![0; size],
-            write_at: None,
-            reads: 0,
-            written: 0,
-            refused: 0,
-        }
-    }
-
-    /// The bytes a READ of `len` at `va` with `rkey` returns, if it names
-    /// the start buffer (or the rdma buffer: rping's rdma buffer is
-    /// readable too) within its bounds.
-    pub(crate) fn read(&self, va: u64, rkey: u32, len: u32) -> Option<&[u8]> {
-        let (base, buf) = match rkey {
-            START_KEY => (START_VA, &self.start),
-            RDMA_KEY => (RDMA_VA, &self.rdma),
-            _ => return None,
-        };
-        let off = usize::try_from(va.checked_sub(base)?).ok()?;
-        let end = off.checked_add(len as usize)?;
-        buf.get(off..end)
-    }
-
-    /// A WRITE FIRST or ONLY (`reth`: VA, R_Key and DMA length) or a later
-    /// packet of one (`None`). Whether it landed.
-    pub(crate) fn write(&mut self, reth: Option<(u64, u32, u32)>, data: &[u8], last: bool) -> bool {
-        let (at, end) = match reth {
-            Some((va, rkey, len)) => {
-                let range = va
-                    .checked_sub(RDMA_VA)
-                    .and_then(|o| usize::try_from(o).ok())
-                    .and_then(|o| o.checked_add(len as usize).map(|e| (o, e)))
-                    .filter(|&(_, e)| e <= self.rdma.len());
-                match range {
-                    Some(r) if rkey == RDMA_KEY => r,
-                    _ => {
-                        self.write_at = None;
-                        return false;
-                    }
-                }
-            }
-            None => match self.write_at {
-                Some(r) => r,
-                None => return false,
-            },
-        };
-        let next = at + data.len();
-        if next > end || (last && next != end) {
-            self.write_at = None;
-            return false;
-        }
-        self.rdma[at..next].copy_from_slice(data);
-        self.written += data.len() as u64;
-        self.write_at = (!last).then_some((next, end));
-        true
-    }
-}
 
 /// rping's info of one of our buffers.
 fn info(va: u64, rkey: u32, len: usize) -> [u8; INFO_LEN] {
@@ -152,31 +75,45 @@ fn send_packet(psn: Psn, payload: &[u8]) -> Vec<u8> {
     b
 }
 
-impl Driver {
+/// The data oracle against an rping peer.
+#[derive(Debug, Default)]
+pub(crate) struct Rping {
+    /// Its finding: a round that came back other than it went.
+    pub finding: Option<RegionFinding>,
+}
+
+impl Rping {
     /// One rping round on a live connection: the start buffer's info, the
     /// server's READ and "go ahead", the rdma buffer's info, the server's
     /// WRITE and SEND; then what it wrote must be what it read. `tries`
     /// SENDs at most for each info (following the PSN an RNR or sequence
     /// NAK names), each waiting `window` for the server's answer.
-    pub(crate) fn rping_check(&mut self, s: &mut Session, tries: u32, window: Duration) -> Check {
+    fn round(&mut self, d: &mut Driver, s: &mut Session, tries: u32, window: Duration) -> Check {
         let Some(size) = s.local.as_ref().map(|m| m.start.len()) else {
             return Check::Dead;
         };
-        let from = self.last_good.min(self.rec.sent.len());
+        let from = d.last_good.min(d.rec.sent.len());
         let text = ping_text(s.rounds, size);
         if let Some(m) = s.local.as_mut() {
             m.start.copy_from_slice(&text);
             m.rdma.fill(0);
         }
         let first = s.peer_messages;
-        if !self.rping_send(
+        if !rping_send(
+            d,
             s,
             &info(START_VA, START_KEY, size),
             first + 1,
             tries,
             window,
-        ) || !self.rping_send(s, &info(RDMA_VA, RDMA_KEY, size), first + 2, tries, window)
-        {
+        ) || !rping_send(
+            d,
+            s,
+            &info(RDMA_VA, RDMA_KEY, size),
+            first + 2,
+            tries,
+            window,
+        ) {
             return Check::Dead;
         }
         s.rounds += 1;
@@ -188,90 +125,105 @@ impl Driver {
                 .position(|(a, b)| a != b)
                 .unwrap_or(0);
             let differ = back.iter().zip(&text).filter(|(a, b)| a != b).count();
-            self.region_finding = Some(RegionFinding {
+            self.finding = Some(RegionFinding {
                 oracle: DATA,
                 why: format!(
                     "the rping server wrote back other bytes than it read from us: {differ} of {size} differ, the first at offset {at} ({:#04x} -> {:#04x})",
                     text[at], back[at]
                 ),
                 from,
-                to: self.rec.sent.len(),
+                to: d.rec.sent.len(),
                 session: s.index,
             });
             return Check::Found;
         }
-        self.last_good = self.rec.sent.len();
+        // (A good round is a good liveness check: the driver notes it.)
         Check::Ok
     }
+}
 
-    /// SENDs `payload` until the peer has sent `want` messages of its own
-    /// (its answer) or `tries` SENDs went without. Counts as one step.
-    fn rping_send(
-        &mut self,
-        s: &mut Session,
-        payload: &[u8],
-        want: u64,
-        tries: u32,
-        window: Duration,
-    ) -> bool {
-        let before = self.link.unparsable.len();
-        let mut sig = Signature::default();
-        let mut done = false;
-        'tries: for _ in 0..tries.max(1) {
-            let g = Gen {
-                bytes: send_packet(s.sq_psn, payload),
-                qpn: QpnChoice::Peer,
-                icrc: IcrcChoice::Right,
-                psn: PsnBase::Ours,
-                wellformed: true,
-                region: None,
-            };
-            if self.send(s, ARM, &[g]) == 0 {
+impl Oracle<Driver> for Rping {
+    fn checks(&self) -> bool {
+        true
+    }
+
+    fn check(&mut self, d: &mut Driver, s: &mut Session, tries: u32, window: Duration) -> Check {
+        self.round(d, s, tries, window)
+    }
+
+    fn fired(&self) -> Option<&'static str> {
+        self.finding.as_ref().map(|f| f.oracle)
+    }
+
+    /// Prints the data verdict (an rping peer has no region to watch: no
+    /// canary) and writes the finding, if any.
+    fn verdict(&self, d: &Driver, tag: &str) -> Vec<Finding> {
+        match &self.finding {
+            Some(f) => write_region_finding(d, f, tag).into_iter().collect(),
+            None => {
+                println!("oracle {DATA}: ok");
+                Vec::new()
+            }
+        }
+    }
+}
+
+/// SENDs `payload` until the peer has sent `want` messages of its own
+/// (its answer) or `tries` SENDs went without. Counts as one step.
+fn rping_send(
+    d: &mut Driver,
+    s: &mut Session,
+    payload: &[u8],
+    want: u64,
+    tries: u32,
+    window: Duration,
+) -> bool {
+    let before = d.link.unparsable.len();
+    let mut sig = Signature::default();
+    let mut done = false;
+    'tries: for _ in 0..tries.max(1) {
+        let g = Gen {
+            bytes: send_packet(s.sq_psn, payload),
+            qpn: QpnChoice::Peer,
+            icrc: IcrcChoice::Right,
+            psn: PsnBase::Ours,
+            wellformed: true,
+            region: None,
+        };
+        if d.send(s, ARM, &[g]) == 0 {
+            break;
+        }
+        let end = Instant::now() + window;
+        loop {
+            let now = Instant::now();
+            if s.peer_messages >= want {
+                done = true;
+                break 'tries;
+            }
+            if now >= end {
                 break;
             }
-            let end = Instant::now() + window;
-            loop {
-                let now = Instant::now();
-                if s.peer_messages >= want {
-                    done = true;
-                    break 'tries;
-                }
-                if now >= end {
-                    break;
-                }
-                let a = self
-                    .link
-                    .collect(s, end - now, self.cfg.grace, &mut self.rec);
-                sig.0 |= a.sig.0;
-                if a.sig.fatal() {
-                    break 'tries;
-                }
-                // Refused for now (no receive posted yet, or our PSN was
-                // off after fuzzing): SEND again at the PSN it names.
-                if (a.sig.has(Kind::RnrNak) || a.sig.has(Kind::NakSeq)) && s.peer_messages < want {
-                    std::thread::sleep(Duration::from_millis(5));
-                    continue 'tries;
-                }
+            let a = d.collect(s, end - now);
+            sig.0 |= a.sig.0;
+            if a.sig.fatal() {
+                break 'tries;
+            }
+            // Refused for now (no receive posted yet, or our PSN was
+            // off after fuzzing): SEND again at the PSN it names.
+            if (a.sig.has(Kind::RnrNak) || a.sig.has(Kind::NakSeq)) && s.peer_messages < want {
+                std::thread::sleep(Duration::from_millis(5));
+                continue 'tries;
             }
         }
-        if before == 0 && !self.link.unparsable.is_empty() && self.peer_wire_at.is_none() {
-            let to = self.rec.sent.len();
-            self.peer_wire_at = Some((self.last_good.min(to), to));
-        }
-        if sig.is_silence() {
-            *self.hist.entry("silence").or_default() += 1;
-        }
-        for k in sig.kinds() {
-            *self.hist.entry(k.name()).or_default() += 1;
-        }
-        self.steps += 1;
-        done
     }
+    d.count_step(before, sig);
+    done
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fuzz::local_mem::LocalMem;
 
     #[test]
     fn local_memory_serves_only_its_buffers() {

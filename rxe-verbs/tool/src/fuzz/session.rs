@@ -13,25 +13,24 @@
 //! with rdma_cm ([`super::cm`]: the CM's MADs on QP 1 of this same
 //! socket), ended with a DREQ; against an rping server the responder here
 //! also serves the server's RDMA READs and takes its WRITEs
-//! ([`super::rping::LocalMem`]).
+//! ([`super::local_mem::LocalMem`]).
 //!
 //! What the peer sends back is sorted into answer [`Kind`]s: ACK, each NAK
 //! code, RNR NAK, atomic ACK, READ data, a SEND of its own, anything else,
 //! and packets our parser refuses.
 
-use super::cm::CmLink;
+use super::bth::{bth_qpn, bth_repr};
+use super::cm::{CmConnected, CmLink};
+use super::config::{Peer, Res, Target};
+use super::local_mem::LocalMem;
 use super::record::Recorder;
-use super::rping::LocalMem;
-use super::{Peer, Res, Target};
+use super::socket::Socket;
 use crate::perf::oob::{self, BwReport, Oob};
 use crate::pingpong::{gid_addr, Dest};
-use rxe_core::engine::Transmit;
 use rxe_core::psn::Psn;
 use rxe_core::wire::{
-    icrc, AethRepr, AethSyndrome, BthRepr, NakCode, Opcode, Operation, Packet, PacketRepr,
-    ROCE_V2_PORT,
+    icrc, AethRepr, AethSyndrome, NakCode, Opcode, Operation, Packet, PacketRepr, ROCE_V2_PORT,
 };
-use rxe_net::udp::{GsoSend, UdpTransport};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv6Addr};
 use std::time::{Duration, Instant};
@@ -270,8 +269,7 @@ impl Session {
 
 /// The socket and what it has seen.
 pub(crate) struct Link {
-    tr: UdpTransport,
-    pub local: IpAddr,
+    sock: Socket,
     pub peer: Option<IpAddr>,
     /// Largest UDP payload the route to the peer carries.
     pub max_datagram: usize,
@@ -291,7 +289,7 @@ pub(crate) struct Link {
     /// Where READ responses go while a READ of ours is out.
     pub capture: Option<Capture>,
     /// Our rdma_cm end, once a connection was made with it.
-    pub(super) cm: Option<CmLink>,
+    cm: Option<CmLink>,
     /// A perftest -R server's communication connection, kept while its
     /// test QP is fuzzed.
     pub(super) comm: Option<Session>,
@@ -309,13 +307,8 @@ pub(crate) struct Answers {
 
 impl Link {
     pub(crate) fn bind(local: IpAddr) -> Res<Link> {
-        let mut tr = UdpTransport::bind(local).map_err(|e| format!("bind {local}:4791: {e}"))?;
-        // Every packet leaves as crafted, one datagram with IPv4 ID 0,
-        // whatever RXE_GSO says: a finding replays byte for byte.
-        tr.set_gso_send(GsoSend::Off);
         Ok(Link {
-            local: tr.addr(),
-            tr,
+            sock: Socket::bind(local)?,
             peer: None,
             max_datagram: 1500 - 28,
             upkeep: 0,
@@ -330,27 +323,9 @@ impl Link {
         })
     }
 
-    /// Sends one datagram (see [`Self::send`]).
-    pub(super) fn send_transmit(&mut self, t: Transmit) -> Res<()> {
-        for _ in 0..200 {
-            match self.tr.send_batch(std::slice::from_ref(&t)) {
-                Ok(1) => return Ok(()),
-                Ok(_) => {
-                    let _ = self.tr.wait_writable(Some(Duration::from_millis(10)));
-                }
-                Err(e) => return Err(e.to_string()),
-            }
-        }
-        Err("the socket stayed full".into())
-    }
-
-    /// Receives what is there, or waits up to `wait` for something.
-    pub(super) fn recv_into(
-        &mut self,
-        wait: Option<Duration>,
-        out: &mut Vec<rxe_net::udp::Received>,
-    ) -> std::io::Result<usize> {
-        self.tr.recv_batch(wait, out)
+    /// Our address.
+    pub(crate) fn local(&self) -> IpAddr {
+        self.sock.local
     }
 
     /// Ends the current perftest exchange as a client does at the end of
@@ -366,34 +341,26 @@ impl Link {
         }
     }
 
-    /// The top 8 bits our QP numbers must have to reach this process
-    /// (rxe-net shares an address between processes by QPN prefix).
-    pub(crate) fn qpn_prefix(&self) -> u8 {
-        self.tr.qpn_prefix()
-    }
-
     /// Fills in the ICRC of a transport packet as the peer will check it.
     pub(crate) fn icrc(&self, bytes: &[u8]) -> Option<u32> {
         if bytes.len() < 16 {
             return None;
         }
         let peer = self.peer?;
-        icrc::compute_udp(self.local, peer, ROCE_V2_PORT, &bytes[..bytes.len() - 4]).ok()
+        icrc::compute_udp(
+            self.sock.local,
+            peer,
+            ROCE_V2_PORT,
+            &bytes[..bytes.len() - 4],
+        )
+        .ok()
     }
 
     /// Sends one datagram to the peer. `Err` for a datagram the socket
     /// refuses (larger than the route takes).
     pub(crate) fn send(&mut self, payload: Vec<u8>) -> Res<()> {
         let dst = self.peer.ok_or("not connected")?;
-        let t = Transmit {
-            src: self.local,
-            dst,
-            src_port: ROCE_V2_PORT,
-            traffic_class: 0,
-            hop_limit: 0,
-            payload,
-        };
-        self.send_transmit(t)
+        self.sock.send_to(dst, payload, 0)
     }
 
     /// Connects to the peer's server: the TCP exchange, retried until
@@ -411,8 +378,8 @@ impl Link {
     ) -> Res<Session> {
         // A perftest server serves one client a run: end the last one.
         self.close_oob();
-        let our_qpn = u32::from(self.qpn_prefix()) << 16 | u32::from(qpn_low);
-        let gid = match self.local {
+        let our_qpn = u32::from(self.sock.qpn_prefix()) << 16 | u32::from(qpn_low);
+        let gid = match self.sock.local {
             IpAddr::V4(a) => a.to_ipv6_mapped(),
             IpAddr::V6(a) => a,
         };
@@ -482,12 +449,12 @@ impl Link {
             ));
         }
         let peer = gid_addr(theirs.gid);
-        if peer.is_ipv4() != self.local.is_ipv4() {
+        if peer.is_ipv4() != self.sock.local.is_ipv4() {
             return Err(format!(
                 "the peer's GID {} is {} but -d {} is not: give the peer the GID index of the other family",
                 theirs.gid,
                 if peer.is_ipv4() { "IPv4" } else { "IPv6" },
-                self.local
+                self.sock.local
             ));
         }
         if peer.is_multicast() || peer.is_unspecified() {
@@ -520,14 +487,14 @@ impl Link {
     /// flight dropped.
     pub(super) fn set_peer(&mut self, peer: IpAddr) {
         if self.peer != Some(peer) {
-            self.max_datagram = rxe_net::route::link_mtu(self.local, peer)
+            self.max_datagram = rxe_net::route::link_mtu(self.sock.local, peer)
                 .map(|m| m as usize - if peer.is_ipv4() { 28 } else { 48 })
                 .unwrap_or(1500 - 28)
                 .min(rxe_net::udp::MAX_DATAGRAM);
         }
         self.peer = Some(peer);
         let mut got = Vec::new();
-        let _ = self.tr.recv_batch(Some(Duration::ZERO), &mut got);
+        let _ = self.sock.recv_into(Some(Duration::ZERO), &mut got);
         for d in got {
             // A MAD is the CM's business still (a DREP, a DREQ).
             if d.data.len() >= 8 && bth_qpn(&d.data) == rxe_core::mad::GSI_QPN {
@@ -557,7 +524,7 @@ impl Link {
                 break;
             }
             got.clear();
-            match self.tr.recv_batch(Some(end - now), &mut got) {
+            match self.sock.recv_into(Some(end - now), &mut got) {
                 Ok(0) | Err(_) => break,
                 Ok(_) => {}
             }
@@ -693,6 +660,54 @@ impl Link {
             _ => Kind::Other,
         };
         Some(kind)
+    }
+
+    /// Feeds a MAD from `from` to our rdma_cm end, if we have one.
+    fn cm_received(&mut self, from: IpAddr, data: &[u8]) {
+        if let Some(c) = self.cm.as_mut() {
+            c.received(&mut self.sock, from, data);
+        }
+    }
+
+    /// Runs our rdma_cm end ([`CmLink::pump`]), if we have one.
+    fn cm_pump(&mut self) {
+        if let Some(c) = self.cm.as_mut() {
+            c.pump(&mut self.sock);
+        }
+    }
+
+    /// An rdma_cm connection to `target` ([`CmLink::connect`]).
+    pub(super) fn cm_connect(
+        &mut self,
+        target: &Target,
+        our_qpn: u32,
+        peer_psn: Psn,
+        mtu: usize,
+        deadline: Instant,
+    ) -> Res<CmConnected> {
+        CmLink::connect(
+            &mut self.cm,
+            &mut self.sock,
+            &mut self.stray,
+            target,
+            our_qpn,
+            peer_psn,
+            mtu,
+            deadline,
+        )
+    }
+
+    /// Ends the rdma_cm connections, waiting up to `wait` for the peer
+    /// ([`CmLink::close`]).
+    fn close_cm(&mut self, wait: Duration) {
+        if let Some(c) = self.cm.as_mut() {
+            c.close(&mut self.sock, &mut self.stray, self.peer, wait);
+        }
+    }
+
+    /// MADs sent and received on our QP 1 so far.
+    pub(crate) fn cm_counts(&self) -> Option<(u64, u64)> {
+        self.cm.as_ref().map(|c| (c.mads_sent, c.mads_received))
     }
 
     /// The minimal responder for the peer's own requests: SENDs are
@@ -908,25 +923,4 @@ fn perftest_exchange(
     let mtu = rxe_core::types::Mtu::from_bytes(128usize << opening.mtu_enum.min(5))
         .map_or(mtu, |m| m.bytes());
     Ok((o, me, theirs[0], mtu))
-}
-
-/// A BTH with the defaults of a well-behaved requester.
-pub(crate) fn bth_repr(op: Opcode, qpn: u32, psn: Psn, ack_req: bool) -> BthRepr {
-    BthRepr {
-        opcode: op,
-        solicited: false,
-        mig_req: false,
-        pad_count: 0,
-        pkey: 0xffff,
-        fecn: false,
-        becn: false,
-        dest_qp: qpn & 0xff_ffff,
-        ack_req,
-        psn,
-    }
-}
-
-/// The destination QP of a BTH (the first 8 bytes must be there).
-pub(crate) fn bth_qpn(b: &[u8]) -> u32 {
-    u32::from_be_bytes([0, b[5], b[6], b[7]])
 }
