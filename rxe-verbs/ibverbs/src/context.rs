@@ -10,7 +10,7 @@ use crate::device::{check_port, dev_of, device_attr, port_attr, Dev};
 pub use crate::event_count::EventCount;
 use crate::event_queue::EventQueue;
 use crate::events::EventPipe;
-use crate::ffi::{arg, arg_mut, guard, int_result, minus_one_result, ptr_result, Fail};
+use crate::ffi::{arg, arg_mut, entry, int_result, minus_one_result, ptr_result, Fail};
 use crate::live::{self, Kind};
 use crate::sys::*;
 use parking_lot::Mutex;
@@ -167,10 +167,10 @@ pub fn ibv_ctx(c: &Ctx) -> *mut ibv_context {
     std::ptr::from_ref(&c.v.context).cast_mut()
 }
 
-pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
-    guard("ibv_open_device", std::ptr::null_mut(), || {
-        ptr_result("ibv_open_device", open_device(device))
-    })
+entry! {
+    pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
+        ptr_result(VERB, open_device(device))
+    }
 }
 
 /// `IB_UVERBS_DEVICE_ATOMIC_WRITE` of `<rdma/ib_user_verbs.h>` (in
@@ -199,7 +199,7 @@ fn open_device(device: *mut ibv_device) -> Result<*mut ibv_context, Fail> {
     let mut v: verbs_context = unsafe { std::mem::zeroed() };
     v.sz = size_of::<verbs_context>();
     v.query_port = Some(query_port_ex);
-    v.query_device_ex = Some(query_device_ex);
+    v.query_device_ex = Some(ibv_query_device_ex);
     crate::cq::fill_ops(&mut v);
     crate::qp::fill_ops(&mut v);
     crate::mw::fill_ops(&mut v);
@@ -228,40 +228,40 @@ fn open_device(device: *mut ibv_device) -> Result<*mut ibv_context, Fail> {
     Ok(ibv_ctx(unsafe { &*p }))
 }
 
-pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
-    guard("ibv_close_device", libc::EIO, || {
+entry! {
+    pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
         let r = ctx_of(context).map(|c| {
             let addr = std::ptr::from_ref(c) as usize;
             live::remove(Kind::Context, addr);
             // SAFETY: the context was a Box<Ctx> at addr, now no longer live.
             drop(unsafe { Box::from_raw(addr as *mut Ctx) });
         });
-        minus_one_result("ibv_close_device", r)
-    })
+        minus_one_result(VERB, r)
+    }
 }
 
-pub unsafe extern "C" fn ibv_query_device(
-    context: *mut ibv_context,
-    device_attr_out: *mut ibv_device_attr,
-) -> c_int {
-    guard("ibv_query_device", libc::EIO, || {
+entry! {
+    pub unsafe extern "C" fn ibv_query_device(
+        context: *mut ibv_context,
+        device_attr_out: *mut ibv_device_attr,
+    ) -> c_int {
         let r = ctx_of(context).and_then(|c| {
             // SAFETY: the program's output struct.
             let out = unsafe { arg_mut(device_attr_out, "device_attr") }?;
             *out = device_attr(&c.open.rx.query_device());
             Ok(())
         });
-        int_result("ibv_query_device", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
-unsafe extern "C" fn query_device_ex(
-    context: *mut ibv_context,
-    input: *const ibv_query_device_ex_input,
-    attr: *mut ibv_device_attr_ex,
-    attr_size: usize,
-) -> c_int {
-    guard("ibv_query_device_ex", libc::EIO, || {
+entry! {
+    unsafe extern "C" fn ibv_query_device_ex(
+        context: *mut ibv_context,
+        input: *const ibv_query_device_ex_input,
+        attr: *mut ibv_device_attr_ex,
+        attr_size: usize,
+    ) -> c_int {
         let r = ctx_of(context).and_then(|c| {
             // SAFETY: the program's input, if any.
             if let Some(i) = unsafe { input.as_ref() } {
@@ -297,36 +297,48 @@ unsafe extern "C" fn query_device_ex(
             };
             Ok(())
         });
-        int_result("ibv_query_device_ex", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
-unsafe extern "C" fn query_port_ex(
+/// `ibv_query_port` filling `port_attr_len` bytes of `port_attr_out`.
+fn query_port(
     context: *mut ibv_context,
     port_num: u8,
     port_attr_out: *mut ibv_port_attr,
     port_attr_len: usize,
 ) -> c_int {
-    guard("ibv_query_port", libc::EIO, || {
-        let r = ctx_of(context).and_then(|c| {
-            check_port(port_num)?;
-            if port_attr_out.is_null() {
-                return Err(Fail::inval("port_attr", "NULL"));
-            }
-            let a = port_attr(&c.open.rx.query_port());
-            let n = port_attr_len.min(size_of::<ibv_port_attr>());
-            // SAFETY: the program gave port_attr_len bytes; we write n <= that.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    (&raw const a).cast::<u8>(),
-                    port_attr_out.cast::<u8>(),
-                    n,
-                )
-            };
-            Ok(())
-        });
-        int_result("ibv_query_port", r)
-    })
+    let r = ctx_of(context).and_then(|c| {
+        check_port(port_num)?;
+        if port_attr_out.is_null() {
+            return Err(Fail::inval("port_attr", "NULL"));
+        }
+        let a = port_attr(&c.open.rx.query_port());
+        let n = port_attr_len.min(size_of::<ibv_port_attr>());
+        // SAFETY: the program gave port_attr_len bytes; we write n <= that.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (&raw const a).cast::<u8>(),
+                port_attr_out.cast::<u8>(),
+                n,
+            )
+        };
+        Ok(())
+    });
+    int_result("ibv_query_port", r)
+}
+
+entry! {
+    verb = "ibv_query_port";
+    /// `verbs_context.query_port`, which the header's `ibv_query_port` calls.
+    unsafe extern "C" fn query_port_ex(
+        context: *mut ibv_context,
+        port_num: u8,
+        port_attr_out: *mut ibv_port_attr,
+        port_attr_len: usize,
+    ) -> c_int {
+        query_port(context, port_num, port_attr_out, port_attr_len)
+    }
 }
 
 /// How much of `struct ibv_port_attr` the exported `ibv_query_port` fills:
@@ -335,29 +347,31 @@ unsafe extern "C" fn query_port_ex(
 const COMPAT_PORT_ATTR_LEN: usize = 48;
 const _: () = assert!(std::mem::offset_of!(ibv_port_attr, flags) + 1 == COMPAT_PORT_ATTR_LEN);
 
-/// The exported `ibv_query_port` (the header's inline version calls
-/// `verbs_context.query_port`; old binaries call this).
-pub unsafe extern "C" fn ibv_query_port(
-    context: *mut ibv_context,
-    port_num: u8,
-    port_attr_out: *mut ibv_port_attr,
-) -> c_int {
-    // SAFETY: forwards the program's arguments; the compat layout is a
-    // prefix of today's.
-    unsafe { query_port_ex(context, port_num, port_attr_out, COMPAT_PORT_ATTR_LEN) }
+entry! {
+    /// The exported `ibv_query_port` (the header's inline version calls
+    /// `verbs_context.query_port`; old binaries call this).
+    pub unsafe extern "C" fn ibv_query_port(
+        context: *mut ibv_context,
+        port_num: u8,
+        port_attr_out: *mut ibv_port_attr,
+    ) -> c_int {
+        // The compat layout is a prefix of today's.
+        query_port(context, port_num, port_attr_out, COMPAT_PORT_ATTR_LEN)
+    }
 }
 
 fn gid_table(c: &Ctx) -> Vec<std::net::Ipv6Addr> {
     c.open.rx.query_port().gids
 }
 
-pub unsafe extern "C" fn ibv_query_gid(
-    context: *mut ibv_context,
-    port_num: u8,
-    index: c_int,
-    gid: *mut ibv_gid,
-) -> c_int {
-    guard("ibv_query_gid", -1, || {
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn ibv_query_gid(
+        context: *mut ibv_context,
+        port_num: u8,
+        index: c_int,
+        gid: *mut ibv_gid,
+    ) -> c_int {
         let r = ctx_of(context).and_then(|c| {
             check_port(port_num)?;
             // SAFETY: the program's output.
@@ -375,17 +389,18 @@ pub unsafe extern "C" fn ibv_query_gid(
             out.raw = g.octets();
             Ok(())
         });
-        minus_one_result("ibv_query_gid", r)
-    })
+        minus_one_result(VERB, r)
+    }
 }
 
-pub unsafe extern "C" fn ibv_query_pkey(
-    context: *mut ibv_context,
-    port_num: u8,
-    index: c_int,
-    pkey: *mut u16,
-) -> c_int {
-    guard("ibv_query_pkey", -1, || {
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn ibv_query_pkey(
+        context: *mut ibv_context,
+        port_num: u8,
+        index: c_int,
+        pkey: *mut u16,
+    ) -> c_int {
         let r = ctx_of(context).and_then(|_| {
             check_port(port_num)?;
             // SAFETY: the program's output.
@@ -400,8 +415,8 @@ pub unsafe extern "C" fn ibv_query_pkey(
             *out = 0xffffu16.to_be();
             Ok(())
         });
-        minus_one_result("ibv_query_pkey", r)
-    })
+        minus_one_result(VERB, r)
+    }
 }
 
 /// The index of the interface that has `addr`, as the kernel's GID table
@@ -421,15 +436,16 @@ fn gid_entry(c: &Ctx, index: u32, t: &[std::net::Ipv6Addr]) -> Option<ibv_gid_en
     })
 }
 
-pub unsafe extern "C" fn _ibv_query_gid_ex(
-    context: *mut ibv_context,
-    port_num: u32,
-    gid_index: u32,
-    entry: *mut ibv_gid_entry,
-    flags: u32,
-    entry_size: usize,
-) -> c_int {
-    guard("ibv_query_gid_ex", libc::EIO, || {
+entry! {
+    verb = "ibv_query_gid_ex";
+    pub unsafe extern "C" fn _ibv_query_gid_ex(
+        context: *mut ibv_context,
+        port_num: u32,
+        gid_index: u32,
+        entry: *mut ibv_gid_entry,
+        flags: u32,
+        entry_size: usize,
+    ) -> c_int {
         let r = ctx_of(context).and_then(|c| {
             check_port(u8::try_from(port_num).unwrap_or(0))?;
             if flags != 0 {
@@ -463,18 +479,20 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
             unsafe { entry.write_unaligned(e) };
             Ok(())
         });
-        int_result("ibv_query_gid_ex", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
-pub unsafe extern "C" fn _ibv_query_gid_table(
-    context: *mut ibv_context,
-    entries: *mut ibv_gid_entry,
-    max_entries: usize,
-    flags: u32,
-    entry_size: usize,
-) -> isize {
-    guard("ibv_query_gid_table", -(libc::EIO as isize), || {
+entry! {
+    verb = "ibv_query_gid_table";
+    on_panic = -(libc::EIO as isize);
+    pub unsafe extern "C" fn _ibv_query_gid_table(
+        context: *mut ibv_context,
+        entries: *mut ibv_gid_entry,
+        max_entries: usize,
+        flags: u32,
+        entry_size: usize,
+    ) -> isize {
         let r = ctx_of(context).and_then(|c| {
             if flags != 0 {
                 return Err(Fail::inval(
@@ -513,19 +531,20 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
         });
         match r {
             Ok(n) => n,
-            Err(f) => -(int_result("ibv_query_gid_table", Err(f)) as isize),
+            Err(f) => -(int_result(VERB, Err(f)) as isize),
         }
-    })
+    }
 }
 
-/// Private in rdma-core (`enum ibv_gid_type_sysfs`): every entry is RoCE v2.
-pub unsafe extern "C" fn ibv_query_gid_type(
-    context: *mut ibv_context,
-    port_num: u8,
-    index: u32,
-    gid_type: *mut c_int,
-) -> c_int {
-    guard("ibv_query_gid_type", -1, || {
+entry! {
+    on_panic = -1;
+    /// Private in rdma-core (`enum ibv_gid_type_sysfs`): every entry is RoCE v2.
+    pub unsafe extern "C" fn ibv_query_gid_type(
+        context: *mut ibv_context,
+        port_num: u8,
+        index: u32,
+        gid_type: *mut c_int,
+    ) -> c_int {
         let r = ctx_of(context).and_then(|c| {
             check_port(port_num)?;
             // SAFETY: the program's output.
@@ -536,15 +555,16 @@ pub unsafe extern "C" fn ibv_query_gid_type(
             *out = 1; // IBV_GID_TYPE_SYSFS_ROCE_V2
             Ok(())
         });
-        minus_one_result("ibv_query_gid_type", r)
-    })
+        minus_one_result(VERB, r)
+    }
 }
 
-pub unsafe extern "C" fn ibv_get_async_event(
-    context: *mut ibv_context,
-    event: *mut ibv_async_event,
-) -> c_int {
-    guard("ibv_get_async_event", -1, || {
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn ibv_get_async_event(
+        context: *mut ibv_context,
+        event: *mut ibv_async_event,
+    ) -> c_int {
         let r = ctx_of(context).and_then(|c| {
             if event.is_null() {
                 return Err(Fail::inval("event", "NULL"));
@@ -582,12 +602,12 @@ pub unsafe extern "C" fn ibv_get_async_event(
             };
             Ok(())
         });
-        minus_one_result("ibv_get_async_event", r)
-    })
+        minus_one_result(VERB, r)
+    }
 }
 
-pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
-    guard("ibv_ack_async_event", (), || {
+entry! {
+    pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
         // SAFETY: the program's event, as ibv_get_async_event filled it.
         let Ok(e) = (unsafe { arg(event, "event") }) else {
             return;
@@ -610,5 +630,5 @@ pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
                 _ => crate::qp::ack_qp_async(e.element.qp),
             }
         }
-    })
+    }
 }

@@ -5,9 +5,7 @@
 use crate::context::{ctx_of, ibv_ctx, CtxEvents, DevOpen, EventCount, Route};
 use crate::event_queue::EventQueue;
 use crate::events::EventPipe;
-use crate::ffi::{
-    guard, guard_data, int_result, minus_one_result, note, ptr_result, set_errno, Fail,
-};
+use crate::ffi::{entry, int_result, minus_one_result, note, ptr_result, set_errno, Fail};
 use crate::live::{self, Kind};
 use crate::sys::*;
 use crate::wr::{fill_wc, sl_of, wc_flags, wc_opcode, wc_status};
@@ -33,10 +31,10 @@ pub struct Channel {
     pub open: Arc<DevOpen>,
 }
 
-pub unsafe extern "C" fn ibv_create_comp_channel(
-    context: *mut ibv_context,
-) -> *mut ibv_comp_channel {
-    guard("ibv_create_comp_channel", std::ptr::null_mut(), || {
+entry! {
+    pub unsafe extern "C" fn ibv_create_comp_channel(
+        context: *mut ibv_context,
+    ) -> *mut ibv_comp_channel {
         let r = ctx_of(context).and_then(|c| {
             let rx = c.open.rx.try_create_comp_channel()?;
             let pipe = EventPipe::new()
@@ -59,8 +57,8 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
             live::add(Kind::Channel, ch as usize);
             Ok(ch.cast::<ibv_comp_channel>())
         });
-        ptr_result("ibv_create_comp_channel", r)
-    })
+        ptr_result(VERB, r)
+    }
 }
 
 fn channel_of<'a>(p: *mut ibv_comp_channel) -> Result<&'a Channel, Fail> {
@@ -71,8 +69,8 @@ fn channel_of<'a>(p: *mut ibv_comp_channel) -> Result<&'a Channel, Fail> {
     Ok(unsafe { &*(p as *const Channel) })
 }
 
-pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
-    guard("ibv_destroy_comp_channel", libc::EIO, || {
+entry! {
+    pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
         let r = channel_of(channel).and_then(|c| {
             if !c.cqs.lock().is_empty() {
                 return Err(Fail::new(
@@ -85,8 +83,8 @@ pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel
             drop(unsafe { Box::from_raw(channel.cast::<Channel>()) });
             Ok(())
         });
-        int_result("ibv_destroy_comp_channel", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
 /// A completion queue: the program's `ibv_cq_ex` (whose start is the
@@ -203,14 +201,14 @@ fn create_cq(context: *mut ibv_context, a: CqArgs) -> Result<*mut Cq, Fail> {
     Ok(cq)
 }
 
-pub unsafe extern "C" fn ibv_create_cq(
-    context: *mut ibv_context,
-    cqe: c_int,
-    cq_context: *mut c_void,
-    channel: *mut ibv_comp_channel,
-    comp_vector: c_int,
-) -> *mut ibv_cq {
-    guard("ibv_create_cq", std::ptr::null_mut(), || {
+entry! {
+    pub unsafe extern "C" fn ibv_create_cq(
+        context: *mut ibv_context,
+        cqe: c_int,
+        cq_context: *mut c_void,
+        channel: *mut ibv_comp_channel,
+        comp_vector: c_int,
+    ) -> *mut ibv_cq {
         let r = create_cq(
             context,
             CqArgs {
@@ -220,15 +218,15 @@ pub unsafe extern "C" fn ibv_create_cq(
                 comp_vector,
             },
         );
-        ptr_result("ibv_create_cq", r.map(|p| p.cast::<ibv_cq>()))
-    })
+        ptr_result(VERB, r.map(|p| p.cast::<ibv_cq>()))
+    }
 }
 
-unsafe extern "C" fn create_cq_ex(
-    context: *mut ibv_context,
-    attr: *mut ibv_cq_init_attr_ex,
-) -> *mut ibv_cq_ex {
-    guard("ibv_create_cq_ex", std::ptr::null_mut(), || {
+entry! {
+    unsafe extern "C" fn ibv_create_cq_ex(
+        context: *mut ibv_context,
+        attr: *mut ibv_cq_init_attr_ex,
+    ) -> *mut ibv_cq_ex {
         let r = (|| {
             // SAFETY: the program's attributes.
             let a = unsafe { attr.as_ref() }.ok_or_else(|| Fail::inval("cq_attr", "NULL"))?;
@@ -273,12 +271,12 @@ unsafe extern "C" fn create_cq_ex(
                 },
             )
         })();
-        ptr_result("ibv_create_cq_ex", r.map(|p| p.cast::<ibv_cq_ex>()))
-    })
+        ptr_result(VERB, r.map(|p| p.cast::<ibv_cq_ex>()))
+    }
 }
 
-pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
-    guard("ibv_resize_cq", libc::EIO, || {
+entry! {
+    pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
         let r = cq_of(cq).and_then(|c| {
             if cqe < 1 {
                 return Err(Fail::inval("cqe", format!("{cqe}: must be at least 1")));
@@ -289,12 +287,12 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
             unsafe { (*c.cq.get()).cqe = n as c_int };
             Ok(())
         });
-        int_result("ibv_resize_cq", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
-pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
-    guard("ibv_destroy_cq", libc::EIO, || {
+entry! {
+    pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
         let r = cq_of(cq).and_then(|c| {
             let n = c.users.load(Ordering::Acquire);
             if n > 0 {
@@ -329,16 +327,17 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
             }
             Ok(())
         });
-        int_result("ibv_destroy_cq", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
-pub unsafe extern "C" fn ibv_get_cq_event(
-    channel: *mut ibv_comp_channel,
-    cq: *mut *mut ibv_cq,
-    cq_context: *mut *mut c_void,
-) -> c_int {
-    guard("ibv_get_cq_event", -1, || {
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn ibv_get_cq_event(
+        channel: *mut ibv_comp_channel,
+        cq: *mut *mut ibv_cq,
+        cq_context: *mut *mut c_void,
+    ) -> c_int {
         let r = channel_of(channel).and_then(|ch| {
             if cq.is_null() || cq_context.is_null() {
                 return Err(Fail::inval(
@@ -374,15 +373,17 @@ pub unsafe extern "C" fn ibv_get_cq_event(
                 return Ok(());
             }
         });
-        minus_one_result("ibv_get_cq_event", r)
-    })
+        minus_one_result(VERB, r)
+    }
 }
 
-pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: std::ffi::c_uint) {
-    guard("ibv_ack_cq_events", (), || match cq_of(cq) {
-        Ok(c) => c.comp_events.acked(u64::from(nevents)),
-        Err(f) => note("ibv_ack_cq_events", f.why),
-    })
+entry! {
+    pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: std::ffi::c_uint) {
+        match cq_of(cq) {
+            Ok(c) => c.comp_events.acked(u64::from(nevents)),
+            Err(f) => note(VERB, f.why),
+        }
+    }
 }
 
 /// `ibv_ack_async_event` for a CQ error event.
@@ -417,8 +418,14 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Vec<Completion>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
-    guard_data("ibv_poll_cq", -1, || {
+entry! {
+    data;
+    on_panic = -1;
+    unsafe extern "C" fn ibv_poll_cq(
+        cq: *mut ibv_cq,
+        num_entries: c_int,
+        wc: *mut ibv_wc,
+    ) -> c_int {
         if cq.is_null() || (wc.is_null() && num_entries > 0) {
             set_errno(libc::EINVAL);
             return -1;
@@ -438,25 +445,26 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_w
             }
             v.len() as c_int
         })
-    })
+    }
 }
 
-unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
-    guard_data("ibv_req_notify_cq", libc::EIO, || {
+entry! {
+    data;
+    unsafe extern "C" fn ibv_req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
         let r = cq_of(cq).and_then(|c| {
             // Without a channel the arming has nowhere to report, and is
             // accepted all the same, as the kernel accepts it.
             Ok(c.rx.req_notify(solicited_only != 0)?)
         });
-        int_result("ibv_req_notify_cq", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
 /// The hot verbs of a context's `ops` table that are about CQs.
 pub fn fill_ops(v: &mut verbs_context) {
-    v.context.ops.poll_cq = Some(poll_cq);
-    v.context.ops.req_notify_cq = Some(req_notify_cq);
-    v.create_cq_ex = Some(create_cq_ex);
+    v.context.ops.poll_cq = Some(ibv_poll_cq);
+    v.context.ops.req_notify_cq = Some(ibv_req_notify_cq);
+    v.create_cq_ex = Some(ibv_create_cq_ex);
 }
 
 // ---- extended polling -----------------------------------------------------
@@ -490,90 +498,89 @@ fn advance(c: &Cq) -> c_int {
     }
 }
 
-unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr) -> c_int {
-    guard_data("ibv_start_poll", libc::EIO, || {
+entry! {
+    data;
+    unsafe extern "C" fn ibv_start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr) -> c_int {
         // SAFETY: the program's attributes, if any.
         if unsafe { attr.as_ref() }.is_some_and(|a| a.comp_mask != 0) {
             return libc::EINVAL;
         }
         // SAFETY: the program's CQ.
         advance(unsafe { cq_fast(cq.cast()) })
-    })
+    }
 }
 
-unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
-    // SAFETY: the program's CQ.
-    guard_data("ibv_next_poll", libc::EIO, || {
+entry! {
+    data;
+    unsafe extern "C" fn ibv_next_poll(cq: *mut ibv_cq_ex) -> c_int {
+        // SAFETY: the program's CQ.
         advance(unsafe { cq_fast(cq.cast()) })
-    })
+    }
 }
 
-unsafe extern "C" fn end_poll(cq: *mut ibv_cq_ex) {
-    guard_data("ibv_end_poll", (), || {
+entry! {
+    data;
+    unsafe extern "C" fn ibv_end_poll(cq: *mut ibv_cq_ex) {
         // SAFETY: the program's CQ.
         *unsafe { cq_fast(cq.cast()) }.current.lock() = None;
-    })
+    }
 }
 
-/// Reads a field of the current completion.
+/// Reads a field of the current completion (the `ibv_wc_read_*` verbs
+/// run it inside their own guard).
 fn current<R: Default>(cq: *mut ibv_cq_ex, f: impl FnOnce(&Completion) -> R) -> R {
-    guard_data("ibv_wc_read", R::default(), || {
-        // SAFETY: the program's CQ.
-        let c = unsafe { cq_fast(cq.cast()) };
-        c.current.lock().as_ref().map(f).unwrap_or_default()
-    })
+    // SAFETY: the program's CQ.
+    let c = unsafe { cq_fast(cq.cast()) };
+    c.current.lock().as_ref().map(f).unwrap_or_default()
 }
 
-unsafe extern "C" fn read_opcode(cq: *mut ibv_cq_ex) -> ibv_wc_opcode {
-    current(cq, |x| wc_opcode(x.opcode))
+/// `ibv_wc_read_NAME(cq) -> T`: the field of the current completion
+/// that `read` takes, on the data path.
+macro_rules! wc_read {
+    ($($name:ident -> $t:ty = |$cq:ident| $read:expr;)*) => {
+        $(entry! {
+            data;
+            unsafe extern "C" fn $name($cq: *mut ibv_cq_ex) -> $t {
+                $read
+            }
+        })*
+    };
 }
-unsafe extern "C" fn read_vendor_err(_cq: *mut ibv_cq_ex) -> u32 {
-    0
-}
-unsafe extern "C" fn read_byte_len(cq: *mut ibv_cq_ex) -> u32 {
-    current(cq, |x| x.byte_len)
-}
-unsafe extern "C" fn read_imm_data(cq: *mut ibv_cq_ex) -> __be32 {
-    current(cq, |x| {
+
+wc_read! {
+    ibv_wc_read_opcode -> ibv_wc_opcode = |cq| current(cq, |x| wc_opcode(x.opcode));
+    ibv_wc_read_vendor_err -> u32 = |_cq| 0;
+    ibv_wc_read_byte_len -> u32 = |cq| current(cq, |x| x.byte_len);
+    ibv_wc_read_imm_data -> __be32 = |cq| current(cq, |x| {
         x.imm_data
             .or(x.invalidated_rkey.map(u32::from_be))
             .unwrap_or(0)
             .to_be()
-    })
-}
-unsafe extern "C" fn read_qp_num(cq: *mut ibv_cq_ex) -> u32 {
-    current(cq, |x| x.qp_num)
-}
-unsafe extern "C" fn read_src_qp(cq: *mut ibv_cq_ex) -> u32 {
-    current(cq, |x| x.src_qp)
-}
-unsafe extern "C" fn read_wc_flags(cq: *mut ibv_cq_ex) -> std::ffi::c_uint {
-    current(cq, wc_flags)
-}
-unsafe extern "C" fn read_slid(_cq: *mut ibv_cq_ex) -> u32 {
-    0
-}
-unsafe extern "C" fn read_sl(cq: *mut ibv_cq_ex) -> u8 {
-    // SAFETY: the program's CQ.
-    let ud_sl = unsafe { cq_fast(cq.cast()) }.ud_sl;
-    current(cq, |x| sl_of(x, ud_sl))
-}
-unsafe extern "C" fn read_dlid_path_bits(_cq: *mut ibv_cq_ex) -> u8 {
-    0
+    });
+    ibv_wc_read_qp_num -> u32 = |cq| current(cq, |x| x.qp_num);
+    ibv_wc_read_src_qp -> u32 = |cq| current(cq, |x| x.src_qp);
+    ibv_wc_read_wc_flags -> std::ffi::c_uint = |cq| current(cq, wc_flags);
+    ibv_wc_read_slid -> u32 = |_cq| 0;
+    ibv_wc_read_sl -> u8 = |cq| {
+        // SAFETY: the program's CQ.
+        let ud_sl = unsafe { cq_fast(cq.cast()) }.ud_sl;
+        current(cq, |x| sl_of(x, ud_sl))
+    };
+    ibv_wc_read_dlid_path_bits -> u8 = |_cq| 0;
 }
 
 fn set_ex_ops(ex: &mut ibv_cq_ex) {
-    ex.start_poll = Some(start_poll);
-    ex.next_poll = Some(next_poll);
-    ex.end_poll = Some(end_poll);
-    ex.read_opcode = Some(read_opcode);
-    ex.read_vendor_err = Some(read_vendor_err);
-    ex.read_byte_len = Some(read_byte_len);
-    ex.read_imm_data = Some(read_imm_data);
-    ex.read_qp_num = Some(read_qp_num);
-    ex.read_src_qp = Some(read_src_qp);
-    ex.read_wc_flags = Some(read_wc_flags);
-    ex.read_slid = Some(read_slid);
-    ex.read_sl = Some(read_sl);
-    ex.read_dlid_path_bits = Some(read_dlid_path_bits);
+    ex.start_poll = Some(ibv_start_poll);
+    ex.next_poll = Some(ibv_next_poll);
+    ex.end_poll = Some(ibv_end_poll);
+    ex.read_opcode = Some(ibv_wc_read_opcode);
+    ex.read_vendor_err = Some(ibv_wc_read_vendor_err);
+    ex.read_byte_len = Some(ibv_wc_read_byte_len);
+    ex.read_imm_data = Some(ibv_wc_read_imm_data);
+    ex.read_qp_num = Some(ibv_wc_read_qp_num);
+    ex.read_src_qp = Some(ibv_wc_read_src_qp);
+    ex.read_wc_flags = Some(ibv_wc_read_wc_flags);
+    ex.read_slid = Some(ibv_wc_read_slid);
+    ex.read_sl = Some(ibv_wc_read_sl);
+    ex.read_dlid_path_bits = Some(ibv_wc_read_dlid_path_bits);
 }

@@ -104,6 +104,11 @@ macro_rules! export {
         const EXPORTS: &[(&str, bool)] = &[$(($name, export!(@forwards $($via)?)),)*];
 
         $( export!(@stub $m $f $name $($via)?); )*
+
+        // Each function was written inside `entry!` (`ffi.rs`), which puts
+        // a module of its name next to it: one written without it, whose
+        // panics would unwind into C, is refused here.
+        $( const _: () = $m::$f::GUARDED; )*
     };
 }
 

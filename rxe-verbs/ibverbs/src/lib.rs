@@ -25,8 +25,12 @@
 //!   of the `ibv_context`. Both tables are filled at open.
 //! * **Errors.** A call that fails returns what libibverbs documents for it
 //!   (NULL with `errno`, or the errno value) and never panics across the C
-//!   boundary: every entry point runs inside [`ffi::guard`]. `RXE_DEBUG=1`
-//!   prints why a call failed to standard error.
+//!   boundary: every entry point (each export, each function of an ops
+//!   table) is written inside `ffi::entry!`, which runs its body under
+//!   [`ffi::guard`] (or [`ffi::guard_data`] on the data path) with the
+//!   failure value of its return type, and an export written without it
+//!   does not compile. `RXE_DEBUG=1` prints why a call failed to standard
+//!   error.
 //! * **librdmacm.** The same object is the drop-in `librdmacm.so.1`
 //!   ([`rdmacm`]): `rxe exec` links it under both sonames, and the loader
 //!   maps the file once.

@@ -9,7 +9,7 @@
 //! unspecified.
 
 use crate::context::{ctx_of, ibv_ctx, Ctx, DevOpen};
-use crate::ffi::{guard, int_result, ptr_result, Fail};
+use crate::ffi::{entry, int_result, ptr_result, Fail};
 use crate::live::{self, Kind};
 use crate::sys::*;
 use rxe_verbs::{AtomicOp, ForeignRegion, ProtectionDomain, RegionMemory};
@@ -40,8 +40,8 @@ pub fn pd_of<'a>(p: *mut ibv_pd) -> Result<&'a Pd, Fail> {
     Ok(unsafe { &*(p as *const Pd) })
 }
 
-pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
-    guard("ibv_alloc_pd", std::ptr::null_mut(), || {
+entry! {
+    pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
         let r = ctx_of(context).and_then(|c: &Ctx| {
             let rx = c.open.rx.alloc_pd()?;
             let pd = Box::into_raw(Box::new(Pd {
@@ -58,12 +58,12 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
             live::add(Kind::Pd, pd as usize);
             Ok(pd.cast::<ibv_pd>())
         });
-        ptr_result("ibv_alloc_pd", r)
-    })
+        ptr_result(VERB, r)
+    }
 }
 
-pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
-    guard("ibv_dealloc_pd", libc::EIO, || {
+entry! {
+    pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
         let r = pd_of(pd).and_then(|p| {
             let n = p.users.load(Ordering::Acquire);
             if n > 0 {
@@ -77,8 +77,8 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
             drop(unsafe { Box::from_raw(pd.cast::<Pd>()) });
             Ok(())
         });
-        int_result("ibv_dealloc_pd", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
 /// The program's bytes at `[base, base + len)`, reached by copies.
@@ -309,49 +309,49 @@ fn reg_mr(
     Ok(mr.cast())
 }
 
-pub unsafe extern "C" fn ibv_reg_mr(
-    pd: *mut ibv_pd,
-    addr: *mut c_void,
-    length: usize,
-    access: c_int,
-) -> *mut ibv_mr {
-    guard("ibv_reg_mr", std::ptr::null_mut(), || {
+entry! {
+    pub unsafe extern "C" fn ibv_reg_mr(
+        pd: *mut ibv_pd,
+        addr: *mut c_void,
+        length: usize,
+        access: c_int,
+    ) -> *mut ibv_mr {
         ptr_result(
-            "ibv_reg_mr",
+            VERB,
             reg_mr(pd, addr, length, addr as u64, access as c_uint),
         )
-    })
+    }
 }
 
-pub unsafe extern "C" fn ibv_reg_mr_iova(
-    pd: *mut ibv_pd,
-    addr: *mut c_void,
-    length: usize,
-    iova: u64,
-    access: c_int,
-) -> *mut ibv_mr {
-    guard("ibv_reg_mr_iova", std::ptr::null_mut(), || {
+entry! {
+    pub unsafe extern "C" fn ibv_reg_mr_iova(
+        pd: *mut ibv_pd,
+        addr: *mut c_void,
+        length: usize,
+        iova: u64,
+        access: c_int,
+    ) -> *mut ibv_mr {
         ptr_result(
-            "ibv_reg_mr_iova",
+            VERB,
             reg_mr(pd, addr, length, iova, access as c_uint),
         )
-    })
+    }
 }
 
-pub unsafe extern "C" fn ibv_reg_mr_iova2(
-    pd: *mut ibv_pd,
-    addr: *mut c_void,
-    length: usize,
-    iova: u64,
-    access: c_uint,
-) -> *mut ibv_mr {
-    guard("ibv_reg_mr_iova2", std::ptr::null_mut(), || {
-        ptr_result("ibv_reg_mr_iova2", reg_mr(pd, addr, length, iova, access))
-    })
+entry! {
+    pub unsafe extern "C" fn ibv_reg_mr_iova2(
+        pd: *mut ibv_pd,
+        addr: *mut c_void,
+        length: usize,
+        iova: u64,
+        access: c_uint,
+    ) -> *mut ibv_mr {
+        ptr_result(VERB, reg_mr(pd, addr, length, iova, access))
+    }
 }
 
-pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
-    guard("ibv_dereg_mr", libc::EIO, || {
+entry! {
+    pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         let r = (|| {
             if mr.is_null() || !live::is(Kind::Mr, mr as usize) {
                 return Err(Fail::inval("mr", "not a registered memory region"));
@@ -371,24 +371,25 @@ pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
             drop(unsafe { Box::from_raw(mr.cast::<Mr>()) });
             Ok(())
         })();
-        int_result("ibv_dereg_mr", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
-pub unsafe extern "C" fn ibv_rereg_mr(
-    mr: *mut ibv_mr,
-    flags: c_int,
-    pd: *mut ibv_pd,
-    addr: *mut c_void,
-    length: usize,
-    access: c_int,
-) -> c_int {
-    guard("ibv_rereg_mr", IBV_REREG_MR_ERR_INPUT, || {
+entry! {
+    on_panic = IBV_REREG_MR_ERR_INPUT;
+    pub unsafe extern "C" fn ibv_rereg_mr(
+        mr: *mut ibv_mr,
+        flags: c_int,
+        pd: *mut ibv_pd,
+        addr: *mut c_void,
+        length: usize,
+        access: c_int,
+    ) -> c_int {
         if flags == 0 && access == 0 && !mr.is_null() && live::is(Kind::Mr, mr as usize) {
             // The kernel's uverbs refuses a re-registration that changes
             // nothing: the command fails with EINVAL (after libibverbs'
             // own checks of its arguments, which come first below).
-            crate::ffi::note("ibv_rereg_mr", "flags: 0 changes nothing");
+            crate::ffi::note(VERB, "flags: 0 changes nothing");
             crate::ffi::set_errno(libc::EINVAL);
             return IBV_REREG_MR_ERR_CMD;
         }
@@ -470,7 +471,7 @@ pub unsafe extern "C" fn ibv_rereg_mr(
         match r {
             Ok(()) => 0,
             Err(f) => {
-                crate::ffi::note("ibv_rereg_mr", &f.why);
+                crate::ffi::note(VERB, &f.why);
                 crate::ffi::set_errno(f.errno);
                 if f.errno == libc::EINVAL {
                     IBV_REREG_MR_ERR_INPUT
@@ -479,5 +480,5 @@ pub unsafe extern "C" fn ibv_rereg_mr(
                 }
             }
         }
-    })
+    }
 }

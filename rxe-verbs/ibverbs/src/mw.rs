@@ -12,7 +12,7 @@
 //! chooses (only its low 8 bits count); its `mw->rkey` is left alone, and
 //! the bind must name the window's current rkey, as the kernel requires.
 
-use crate::ffi::{guard, int_result, ptr_result, Fail};
+use crate::ffi::{entry, int_result, ptr_result, Fail};
 use crate::live::{self, Kind};
 use crate::mem::{access_of, pd_of, Mr, Pd};
 use crate::qp::qp_of;
@@ -44,8 +44,8 @@ pub fn mw_of<'a>(p: *mut ibv_mw) -> Result<&'a Mw, Fail> {
     Ok(unsafe { &*(p as *const Mw) })
 }
 
-unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, mw_type: ibv_mw_type) -> *mut ibv_mw {
-    guard("ibv_alloc_mw", std::ptr::null_mut(), || {
+entry! {
+    unsafe extern "C" fn ibv_alloc_mw(pd: *mut ibv_pd, mw_type: ibv_mw_type) -> *mut ibv_mw {
         let r = pd_of(pd).and_then(|p| {
             let t = match mw_type {
                 IBV_MW_TYPE_1 => MwType::Type1,
@@ -70,12 +70,12 @@ unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, mw_type: ibv_mw_type) -> *mut ibv
             live::add(Kind::Mw, mw as usize);
             Ok(mw.cast::<ibv_mw>())
         });
-        ptr_result("ibv_alloc_mw", r)
-    })
+        ptr_result(VERB, r)
+    }
 }
 
-unsafe extern "C" fn dealloc_mw(mw: *mut ibv_mw) -> c_int {
-    guard("ibv_dealloc_mw", libc::EIO, || {
+entry! {
+    unsafe extern "C" fn ibv_dealloc_mw(mw: *mut ibv_mw) -> c_int {
         let r = mw_of(mw).map(|m| {
             live::remove(Kind::Mw, mw as usize);
             drop(m.rx.lock().take());
@@ -84,8 +84,8 @@ unsafe extern "C" fn dealloc_mw(mw: *mut ibv_mw) -> c_int {
             // SAFETY: was a live Box<Mw>.
             drop(unsafe { Box::from_raw(mw.cast::<Mw>()) });
         });
-        int_result("ibv_dealloc_mw", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
 /// The engine's bind of window `mw` to what `info` says, taking the key
@@ -140,10 +140,14 @@ pub unsafe fn bind_of(
     })
 }
 
-/// `ibv_bind_mw` (type 1): a `BIND_MW` work request with the window's next
-/// rkey, which becomes `mw->rkey` once it is posted.
-unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, b: *mut ibv_mw_bind) -> c_int {
-    guard("ibv_bind_mw", libc::EIO, || {
+entry! {
+    /// `ibv_bind_mw` (type 1): a `BIND_MW` work request with the window's next
+    /// rkey, which becomes `mw->rkey` once it is posted.
+    unsafe extern "C" fn ibv_bind_mw(
+        qp: *mut ibv_qp,
+        mw: *mut ibv_mw,
+        b: *mut ibv_mw_bind,
+    ) -> c_int {
         let r = (|| {
             let q = qp_of(qp)?;
             let m = mw_of(mw)?;
@@ -181,13 +185,13 @@ unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, b: *mut ibv_mw_bi
             unsafe { (*mw).rkey = new_rkey };
             Ok(())
         })();
-        int_result("ibv_bind_mw", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
 /// The window verbs of a context's `ops` table.
 pub fn fill_ops(v: &mut verbs_context) {
-    v.context.ops.alloc_mw = Some(alloc_mw);
-    v.context.ops.dealloc_mw = Some(dealloc_mw);
-    v.context.ops.bind_mw = Some(bind_mw);
+    v.context.ops.alloc_mw = Some(ibv_alloc_mw);
+    v.context.ops.dealloc_mw = Some(ibv_dealloc_mw);
+    v.context.ops.bind_mw = Some(ibv_bind_mw);
 }

@@ -26,7 +26,7 @@
 //! stubs find no forwarding address and jump straight to this library's
 //! functions.
 
-use crate::ffi::{guard, note, set_errno};
+use crate::ffi::{entry, note, set_errno};
 use crate::sys::*;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -128,17 +128,22 @@ impl Lib {
     /// `name` (a library built without versions, such as the tests' fake);
     /// 0 if it has neither.
     pub fn sym(&self, name: &str, version: &str) -> usize {
-        let (Ok(n), Ok(v)) = (CString::new(name), CString::new(version)) else {
-            return 0;
-        };
-        // SAFETY: a live handle from dlmopen; valid C strings.
-        let p = unsafe { libc::dlvsym(self.handle, n.as_ptr(), v.as_ptr()) };
-        if !p.is_null() {
-            return p as usize;
-        }
-        // SAFETY: as above.
-        unsafe { libc::dlsym(self.handle, n.as_ptr()) as usize }
+        sym(self.handle, name, version)
     }
+}
+
+/// [`Lib::sym`] on the handle of `dlmopen`.
+fn sym(handle: *mut c_void, name: &str, version: &str) -> usize {
+    let (Ok(n), Ok(v)) = (CString::new(name), CString::new(version)) else {
+        return 0;
+    };
+    // SAFETY: a live handle from dlmopen; valid C strings.
+    let p = unsafe { libc::dlvsym(handle, n.as_ptr(), v.as_ptr()) };
+    if !p.is_null() {
+        return p as usize;
+    }
+    // SAFETY: as above.
+    unsafe { libc::dlsym(handle, n.as_ptr()) as usize }
 }
 
 /// The namespace's `__errno_location`, once loaded (0 before).
@@ -377,18 +382,8 @@ fn load() -> Result<Lib, String> {
     if handle.is_null() {
         return Err(format!("cannot load {path}: {}", dlerror_string()));
     }
-    let mut lib = Lib {
-        path: path.clone(),
-        handle,
-        get_device_list: no_list,
-        free_device_list: no_free,
-        fork_init: None,
-        is_fork_initialized: None,
-        import_device: None,
-        ack_async_event: None,
-    };
-    let get = lib.sym("ibv_get_device_list", "IBVERBS_1.1");
-    let free = lib.sym("ibv_free_device_list", "IBVERBS_1.1");
+    let get = sym(handle, "ibv_get_device_list", "IBVERBS_1.1");
+    let free = sym(handle, "ibv_free_device_list", "IBVERBS_1.1");
     if get == 0 || free == 0 {
         return Err(format!(
             "{path} is not libibverbs (no ibv_get_device_list/ibv_free_device_list)"
@@ -397,14 +392,18 @@ fn load() -> Result<Lib, String> {
     // SAFETY (all transmutes below): each address is the exported function
     // of that name and version, whose C prototype in verbs.h is the type
     // of the field it goes to.
-    unsafe {
-        lib.get_device_list = std::mem::transmute::<usize, GetList>(get);
-        lib.free_device_list = std::mem::transmute::<usize, FreeList>(free);
-        lib.fork_init = opt(lib.sym("ibv_fork_init", "IBVERBS_1.1"));
-        lib.is_fork_initialized = opt(lib.sym("ibv_is_fork_initialized", "IBVERBS_1.13"));
-        lib.import_device = opt(lib.sym("ibv_import_device", "IBVERBS_1.10"));
-        lib.ack_async_event = opt(lib.sym("ibv_ack_async_event", "IBVERBS_1.1"));
-    }
+    let lib = unsafe {
+        Lib {
+            path: path.clone(),
+            handle,
+            get_device_list: std::mem::transmute::<usize, GetList>(get),
+            free_device_list: std::mem::transmute::<usize, FreeList>(free),
+            fork_init: opt(sym(handle, "ibv_fork_init", "IBVERBS_1.1")),
+            is_fork_initialized: opt(sym(handle, "ibv_is_fork_initialized", "IBVERBS_1.13")),
+            import_device: opt(sym(handle, "ibv_import_device", "IBVERBS_1.10")),
+            ack_async_event: opt(sym(handle, "ibv_ack_async_event", "IBVERBS_1.1")),
+        }
+    };
     // SAFETY: dlsym with a live handle and a valid C string.
     let errno_fn = unsafe { libc::dlsym(handle, c"__errno_location".as_ptr()) };
     NS_ERRNO.store(errno_fn as usize, Ordering::Relaxed);
@@ -422,12 +421,6 @@ unsafe fn opt<F: Copy>(addr: usize) -> Option<F> {
     // SAFETY: the caller's contract; F is a function pointer type.
     (addr != 0).then(|| unsafe { std::mem::transmute_copy::<usize, F>(&addr) })
 }
-
-unsafe extern "C" fn no_list(_: *mut c_int) -> *mut *mut ibv_device {
-    std::ptr::null_mut()
-}
-
-unsafe extern "C" fn no_free(_: *mut *mut ibv_device) {}
 
 // ------------------------------------------------------- device lists --
 
@@ -492,48 +485,47 @@ pub fn free_list(ours: *mut *mut ibv_device) {
 
 // ------------------------------------------------ verbs written by hand --
 
-/// `ibv_fork_init`: the system library's when native devices are asked
-/// for (it must protect their pinned memory across fork), else ours.
-pub unsafe extern "C" fn ibv_fork_init() -> c_int {
-    guard("ibv_fork_init", libc::EIO, || {
+entry! {
+    /// `ibv_fork_init`: the system library's when native devices are asked
+    /// for (it must protect their pinned memory across fork), else ours.
+    pub unsafe extern "C" fn ibv_fork_init() -> c_int {
         match lib().and_then(|l| l.fork_init) {
             // SAFETY: the system library's ibv_fork_init.
             Some(f) => bridged(|| unsafe { f() }),
-            // SAFETY: ours takes no argument.
-            None => unsafe { crate::device::ibv_fork_init() },
+            None => crate::device::fork_init(),
         }
-    })
+    }
 }
 
-pub unsafe extern "C" fn ibv_is_fork_initialized() -> ibv_fork_status {
-    guard("ibv_is_fork_initialized", IBV_FORK_UNNEEDED, || {
+entry! {
+    on_panic = IBV_FORK_UNNEEDED;
+    pub unsafe extern "C" fn ibv_is_fork_initialized() -> ibv_fork_status {
         match lib().and_then(|l| l.is_fork_initialized) {
             // SAFETY: the system library's ibv_is_fork_initialized.
             Some(f) => bridged(|| unsafe { f() }),
-            // SAFETY: ours takes no argument.
-            None => unsafe { crate::device::ibv_is_fork_initialized() },
+            None => crate::device::is_fork_initialized(),
         }
-    })
+    }
 }
 
-/// `ibv_import_device(cmd_fd)`: a kernel device's file descriptor goes to
-/// the system library when it is loaded; a soft device's is ours
-/// ([`crate::import`]).
-pub unsafe extern "C" fn ibv_import_device(cmd_fd: c_int) -> *mut ibv_context {
-    guard("ibv_import_device", std::ptr::null_mut(), || {
+entry! {
+    /// `ibv_import_device(cmd_fd)`: a kernel device's file descriptor goes to
+    /// the system library when it is loaded; a soft device's is ours
+    /// ([`crate::import`]).
+    pub unsafe extern "C" fn ibv_import_device(cmd_fd: c_int) -> *mut ibv_context {
         match lib().and_then(|l| l.import_device) {
             // SAFETY: the system library's ibv_import_device.
             Some(f) if !crate::import::is_cmd_fd(cmd_fd) => bridged(|| unsafe { f(cmd_fd) }),
             _ => crate::import::import_device(cmd_fd),
         }
-    })
+    }
 }
 
-/// `ibv_ack_async_event`: the object the event names (by its type) says
-/// whose event it is. Port and device events name no object; neither
-/// library does anything for them.
-pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
-    guard("ibv_ack_async_event", (), || {
+entry! {
+    /// `ibv_ack_async_event`: the object the event names (by its type) says
+    /// whose event it is. Port and device events name no object; neither
+    /// library does anything for them.
+    pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
         if let (Some(l), false) = (loaded(), event.is_null()) {
             // SAFETY: the program's event as ibv_get_async_event filled it;
             // the union member the type says is set.
@@ -562,7 +554,7 @@ pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
         }
         // SAFETY: the program's event, for our objects.
         unsafe { crate::context::ibv_ack_async_event(event) }
-    })
+    }
 }
 
 /// `ibv_get_device_list` under `RXE_PROVIDER=native` when the system

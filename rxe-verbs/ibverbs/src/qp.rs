@@ -3,7 +3,7 @@
 
 use crate::context::{ctx_of, ibv_ctx, CtxEvents, DevOpen, EventCount, Route};
 use crate::cq::{cq_of, Cq};
-use crate::ffi::{guard, guard_data, int_result, note, ptr_result, set_errno, Fail};
+use crate::ffi::{entry, int_result, note, ptr_result, set_errno, Fail};
 use crate::live::{self, Kind};
 use crate::mem::{access_of, pd_of, Pd};
 use crate::sys::*;
@@ -201,11 +201,11 @@ fn create_qp(pd: *mut ibv_pd, a: QpArgs) -> Result<*mut Qp, Fail> {
     Ok(q)
 }
 
-pub unsafe extern "C" fn ibv_create_qp(
-    pd: *mut ibv_pd,
-    attr: *mut ibv_qp_init_attr,
-) -> *mut ibv_qp {
-    guard("ibv_create_qp", std::ptr::null_mut(), || {
+entry! {
+    pub unsafe extern "C" fn ibv_create_qp(
+        pd: *mut ibv_pd,
+        attr: *mut ibv_qp_init_attr,
+    ) -> *mut ibv_qp {
         let r = (|| {
             // SAFETY: the program's attributes.
             let a = unsafe { attr.as_mut() }.ok_or_else(|| Fail::inval("qp_init_attr", "NULL"))?;
@@ -222,15 +222,15 @@ pub unsafe extern "C" fn ibv_create_qp(
                 },
             )
         })();
-        ptr_result("ibv_create_qp", r.map(|q| q.cast::<ibv_qp>()))
-    })
+        ptr_result(VERB, r.map(|q| q.cast::<ibv_qp>()))
+    }
 }
 
-unsafe extern "C" fn create_qp_ex(
-    context: *mut ibv_context,
-    attr: *mut ibv_qp_init_attr_ex,
-) -> *mut ibv_qp {
-    guard("ibv_create_qp_ex", std::ptr::null_mut(), || {
+entry! {
+    unsafe extern "C" fn ibv_create_qp_ex(
+        context: *mut ibv_context,
+        attr: *mut ibv_qp_init_attr_ex,
+    ) -> *mut ibv_qp {
         let r = (|| {
             let _ = ctx_of(context)?;
             // SAFETY: the program's attributes.
@@ -290,14 +290,14 @@ unsafe extern "C" fn create_qp_ex(
             )?;
             Ok(q)
         })();
-        ptr_result("ibv_create_qp_ex", r.map(|q| q.cast::<ibv_qp>()))
-    })
+        ptr_result(VERB, r.map(|q| q.cast::<ibv_qp>()))
+    }
 }
 
-pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
-    guard("ibv_qp_to_qp_ex", std::ptr::null_mut(), || {
-        ptr_result("ibv_qp_to_qp_ex", qp_of(qp).map(|_| qp.cast::<ibv_qp_ex>()))
-    })
+entry! {
+    pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
+        ptr_result(VERB, qp_of(qp).map(|_| qp.cast::<ibv_qp_ex>()))
+    }
 }
 
 fn modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> Result<(), Fail> {
@@ -391,23 +391,23 @@ fn modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> Result<(),
     Ok(())
 }
 
-pub unsafe extern "C" fn ibv_modify_qp(
-    qp: *mut ibv_qp,
-    attr: *mut ibv_qp_attr,
-    attr_mask: c_int,
-) -> c_int {
-    guard("ibv_modify_qp", libc::EIO, || {
-        int_result("ibv_modify_qp", modify_qp(qp, attr, attr_mask))
-    })
+entry! {
+    pub unsafe extern "C" fn ibv_modify_qp(
+        qp: *mut ibv_qp,
+        attr: *mut ibv_qp_attr,
+        attr_mask: c_int,
+    ) -> c_int {
+        int_result(VERB, modify_qp(qp, attr, attr_mask))
+    }
 }
 
-pub unsafe extern "C" fn ibv_query_qp(
-    qp: *mut ibv_qp,
-    attr: *mut ibv_qp_attr,
-    _attr_mask: c_int,
-    init_attr: *mut ibv_qp_init_attr,
-) -> c_int {
-    guard("ibv_query_qp", libc::EIO, || {
+entry! {
+    pub unsafe extern "C" fn ibv_query_qp(
+        qp: *mut ibv_qp,
+        attr: *mut ibv_qp_attr,
+        _attr_mask: c_int,
+        init_attr: *mut ibv_qp_init_attr,
+    ) -> c_int {
         let r = qp_of(qp).and_then(|q| {
             if attr.is_null() || init_attr.is_null() {
                 return Err(Fail::inval(
@@ -482,12 +482,12 @@ pub unsafe extern "C" fn ibv_query_qp(
             }
             Ok(())
         });
-        int_result("ibv_query_qp", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
-pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
-    guard("ibv_destroy_qp", libc::EIO, || {
+entry! {
+    pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
         let r = qp_of(qp).and_then(|q| {
             if !q.mcast.lock().is_empty() {
                 // As the kernel's uverbs: detach first.
@@ -518,8 +518,8 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
             // SAFETY: was a live Box<Qp>.
             drop(unsafe { Box::from_raw(qp.cast::<Qp>()) });
         });
-        int_result("ibv_destroy_qp", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
 /// `ibv_ack_async_event` for a QP event.
@@ -574,12 +574,13 @@ unsafe fn report_post<T>(
     f.errno
 }
 
-unsafe extern "C" fn post_send(
-    qp: *mut ibv_qp,
-    wr: *mut ibv_send_wr,
-    bad_wr: *mut *mut ibv_send_wr,
-) -> c_int {
-    guard_data("ibv_post_send", libc::EIO, || {
+entry! {
+    data;
+    unsafe extern "C" fn ibv_post_send(
+        qp: *mut ibv_qp,
+        wr: *mut ibv_send_wr,
+        bad_wr: *mut *mut ibv_send_wr,
+    ) -> c_int {
         if qp.is_null() {
             return libc::EINVAL;
         }
@@ -608,8 +609,8 @@ unsafe extern "C" fn post_send(
         }
         let posted = q.rx.post_send(&list);
         // SAFETY: the program's list and output slot.
-        unsafe { report_post("ibv_post_send", posted, &ptrs, wr, failed, bad_wr) }
-    })
+        unsafe { report_post(VERB, posted, &ptrs, wr, failed, bad_wr) }
+    }
 }
 
 /// Receive WRs from a program's list: at most `max + 1` of them, stopping
@@ -667,12 +668,13 @@ unsafe fn post_recv_list(
     unsafe { report_post(verb, posted, &ptrs, wr, failed, bad_wr) }
 }
 
-unsafe extern "C" fn post_recv(
-    qp: *mut ibv_qp,
-    wr: *mut ibv_recv_wr,
-    bad_wr: *mut *mut ibv_recv_wr,
-) -> c_int {
-    guard_data("ibv_post_recv", libc::EIO, || {
+entry! {
+    data;
+    unsafe extern "C" fn ibv_post_recv(
+        qp: *mut ibv_qp,
+        wr: *mut ibv_recv_wr,
+        bad_wr: *mut *mut ibv_recv_wr,
+    ) -> c_int {
         if qp.is_null() {
             return libc::EINVAL;
         }
@@ -680,7 +682,7 @@ unsafe extern "C" fn post_recv(
         let q = unsafe { qp_fast(qp) };
         if !q.srq.is_null() {
             note(
-                "ibv_post_recv",
+                VERB,
                 "the QP uses a shared receive queue: post to it",
             );
             // SAFETY: the program's output slot.
@@ -690,7 +692,7 @@ unsafe extern "C" fn post_recv(
         // SAFETY: the program's list and slot.
         unsafe {
             post_recv_list(
-                "ibv_post_recv",
+                VERB,
                 wr,
                 bad_wr,
                 q.max_recv_wr,
@@ -698,7 +700,7 @@ unsafe extern "C" fn post_recv(
                 |l| q.rx.post_recv(l),
             )
         }
-    })
+    }
 }
 
 // ---- shared receive queues -------------------------------------------------
@@ -727,11 +729,11 @@ pub fn srq_of<'a>(p: *mut ibv_srq) -> Result<&'a Srq, Fail> {
     Ok(unsafe { &*(p as *const Srq) })
 }
 
-pub unsafe extern "C" fn ibv_create_srq(
-    pd: *mut ibv_pd,
-    init: *mut ibv_srq_init_attr,
-) -> *mut ibv_srq {
-    guard("ibv_create_srq", std::ptr::null_mut(), || {
+entry! {
+    pub unsafe extern "C" fn ibv_create_srq(
+        pd: *mut ibv_pd,
+        init: *mut ibv_srq_init_attr,
+    ) -> *mut ibv_srq {
         let r = (|| {
             let p = pd_of(pd)?;
             // SAFETY: the program's attributes.
@@ -801,16 +803,16 @@ pub unsafe extern "C" fn ibv_create_srq(
             live::add(Kind::Srq, s as usize);
             Ok(s.cast::<ibv_srq>())
         })();
-        ptr_result("ibv_create_srq", r)
-    })
+        ptr_result(VERB, r)
+    }
 }
 
-pub unsafe extern "C" fn ibv_modify_srq(
-    srq: *mut ibv_srq,
-    attr: *mut ibv_srq_attr,
-    mask: c_int,
-) -> c_int {
-    guard("ibv_modify_srq", libc::EIO, || {
+entry! {
+    pub unsafe extern "C" fn ibv_modify_srq(
+        srq: *mut ibv_srq,
+        attr: *mut ibv_srq_attr,
+        mask: c_int,
+    ) -> c_int {
         let r = srq_of(srq).and_then(|s| {
             // SAFETY: the program's attributes.
             let a = unsafe { attr.as_ref() }.ok_or_else(|| Fail::inval("srq_attr", "NULL"))?;
@@ -845,12 +847,12 @@ pub unsafe extern "C" fn ibv_modify_srq(
             }
             Ok(())
         });
-        int_result("ibv_modify_srq", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
-pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
-    guard("ibv_query_srq", libc::EIO, || {
+entry! {
+    pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
         let r = srq_of(srq).and_then(|s| {
             if attr.is_null() {
                 return Err(Fail::inval("srq_attr", "NULL"));
@@ -864,12 +866,12 @@ pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_att
             };
             Ok(())
         });
-        int_result("ibv_query_srq", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
-pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
-    guard("ibv_destroy_srq", libc::EIO, || {
+entry! {
+    pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
         let r = srq_of(srq).and_then(|s| {
             let n = s.users.load(Ordering::Acquire);
             if n > 0 {
@@ -890,8 +892,8 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
             drop(unsafe { Box::from_raw(srq.cast::<Srq>()) });
             Ok(())
         });
-        int_result("ibv_destroy_srq", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
 /// # Safety
@@ -902,12 +904,13 @@ pub unsafe fn ack_srq_async(srq: *mut ibv_srq) {
     }
 }
 
-unsafe extern "C" fn post_srq_recv(
-    srq: *mut ibv_srq,
-    wr: *mut ibv_recv_wr,
-    bad_wr: *mut *mut ibv_recv_wr,
-) -> c_int {
-    guard_data("ibv_post_srq_recv", libc::EIO, || {
+entry! {
+    data;
+    unsafe extern "C" fn ibv_post_srq_recv(
+        srq: *mut ibv_srq,
+        wr: *mut ibv_recv_wr,
+        bad_wr: *mut *mut ibv_recv_wr,
+    ) -> c_int {
         let s = match srq_of(srq) {
             Ok(s) => s,
             Err(_) => return libc::EINVAL,
@@ -915,11 +918,11 @@ unsafe extern "C" fn post_srq_recv(
         let a = *s.attr.lock();
         // SAFETY: the program's list and slot.
         unsafe {
-            post_recv_list("ibv_post_srq_recv", wr, bad_wr, a.max_wr, a.max_sge, |l| {
+            post_recv_list(VERB, wr, bad_wr, a.max_wr, a.max_sge, |l| {
                 s.rx.post_recv(l)
             })
         }
-    })
+    }
 }
 
 // ---- address handles ---------------------------------------------------------
@@ -964,14 +967,14 @@ fn create_ah(pd: *mut ibv_pd, attr: *const ibv_ah_attr) -> Result<*mut ibv_ah, F
     Ok(ah.cast())
 }
 
-pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
-    guard("ibv_create_ah", std::ptr::null_mut(), || {
-        ptr_result("ibv_create_ah", create_ah(pd, attr))
-    })
+entry! {
+    pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
+        ptr_result(VERB, create_ah(pd, attr))
+    }
 }
 
-pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
-    guard("ibv_destroy_ah", libc::EIO, || {
+entry! {
+    pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
         let r = ah_of(ah).map(|a| {
             live::remove(Kind::Ah, ah as usize);
             // SAFETY: the PD outlives its AHs.
@@ -979,8 +982,8 @@ pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
             // SAFETY: was a live Box<Ah>.
             drop(unsafe { Box::from_raw(ah.cast::<Ah>()) });
         });
-        int_result("ibv_destroy_ah", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
 /// The sender's GID from the 40 bytes a UD receive starts with: an IPv6
@@ -1005,14 +1008,15 @@ fn grh_source(g: &[u8; 40]) -> Option<(std::net::Ipv6Addr, u8, u8, u32)> {
     None
 }
 
-pub unsafe extern "C" fn ibv_init_ah_from_wc(
-    context: *mut ibv_context,
-    port_num: u8,
-    wc: *mut ibv_wc,
-    grh: *mut ibv_grh,
-    ah_attr: *mut ibv_ah_attr,
-) -> c_int {
-    guard("ibv_init_ah_from_wc", -1, || {
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn ibv_init_ah_from_wc(
+        context: *mut ibv_context,
+        port_num: u8,
+        wc: *mut ibv_wc,
+        grh: *mut ibv_grh,
+        ah_attr: *mut ibv_ah_attr,
+    ) -> c_int {
         let r = (|| {
             let _ = ctx_of(context)?;
             crate::device::check_port(port_num)?;
@@ -1047,17 +1051,17 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
             unsafe { ah_attr.write(a) };
             Ok(())
         })();
-        crate::ffi::minus_one_result("ibv_init_ah_from_wc", r)
-    })
+        crate::ffi::minus_one_result(VERB, r)
+    }
 }
 
-pub unsafe extern "C" fn ibv_create_ah_from_wc(
-    pd: *mut ibv_pd,
-    wc: *mut ibv_wc,
-    grh: *mut ibv_grh,
-    port_num: u8,
-) -> *mut ibv_ah {
-    guard("ibv_create_ah_from_wc", std::ptr::null_mut(), || {
+entry! {
+    pub unsafe extern "C" fn ibv_create_ah_from_wc(
+        pd: *mut ibv_pd,
+        wc: *mut ibv_wc,
+        grh: *mut ibv_grh,
+        port_num: u8,
+    ) -> *mut ibv_ah {
         let r = pd_of(pd).and_then(|p| {
             // SAFETY: plain data.
             let mut a: ibv_ah_attr = unsafe { std::mem::zeroed() };
@@ -1072,23 +1076,22 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
             }
             create_ah(pd, &a)
         });
-        ptr_result("ibv_create_ah_from_wc", r)
-    })
+        ptr_result(VERB, r)
+    }
 }
 
 // ---- extended posting: ibv_wr_* ------------------------------------------------
 
-/// The QP of an `ibv_qp_ex` pointer and its open batch.
+/// The QP of an `ibv_qp_ex` pointer and its open batch (for the
+/// `ibv_wr_*` verbs, inside their own guard).
 ///
 /// # Safety
 /// `qp` is the program's extended QP.
 unsafe fn with_batch(qp: *mut ibv_qp_ex, f: impl FnOnce(&Qp, &mut Batch)) {
-    guard_data("ibv_wr", (), || {
-        // SAFETY: the caller's contract.
-        let q = unsafe { qp_fast(qp.cast()) };
-        let mut b = q.batch.lock();
-        f(q, &mut b);
-    })
+    // SAFETY: the caller's contract.
+    let q = unsafe { qp_fast(qp.cast()) };
+    let mut b = q.batch.lock();
+    f(q, &mut b);
 }
 
 /// Starts a new WR of the batch with the QP's `wr_id` and `wr_flags`.
@@ -1118,77 +1121,83 @@ fn new_wr(q: &Qp, b: &mut Batch, opcode: SendOpcode) -> Option<usize> {
 
 macro_rules! wr_op {
     ($name:ident ( $($a:ident : $t:ty),* ) => $op:expr, |$w:ident| $body:block) => {
-        unsafe extern "C" fn $name(qp: *mut ibv_qp_ex $(, $a: $t)*) {
-            // SAFETY: the program's extended QP.
-            unsafe {
-                with_batch(qp, |q, b| {
-                    if let Some(i) = new_wr(q, b, $op) {
-                        let $w = &mut b.wrs[i];
-                        $body
-                    }
-                })
+        entry! {
+            data;
+            unsafe extern "C" fn $name(qp: *mut ibv_qp_ex $(, $a: $t)*) {
+                // SAFETY: the program's extended QP.
+                unsafe {
+                    with_batch(qp, |q, b| {
+                        if let Some(i) = new_wr(q, b, $op) {
+                            let $w = &mut b.wrs[i];
+                            $body
+                        }
+                    })
+                }
             }
         }
     };
 }
 
-wr_op!(wr_send() => SendOpcode::Send, |_w| {});
-wr_op!(wr_send_imm(imm: __be32) => SendOpcode::SendWithImm, |w| { w.imm_data = u32::from_be(imm); });
-wr_op!(wr_send_inv(rkey: u32) => SendOpcode::SendWithInv, |w| { w.invalidate_rkey = rkey; });
-wr_op!(wr_local_inv(rkey: u32) => SendOpcode::LocalInv, |w| { w.invalidate_rkey = rkey; });
-wr_op!(wr_rdma_write(rkey: u32, remote_addr: u64) => SendOpcode::RdmaWrite, |w| {
+wr_op!(ibv_wr_send() => SendOpcode::Send, |_w| {});
+wr_op!(ibv_wr_send_imm(imm: __be32) => SendOpcode::SendWithImm, |w| { w.imm_data = u32::from_be(imm); });
+wr_op!(ibv_wr_send_inv(rkey: u32) => SendOpcode::SendWithInv, |w| { w.invalidate_rkey = rkey; });
+wr_op!(ibv_wr_local_inv(rkey: u32) => SendOpcode::LocalInv, |w| { w.invalidate_rkey = rkey; });
+wr_op!(ibv_wr_rdma_write(rkey: u32, remote_addr: u64) => SendOpcode::RdmaWrite, |w| {
     w.rkey = rkey;
     w.remote_addr = remote_addr;
 });
-wr_op!(wr_rdma_write_imm(rkey: u32, remote_addr: u64, imm: __be32) => SendOpcode::RdmaWriteWithImm, |w| {
+wr_op!(ibv_wr_rdma_write_imm(rkey: u32, remote_addr: u64, imm: __be32) => SendOpcode::RdmaWriteWithImm, |w| {
     w.rkey = rkey;
     w.remote_addr = remote_addr;
     w.imm_data = u32::from_be(imm);
 });
-wr_op!(wr_rdma_read(rkey: u32, remote_addr: u64) => SendOpcode::RdmaRead, |w| {
+wr_op!(ibv_wr_rdma_read(rkey: u32, remote_addr: u64) => SendOpcode::RdmaRead, |w| {
     w.rkey = rkey;
     w.remote_addr = remote_addr;
 });
-wr_op!(wr_atomic_cmp_swp(rkey: u32, remote_addr: u64, compare: u64, swap: u64) => SendOpcode::AtomicCmpSwap, |w| {
+wr_op!(ibv_wr_atomic_cmp_swp(rkey: u32, remote_addr: u64, compare: u64, swap: u64) => SendOpcode::AtomicCmpSwap, |w| {
     w.rkey = rkey;
     w.remote_addr = remote_addr;
     w.compare_add = compare;
     w.swap = swap;
 });
-wr_op!(wr_atomic_fetch_add(rkey: u32, remote_addr: u64, add: u64) => SendOpcode::AtomicFetchAdd, |w| {
+wr_op!(ibv_wr_atomic_fetch_add(rkey: u32, remote_addr: u64, add: u64) => SendOpcode::AtomicFetchAdd, |w| {
     w.rkey = rkey;
     w.remote_addr = remote_addr;
     w.compare_add = add;
 });
-/// `ibv_wr_atomic_write`: the 8 bytes at `atomic_wr` are read now (as
-/// rdma-core's rxe provider copies them into the WQE) and go as the
-/// request's inline payload.
-unsafe extern "C" fn wr_atomic_write(
-    qp: *mut ibv_qp_ex,
-    rkey: u32,
-    remote_addr: u64,
-    atomic_wr: *const c_void,
-) {
-    // SAFETY: the program's extended QP, and its 8 bytes at `atomic_wr`
-    // (checked for NULL).
-    unsafe {
-        with_batch(qp, |q, b| {
-            if atomic_wr.is_null() {
-                b.error.get_or_insert((
-                    libc::EINVAL,
-                    "ibv_wr_atomic_write: atomic_wr is NULL".into(),
-                ));
-                return;
-            }
-            let mut v = [0u8; 8];
-            std::ptr::copy_nonoverlapping(atomic_wr.cast::<u8>(), v.as_mut_ptr(), 8);
-            if let Some(i) = new_wr(q, b, SendOpcode::AtomicWrite) {
-                let w = &mut b.wrs[i];
-                w.rkey = rkey;
-                w.remote_addr = remote_addr;
-                w.inline_data = Some(v.to_vec());
-            }
-        })
+entry! {
+    data;
+    /// `ibv_wr_atomic_write`: the 8 bytes at `atomic_wr` are read now (as
+    /// rdma-core's rxe provider copies them into the WQE) and go as the
+    /// request's inline payload.
+    unsafe extern "C" fn ibv_wr_atomic_write(
+        qp: *mut ibv_qp_ex,
+        rkey: u32,
+        remote_addr: u64,
+        atomic_wr: *const c_void,
+    ) {
+        // SAFETY: the program's extended QP, and its 8 bytes at `atomic_wr`
+        // (checked for NULL).
+        unsafe {
+            with_batch(qp, |q, b| {
+                if atomic_wr.is_null() {
+                    b.error.get_or_insert((
+                        libc::EINVAL,
+                        "ibv_wr_atomic_write: atomic_wr is NULL".into(),
+                    ));
+                    return;
+                }
+                let mut v = [0u8; 8];
+                std::ptr::copy_nonoverlapping(atomic_wr.cast::<u8>(), v.as_mut_ptr(), 8);
+                if let Some(i) = new_wr(q, b, SendOpcode::AtomicWrite) {
+                    let w = &mut b.wrs[i];
+                    w.rkey = rkey;
+                    w.remote_addr = remote_addr;
+                    w.inline_data = Some(v.to_vec());
+                }
+            })
+        }
     }
 }
 
@@ -1209,194 +1218,228 @@ fn last_wr(
     }
 }
 
-unsafe extern "C" fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
-    // SAFETY: the program's extended QP.
-    unsafe {
-        with_batch(qp, |q, b| {
-            last_wr(q, b, "ibv_wr_set_sge", |_, w| {
-                w.sg_list = vec![Sge { addr, length, lkey }];
-                Ok(())
+entry! {
+    data;
+    unsafe extern "C" fn ibv_wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+        // SAFETY: the program's extended QP.
+        unsafe {
+            with_batch(qp, |q, b| {
+                last_wr(q, b, "ibv_wr_set_sge", |_, w| {
+                    w.sg_list = vec![Sge { addr, length, lkey }];
+                    Ok(())
+                })
             })
-        })
+        }
     }
 }
 
-unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg: *const ibv_sge) {
-    // SAFETY: the program's extended QP.
-    unsafe {
-        with_batch(qp, |q, b| {
-            last_wr(q, b, "ibv_wr_set_sge_list", |q, w| {
-                let n = i32::try_from(num_sge).map_err(|_| Fail::inval("num_sge", "too large"))?;
-                // SAFETY: the program's list of num_sge entries.
-                w.sg_list = sges(sg, n, q.limits.max_sge)?;
-                Ok(())
+entry! {
+    data;
+    unsafe extern "C" fn ibv_wr_set_sge_list(
+        qp: *mut ibv_qp_ex,
+        num_sge: usize,
+        sg: *const ibv_sge,
+    ) {
+        // SAFETY: the program's extended QP.
+        unsafe {
+            with_batch(qp, |q, b| {
+                last_wr(q, b, "ibv_wr_set_sge_list", |q, w| {
+                    let n = i32::try_from(num_sge)
+                        .map_err(|_| Fail::inval("num_sge", "too large"))?;
+                    // SAFETY: the program's list of num_sge entries.
+                    w.sg_list = sges(sg, n, q.limits.max_sge)?;
+                    Ok(())
+                })
             })
-        })
+        }
     }
 }
 
-unsafe extern "C" fn wr_set_inline_data(qp: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
-    let buf = ibv_data_buf { addr, length };
-    // SAFETY: forwards to the list form with one buffer.
-    unsafe { wr_set_inline_data_list(qp, 1, &buf) }
+entry! {
+    data;
+    unsafe extern "C" fn ibv_wr_set_inline_data(
+        qp: *mut ibv_qp_ex,
+        addr: *mut c_void,
+        length: usize,
+    ) {
+        let buf = ibv_data_buf { addr, length };
+        // SAFETY: forwards to the list form with one buffer.
+        unsafe { ibv_wr_set_inline_data_list(qp, 1, &buf) }
+    }
 }
 
-unsafe extern "C" fn wr_set_inline_data_list(
-    qp: *mut ibv_qp_ex,
-    num_buf: usize,
-    bufs: *const ibv_data_buf,
-) {
-    // SAFETY: the program's extended QP.
-    unsafe {
-        with_batch(qp, |q, b| {
-            last_wr(q, b, "ibv_wr_set_inline_data", |q, w| {
-                if num_buf > 0 && bufs.is_null() {
-                    return Err(Fail::inval("buf_list", "NULL"));
-                }
-                let list = if num_buf == 0 {
-                    &[][..]
-                } else {
-                    // SAFETY: the program's num_buf buffers.
-                    std::slice::from_raw_parts(bufs, num_buf)
-                };
-                let total: usize = list.iter().map(|d| d.length).sum();
-                if total > q.limits.max_inline as usize {
-                    return Err(Fail::inval(
-                        "inline data",
-                        format!(
-                            "{total} bytes, more than max_inline_data {}",
-                            q.limits.max_inline
-                        ),
-                    ));
-                }
-                let mut out = Vec::with_capacity(total);
-                for d in list.iter().filter(|d| d.length > 0) {
-                    if d.addr.is_null() {
-                        return Err(Fail::inval("inline data", "addr is NULL"));
+entry! {
+    data;
+    unsafe extern "C" fn ibv_wr_set_inline_data_list(
+        qp: *mut ibv_qp_ex,
+        num_buf: usize,
+        bufs: *const ibv_data_buf,
+    ) {
+        // SAFETY: the program's extended QP.
+        unsafe {
+            with_batch(qp, |q, b| {
+                last_wr(q, b, "ibv_wr_set_inline_data", |q, w| {
+                    if num_buf > 0 && bufs.is_null() {
+                        return Err(Fail::inval("buf_list", "NULL"));
                     }
-                    // SAFETY: the program's buffer of d.length bytes.
-                    out.extend_from_slice(std::slice::from_raw_parts(
-                        d.addr as *const u8,
-                        d.length,
-                    ));
-                }
-                w.inline_data = Some(out);
-                w.flags |= SendFlags::INLINE;
-                Ok(())
+                    let list = if num_buf == 0 {
+                        &[][..]
+                    } else {
+                        // SAFETY: the program's num_buf buffers.
+                        std::slice::from_raw_parts(bufs, num_buf)
+                    };
+                    let total: usize = list.iter().map(|d| d.length).sum();
+                    if total > q.limits.max_inline as usize {
+                        return Err(Fail::inval(
+                            "inline data",
+                            format!(
+                                "{total} bytes, more than max_inline_data {}",
+                                q.limits.max_inline
+                            ),
+                        ));
+                    }
+                    let mut out = Vec::with_capacity(total);
+                    for d in list.iter().filter(|d| d.length > 0) {
+                        if d.addr.is_null() {
+                            return Err(Fail::inval("inline data", "addr is NULL"));
+                        }
+                        // SAFETY: the program's buffer of d.length bytes.
+                        out.extend_from_slice(std::slice::from_raw_parts(
+                            d.addr as *const u8,
+                            d.length,
+                        ));
+                    }
+                    w.inline_data = Some(out);
+                    w.flags |= SendFlags::INLINE;
+                    Ok(())
+                })
             })
-        })
+        }
     }
 }
 
-unsafe extern "C" fn wr_set_ud_addr(
-    qp: *mut ibv_qp_ex,
-    ah: *mut ibv_ah,
-    remote_qpn: u32,
-    remote_qkey: u32,
-) {
-    // SAFETY: the program's extended QP.
-    unsafe {
-        with_batch(qp, |q, b| {
-            last_wr(q, b, "ibv_wr_set_ud_addr", |_, w| {
-                let a = ah_of(ah)?;
-                w.ud = Some(UdDest {
-                    av: a.rx.av(),
-                    remote_qpn,
-                    remote_qkey,
-                });
-                Ok(())
+entry! {
+    data;
+    unsafe extern "C" fn ibv_wr_set_ud_addr(
+        qp: *mut ibv_qp_ex,
+        ah: *mut ibv_ah,
+        remote_qpn: u32,
+        remote_qkey: u32,
+    ) {
+        // SAFETY: the program's extended QP.
+        unsafe {
+            with_batch(qp, |q, b| {
+                last_wr(q, b, "ibv_wr_set_ud_addr", |_, w| {
+                    let a = ah_of(ah)?;
+                    w.ud = Some(UdDest {
+                        av: a.rx.av(),
+                        remote_qpn,
+                        remote_qkey,
+                    });
+                    Ok(())
+                })
             })
-        })
+        }
     }
 }
 
-unsafe extern "C" fn wr_bind_mw(
-    qp: *mut ibv_qp_ex,
-    mw: *mut ibv_mw,
-    rkey: u32,
-    info: *const ibv_mw_bind_info,
-) {
-    // SAFETY: the program's extended QP.
-    unsafe {
-        with_batch(qp, |q, b| {
-            let Some(i) = new_wr(q, b, SendOpcode::BindMw) else {
-                return;
-            };
-            // SAFETY: the program's bind information.
-            match crate::mw::bind_of(mw, rkey, info) {
-                Ok(bind) => b.wrs[i].bind = Some(bind),
-                Err(e) => {
-                    b.error.get_or_insert((e.errno, e.why));
+entry! {
+    data;
+    unsafe extern "C" fn ibv_wr_bind_mw(
+        qp: *mut ibv_qp_ex,
+        mw: *mut ibv_mw,
+        rkey: u32,
+        info: *const ibv_mw_bind_info,
+    ) {
+        // SAFETY: the program's extended QP.
+        unsafe {
+            with_batch(qp, |q, b| {
+                let Some(i) = new_wr(q, b, SendOpcode::BindMw) else {
+                    return;
+                };
+                // SAFETY: the program's bind information.
+                match crate::mw::bind_of(mw, rkey, info) {
+                    Ok(bind) => b.wrs[i].bind = Some(bind),
+                    Err(e) => {
+                        b.error.get_or_insert((e.errno, e.why));
+                    }
                 }
-            }
-        })
+            })
+        }
     }
 }
 
-unsafe extern "C" fn wr_start(qp: *mut ibv_qp_ex) {
-    // SAFETY: the program's extended QP.
-    unsafe {
-        with_batch(qp, |_, b| {
-            *b = Batch {
-                open: true,
-                ..Batch::default()
-            };
-        })
+entry! {
+    data;
+    unsafe extern "C" fn ibv_wr_start(qp: *mut ibv_qp_ex) {
+        // SAFETY: the program's extended QP.
+        unsafe {
+            with_batch(qp, |_, b| {
+                *b = Batch {
+                    open: true,
+                    ..Batch::default()
+                };
+            })
+        }
     }
 }
 
-unsafe extern "C" fn wr_abort(qp: *mut ibv_qp_ex) {
-    // SAFETY: the program's extended QP.
-    unsafe { with_batch(qp, |_, b| *b = Batch::default()) }
+entry! {
+    data;
+    unsafe extern "C" fn ibv_wr_abort(qp: *mut ibv_qp_ex) {
+        // SAFETY: the program's extended QP.
+        unsafe { with_batch(qp, |_, b| *b = Batch::default()) }
+    }
 }
 
-unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
-    guard_data("ibv_wr_complete", libc::EIO, || {
+entry! {
+    data;
+    unsafe extern "C" fn ibv_wr_complete(qp: *mut ibv_qp_ex) -> c_int {
         // SAFETY: the program's extended QP.
         let q = unsafe { qp_fast(qp.cast()) };
         let b = std::mem::take(&mut *q.batch.lock());
         if let Some((errno, why)) = b.error {
-            note("ibv_wr_complete", &why);
+            note(VERB, &why);
             set_errno(errno);
             return errno;
         }
         if !b.open {
-            note("ibv_wr_complete", "no ibv_wr_start");
+            note(VERB, "no ibv_wr_start");
             return libc::EINVAL;
         }
         match q.rx.post_send(&b.wrs) {
             Ok(()) => 0,
-            Err(e) => int_result("ibv_wr_complete", Err(Fail::from(e))),
+            Err(e) => int_result(VERB, Err(Fail::from(e))),
         }
-    })
+    }
 }
 
 fn set_wr_ops(ex: &mut ibv_qp_ex) {
-    ex.wr_send = Some(wr_send);
-    ex.wr_send_imm = Some(wr_send_imm);
-    ex.wr_send_inv = Some(wr_send_inv);
-    ex.wr_local_inv = Some(wr_local_inv);
-    ex.wr_rdma_write = Some(wr_rdma_write);
-    ex.wr_rdma_write_imm = Some(wr_rdma_write_imm);
-    ex.wr_rdma_read = Some(wr_rdma_read);
-    ex.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
-    ex.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
-    ex.wr_atomic_write = Some(wr_atomic_write);
-    ex.wr_bind_mw = Some(wr_bind_mw);
-    ex.wr_set_sge = Some(wr_set_sge);
-    ex.wr_set_sge_list = Some(wr_set_sge_list);
-    ex.wr_set_inline_data = Some(wr_set_inline_data);
-    ex.wr_set_inline_data_list = Some(wr_set_inline_data_list);
-    ex.wr_set_ud_addr = Some(wr_set_ud_addr);
-    ex.wr_start = Some(wr_start);
-    ex.wr_complete = Some(wr_complete);
-    ex.wr_abort = Some(wr_abort);
+    ex.wr_send = Some(ibv_wr_send);
+    ex.wr_send_imm = Some(ibv_wr_send_imm);
+    ex.wr_send_inv = Some(ibv_wr_send_inv);
+    ex.wr_local_inv = Some(ibv_wr_local_inv);
+    ex.wr_rdma_write = Some(ibv_wr_rdma_write);
+    ex.wr_rdma_write_imm = Some(ibv_wr_rdma_write_imm);
+    ex.wr_rdma_read = Some(ibv_wr_rdma_read);
+    ex.wr_atomic_cmp_swp = Some(ibv_wr_atomic_cmp_swp);
+    ex.wr_atomic_fetch_add = Some(ibv_wr_atomic_fetch_add);
+    ex.wr_atomic_write = Some(ibv_wr_atomic_write);
+    ex.wr_bind_mw = Some(ibv_wr_bind_mw);
+    ex.wr_set_sge = Some(ibv_wr_set_sge);
+    ex.wr_set_sge_list = Some(ibv_wr_set_sge_list);
+    ex.wr_set_inline_data = Some(ibv_wr_set_inline_data);
+    ex.wr_set_inline_data_list = Some(ibv_wr_set_inline_data_list);
+    ex.wr_set_ud_addr = Some(ibv_wr_set_ud_addr);
+    ex.wr_start = Some(ibv_wr_start);
+    ex.wr_complete = Some(ibv_wr_complete);
+    ex.wr_abort = Some(ibv_wr_abort);
 }
 
 /// The hot verbs of a context's `ops` table that are about QPs and SRQs.
 pub fn fill_ops(v: &mut verbs_context) {
-    v.context.ops.post_send = Some(post_send);
-    v.context.ops.post_recv = Some(post_recv);
-    v.context.ops.post_srq_recv = Some(post_srq_recv);
-    v.create_qp_ex = Some(create_qp_ex);
+    v.context.ops.post_send = Some(ibv_post_send);
+    v.context.ops.post_recv = Some(ibv_post_recv);
+    v.context.ops.post_srq_recv = Some(ibv_post_srq_recv);
+    v.create_qp_ex = Some(ibv_create_qp_ex);
 }

@@ -12,8 +12,8 @@
 //! Everything is allocated with `malloc`, and `rdma_freeaddrinfo` frees it.
 
 use super::id::{self, id_of, SavedQpAttr};
-use super::{entry, init};
-use crate::ffi::{guard, note, Fail};
+use super::{init, minus_one};
+use crate::ffi::{entry, note, Fail};
 use crate::sys::*;
 use std::ffi::{c_char, c_int};
 
@@ -141,14 +141,15 @@ fn from_getaddrinfo(
     r.map_err(GaiError::Errno)
 }
 
-pub unsafe extern "C" fn rdma_getaddrinfo(
-    node: *const c_char,
-    service: *const c_char,
-    hints: *const rdma_addrinfo,
-    res: *mut *mut rdma_addrinfo,
-) -> c_int {
-    guard("rdma_getaddrinfo", -1, || {
-        let fail = |f: Fail| super::ret("rdma_getaddrinfo", Err(f));
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_getaddrinfo(
+        node: *const c_char,
+        service: *const c_char,
+        hints: *const rdma_addrinfo,
+        res: *mut *mut rdma_addrinfo,
+    ) -> c_int {
+        let fail = |f: Fail| super::ret(VERB, Err(f));
         if node.is_null() && service.is_null() && hints.is_null() {
             return fail(Fail::inval("node, service, hints", "all NULL"));
         }
@@ -203,7 +204,7 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
                         // SAFETY: gai_strerror returns a static string.
                         let why = unsafe { std::ffi::CStr::from_ptr(libc::gai_strerror(code)) };
                         note(
-                            "rdma_getaddrinfo",
+                            VERB,
                             format!("getaddrinfo: {}", why.to_string_lossy()),
                         );
                         code
@@ -211,7 +212,7 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
                 }
             }
         }
-    })
+    }
 }
 
 fn free_list(mut res: *mut rdma_addrinfo) {
@@ -232,8 +233,10 @@ fn free_list(mut res: *mut rdma_addrinfo) {
     }
 }
 
-pub unsafe extern "C" fn rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
-    guard("rdma_freeaddrinfo", (), || free_list(res))
+entry! {
+    pub unsafe extern "C" fn rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
+        free_list(res)
+    }
 }
 
 /// librdmacm's `rdma_create_ep`: a synchronous id for `res`, bound (passive)
@@ -308,13 +311,16 @@ fn create_ep(
     Ok(())
 }
 
-pub unsafe extern "C" fn rdma_create_ep(
-    id: *mut *mut rdma_cm_id,
-    res: *mut rdma_addrinfo,
-    pd: *mut ibv_pd,
-    qp_init_attr: *mut ibv_qp_init_attr,
-) -> c_int {
-    entry("rdma_create_ep", || create_ep(id, res, pd, qp_init_attr))
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_create_ep(
+        id: *mut *mut rdma_cm_id,
+        res: *mut rdma_addrinfo,
+        pd: *mut ibv_pd,
+        qp_init_attr: *mut ibv_qp_init_attr,
+    ) -> c_int {
+        minus_one(VERB, || create_ep(id, res, pd, qp_init_attr))
+    }
 }
 
 fn destroy_ep(id: *mut rdma_cm_id) {
@@ -337,6 +343,8 @@ fn destroy_ep(id: *mut rdma_cm_id) {
     }
 }
 
-pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
-    guard("rdma_destroy_ep", (), || destroy_ep(id))
+entry! {
+    pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
+        destroy_ep(id)
+    }
 }

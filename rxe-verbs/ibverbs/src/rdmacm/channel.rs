@@ -10,11 +10,11 @@
 //! `rdma_destroy_id` and `rdma_migrate_id` wait for those, as librdmacm's
 //! do.
 
-use super::{entry, init};
+use super::{init, minus_one};
 use crate::context::EventCount;
 use crate::event_queue::EventQueue;
 use crate::events::EventPipe;
-use crate::ffi::{guard, ptr_result, Fail};
+use crate::ffi::{entry, ptr_result, Fail};
 use crate::live::{self, Kind};
 use crate::sys::*;
 use parking_lot::Mutex;
@@ -259,65 +259,74 @@ pub fn ack_event(event: *mut rdma_cm_event) -> Result<(), Fail> {
     Ok(())
 }
 
-pub unsafe extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
-    guard("rdma_create_event_channel", std::ptr::null_mut(), || {
+entry! {
+    pub unsafe extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
         let r = init().and_then(|()| Channel::create()).map(|c| c.ptr());
-        ptr_result("rdma_create_event_channel", r)
-    })
+        ptr_result(VERB, r)
+    }
 }
 
-/// Closes the descriptor's owner and frees the channel. Its ids should be
-/// gone (librdmacm says so); any that remain keep working on it, but the
-/// program can no longer name it.
-pub unsafe extern "C" fn rdma_destroy_event_channel(channel: *mut rdma_event_channel) {
-    guard("rdma_destroy_event_channel", (), || {
+entry! {
+    /// Closes the descriptor's owner and frees the channel. Its ids should be
+    /// gone (librdmacm says so); any that remain keep working on it, but the
+    /// program can no longer name it.
+    pub unsafe extern "C" fn rdma_destroy_event_channel(channel: *mut rdma_event_channel) {
         match channel_of(channel) {
             Ok(c) => c.unregister(),
-            Err(f) => crate::ffi::note("rdma_destroy_event_channel", &f.why),
+            Err(f) => crate::ffi::note(VERB, &f.why),
         }
-    })
+    }
 }
 
-pub unsafe extern "C" fn rdma_get_cm_event(
-    channel: *mut rdma_event_channel,
-    event: *mut *mut rdma_cm_event,
-) -> c_int {
-    entry("rdma_get_cm_event", || {
-        init()?;
-        let c = channel_of(channel)?;
-        if event.is_null() {
-            return Err(Fail::inval("event", "NULL"));
-        }
-        let e = get_event(&c)?;
-        // SAFETY: checked non-NULL; the program's output.
-        unsafe { event.write(e) };
-        Ok(())
-    })
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_get_cm_event(
+        channel: *mut rdma_event_channel,
+        event: *mut *mut rdma_cm_event,
+    ) -> c_int {
+        minus_one(VERB, || {
+            init()?;
+            let c = channel_of(channel)?;
+            if event.is_null() {
+                return Err(Fail::inval("event", "NULL"));
+            }
+            let e = get_event(&c)?;
+            // SAFETY: checked non-NULL; the program's output.
+            unsafe { event.write(e) };
+            Ok(())
+        })
+    }
 }
 
-pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int {
-    entry("rdma_ack_cm_event", || ack_event(event))
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int {
+        minus_one(VERB, || ack_event(event))
+    }
 }
 
-pub unsafe extern "C" fn rdma_event_str(event: rdma_cm_event_type) -> *const c_char {
-    let s: &CStr = match event {
-        RDMA_CM_EVENT_ADDR_RESOLVED => c"RDMA_CM_EVENT_ADDR_RESOLVED",
-        RDMA_CM_EVENT_ADDR_ERROR => c"RDMA_CM_EVENT_ADDR_ERROR",
-        RDMA_CM_EVENT_ROUTE_RESOLVED => c"RDMA_CM_EVENT_ROUTE_RESOLVED",
-        RDMA_CM_EVENT_ROUTE_ERROR => c"RDMA_CM_EVENT_ROUTE_ERROR",
-        RDMA_CM_EVENT_CONNECT_REQUEST => c"RDMA_CM_EVENT_CONNECT_REQUEST",
-        RDMA_CM_EVENT_CONNECT_RESPONSE => c"RDMA_CM_EVENT_CONNECT_RESPONSE",
-        RDMA_CM_EVENT_CONNECT_ERROR => c"RDMA_CM_EVENT_CONNECT_ERROR",
-        RDMA_CM_EVENT_UNREACHABLE => c"RDMA_CM_EVENT_UNREACHABLE",
-        RDMA_CM_EVENT_REJECTED => c"RDMA_CM_EVENT_REJECTED",
-        RDMA_CM_EVENT_ESTABLISHED => c"RDMA_CM_EVENT_ESTABLISHED",
-        RDMA_CM_EVENT_DISCONNECTED => c"RDMA_CM_EVENT_DISCONNECTED",
-        RDMA_CM_EVENT_DEVICE_REMOVAL => c"RDMA_CM_EVENT_DEVICE_REMOVAL",
-        RDMA_CM_EVENT_MULTICAST_JOIN => c"RDMA_CM_EVENT_MULTICAST_JOIN",
-        RDMA_CM_EVENT_MULTICAST_ERROR => c"RDMA_CM_EVENT_MULTICAST_ERROR",
-        RDMA_CM_EVENT_ADDR_CHANGE => c"RDMA_CM_EVENT_ADDR_CHANGE",
-        RDMA_CM_EVENT_TIMEWAIT_EXIT => c"RDMA_CM_EVENT_TIMEWAIT_EXIT",
-        _ => c"UNKNOWN EVENT",
-    };
-    s.as_ptr()
+entry! {
+    data;
+    pub unsafe extern "C" fn rdma_event_str(event: rdma_cm_event_type) -> *const c_char {
+        let s: &CStr = match event {
+            RDMA_CM_EVENT_ADDR_RESOLVED => c"RDMA_CM_EVENT_ADDR_RESOLVED",
+            RDMA_CM_EVENT_ADDR_ERROR => c"RDMA_CM_EVENT_ADDR_ERROR",
+            RDMA_CM_EVENT_ROUTE_RESOLVED => c"RDMA_CM_EVENT_ROUTE_RESOLVED",
+            RDMA_CM_EVENT_ROUTE_ERROR => c"RDMA_CM_EVENT_ROUTE_ERROR",
+            RDMA_CM_EVENT_CONNECT_REQUEST => c"RDMA_CM_EVENT_CONNECT_REQUEST",
+            RDMA_CM_EVENT_CONNECT_RESPONSE => c"RDMA_CM_EVENT_CONNECT_RESPONSE",
+            RDMA_CM_EVENT_CONNECT_ERROR => c"RDMA_CM_EVENT_CONNECT_ERROR",
+            RDMA_CM_EVENT_UNREACHABLE => c"RDMA_CM_EVENT_UNREACHABLE",
+            RDMA_CM_EVENT_REJECTED => c"RDMA_CM_EVENT_REJECTED",
+            RDMA_CM_EVENT_ESTABLISHED => c"RDMA_CM_EVENT_ESTABLISHED",
+            RDMA_CM_EVENT_DISCONNECTED => c"RDMA_CM_EVENT_DISCONNECTED",
+            RDMA_CM_EVENT_DEVICE_REMOVAL => c"RDMA_CM_EVENT_DEVICE_REMOVAL",
+            RDMA_CM_EVENT_MULTICAST_JOIN => c"RDMA_CM_EVENT_MULTICAST_JOIN",
+            RDMA_CM_EVENT_MULTICAST_ERROR => c"RDMA_CM_EVENT_MULTICAST_ERROR",
+            RDMA_CM_EVENT_ADDR_CHANGE => c"RDMA_CM_EVENT_ADDR_CHANGE",
+            RDMA_CM_EVENT_TIMEWAIT_EXIT => c"RDMA_CM_EVENT_TIMEWAIT_EXIT",
+            _ => c"UNKNOWN EVENT",
+        };
+        s.as_ptr()
+    }
 }

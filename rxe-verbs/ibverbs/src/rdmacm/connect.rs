@@ -57,8 +57,8 @@
 
 use super::channel::{ConnParam as CParam, Param, Pending, UdParam};
 use super::id::{complete, create_on, id_of, set_passive, CmId, IdState, Phase};
-use super::{canonical, cma_devices, dev_by_addr, entry, CmaDev};
-use crate::ffi::{note, Fail};
+use super::{canonical, cma_devices, dev_by_addr, minus_one, CmaDev};
+use crate::ffi::{entry, note, Fail};
 use crate::live::{self, Kind};
 use crate::sys::*;
 use parking_lot::Mutex;
@@ -516,184 +516,190 @@ fn valid_param(
     Ok(())
 }
 
-pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_int {
-    entry("rdma_listen", || {
-        let cm = id_of(id)?;
-        let (_, ps) = cm.kind();
-        let (devs, port, loopback) =
-            {
-                let mut st = cm.lock();
-                if st.phase == Phase::Idle {
-                    super::id::bind(
-                        cm,
-                        &mut st,
-                        SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
-                    )?;
-                }
-                match st.phase {
-                    Phase::AddrBound => {}
-                    Phase::Listen => return Err(Fail::inval("id", "listening already")),
-                    _ => return Err(Fail::inval(
-                        "id",
-                        "not bound (or resolved, connecting or connected: listen on a bound id)",
-                    )),
-                }
-                super::id::check_listen(ps, cm.addr())?;
-                // An id bound to a loopback address no soft device has
-                // listens as on the kernel, for connections to that
-                // address only: no soft device carries them (the kernel
-                // loops them back inside; see docs/drop-in.md), so it
-                // hears none, and never one from another host.
-                let loopback =
-                    st.dev.is_none() && st.src.is_some_and(|a| canonical(a.ip()).is_loopback());
-                let devs: Vec<&'static CmaDev> = match st.dev {
-                    Some(d) => vec![d],
-                    None if loopback => Vec::new(),
-                    None => cma_devices().iter().collect(),
-                };
-                (devs, st.src.map_or(0, |a| a.port()), loopback)
-            };
-        let mut rxs = Vec::new();
-        let result = (|| {
-            for d in devs {
-                let ctx = match rx_ctx(d) {
-                    Ok(c) => c,
-                    // A device another program holds is left out of a
-                    // wildcard listen.
-                    Err(f) if cm.lock().dev.is_none() => {
-                        note(
-                            "rdma_listen",
-                            format!("{} is left out: {}", d.dev.rx.name(), f.why),
-                        );
-                        continue;
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_int {
+        minus_one(VERB, || {
+            let cm = id_of(id)?;
+            let (_, ps) = cm.kind();
+            let (devs, port, loopback) =
+                {
+                    let mut st = cm.lock();
+                    if st.phase == Phase::Idle {
+                        super::id::bind(
+                            cm,
+                            &mut st,
+                            SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
+                        )?;
                     }
-                    Err(f) => return Err(f),
+                    match st.phase {
+                        Phase::AddrBound => {}
+                        Phase::Listen => return Err(Fail::inval("id", "listening already")),
+                        _ => return Err(Fail::inval(
+                            "id",
+                            "not bound (or resolved, connecting or connected: listen on a bound id)",
+                        )),
+                    }
+                    super::id::check_listen(ps, cm.addr())?;
+                    // An id bound to a loopback address no soft device has
+                    // listens as on the kernel, for connections to that
+                    // address only: no soft device carries them (the kernel
+                    // loops them back inside; see docs/drop-in.md), so it
+                    // hears none, and never one from another host.
+                    let loopback =
+                        st.dev.is_none() && st.src.is_some_and(|a| canonical(a.ip()).is_loopback());
+                    let devs: Vec<&'static CmaDev> = match st.dev {
+                        Some(d) => vec![d],
+                        None if loopback => Vec::new(),
+                        None => cma_devices().iter().collect(),
+                    };
+                    (devs, st.src.map_or(0, |a| a.port()), loopback)
                 };
-                let rx = new_rx(cm.addr(), ps)?;
-                rxs.push(rx.clone());
-                rx.bind(&ctx, port)?;
-                rx.listen()?;
+            let mut rxs = Vec::new();
+            let result = (|| {
+                for d in devs {
+                    let ctx = match rx_ctx(d) {
+                        Ok(c) => c,
+                        // A device another program holds is left out of a
+                        // wildcard listen.
+                        Err(f) if cm.lock().dev.is_none() => {
+                            note(
+                                VERB,
+                                format!("{} is left out: {}", d.dev.rx.name(), f.why),
+                            );
+                            continue;
+                        }
+                        Err(f) => return Err(f),
+                    };
+                    let rx = new_rx(cm.addr(), ps)?;
+                    rxs.push(rx.clone());
+                    rx.bind(&ctx, port)?;
+                    rx.listen()?;
+                }
+                if rxs.is_empty() && !loopback {
+                    return Err(Fail::new(libc::ENODEV, "no soft device to listen on"));
+                }
+                Ok(())
+            })();
+            if let Err(f) = result {
+                for rx in &rxs {
+                    unroute(rx);
+                    rx.destroy();
+                }
+                return Err(f);
             }
-            if rxs.is_empty() && !loopback {
-                return Err(Fail::new(libc::ENODEV, "no soft device to listen on"));
-            }
+            let mut st = cm.lock();
+            st.phase = Phase::Listen;
+            st.cm.had_cm = true;
+            st.cm.listeners = rxs;
             Ok(())
-        })();
-        if let Err(f) = result {
-            for rx in &rxs {
-                unroute(rx);
-                rx.destroy();
-            }
-            return Err(f);
-        }
-        let mut st = cm.lock();
-        st.phase = Phase::Listen;
-        st.cm.had_cm = true;
-        st.cm.listeners = rxs;
-        Ok(())
-    })
+        })
+    }
 }
 
-pub unsafe extern "C" fn rdma_connect(
-    id: *mut rdma_cm_id,
-    conn_param: *mut rdma_conn_param,
-) -> c_int {
-    entry("rdma_connect", || {
-        let cm = id_of(id)?;
-        let (qp_type, ps) = cm.kind();
-        let p = read_param(conn_param);
-        let (d, src, dst, pre, tos, ack_timeout) = {
-            let st = cm.lock();
-            if st.phase != Phase::RouteResolved {
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_connect(
+        id: *mut rdma_cm_id,
+        conn_param: *mut rdma_conn_param,
+    ) -> c_int {
+        minus_one(VERB, || {
+            let cm = id_of(id)?;
+            let (qp_type, ps) = cm.kind();
+            let p = read_param(conn_param);
+            let (d, src, dst, pre, tos, ack_timeout) = {
+                let st = cm.lock();
+                if st.phase != Phase::RouteResolved {
+                    return Err(Fail::inval(
+                        "id",
+                        "its route is not resolved (rdma_resolve_addr, rdma_resolve_route first), or it is connecting already",
+                    ));
+                }
+                match (st.dev, st.src, st.dst) {
+                    (Some(d), Some(s), Some(t)) => {
+                        (d, s, t, st.connect.clone(), st.tos, st.ack_timeout)
+                    }
+                    _ => return Err(Fail::inval("id", "no device or addresses")),
+                }
+            };
+            let qp = qp_of_id(cm)?;
+            valid_param(cm, d, p, qp.is_some())?;
+            let op = d.open()?;
+            let mut data = pre;
+            if let Some(p) = p {
+                data.extend(private_data(p.private_data, p.private_data_len));
+            }
+            let (max, msg) = if qp_type == IBV_QPT_UD {
+                (rcm::SIDR_REQ_DATA_MAX, "SIDR_REQ")
+            } else {
+                (56, "REQ")
+            };
+            if data.len() > max {
                 return Err(Fail::inval(
-                    "id",
-                    "its route is not resolved (rdma_resolve_addr, rdma_resolve_route first), or it is connecting already",
+                    "conn_param->private_data_len",
+                    format!(
+                        "{} bytes: a {msg} carries at most {max} after rdma_cm's header",
+                        data.len()
+                    ),
                 ));
             }
-            match (st.dev, st.src, st.dst) {
-                (Some(d), Some(s), Some(t)) => {
-                    (d, s, t, st.connect.clone(), st.tos, st.ack_timeout)
-                }
-                _ => return Err(Fail::inval("id", "no device or addresses")),
-            }
-        };
-        let qp = qp_of_id(cm)?;
-        valid_param(cm, d, p, qp.is_some())?;
-        let op = d.open()?;
-        let mut data = pre;
-        if let Some(p) = p {
-            data.extend(private_data(p.private_data, p.private_data_len));
-        }
-        let (max, msg) = if qp_type == IBV_QPT_UD {
-            (rcm::SIDR_REQ_DATA_MAX, "SIDR_REQ")
-        } else {
-            (56, "REQ")
-        };
-        if data.len() > max {
-            return Err(Fail::inval(
-                "conn_param->private_data_len",
-                format!(
-                    "{} bytes: a {msg} carries at most {max} after rdma_cm's header",
-                    data.len()
-                ),
-            ));
-        }
-        let param = rcm::ConnParam {
-            private_data: data,
-            responder_resources: match p {
-                Some(p) if p.responder_resources != RDMA_MAX_RESP_RES as u8 => {
-                    p.responder_resources
-                }
-                _ => op.max_responder_resources,
-            },
-            initiator_depth: match p {
-                Some(p) if p.initiator_depth != RDMA_MAX_INIT_DEPTH as u8 => p.initiator_depth,
-                _ => op.max_initiator_depth,
-            },
-            retry_count: p.map_or(7, |p| p.retry_count.min(7)),
-            rnr_retry_count: p.map_or(7, |p| p.rnr_retry_count.min(7)),
-            srq: match qp {
-                // SAFETY: a live QP of this library; its srq field.
-                Some(q) => unsafe { !(*q.qp.get()).qp_base.srq.is_null() },
-                None => p.is_some_and(|p| p.srq != 0),
-            },
-            qp_num: p.map_or(0, |p| p.qp_num),
-            flow_control: p.is_some_and(|p| p.flow_control != 0),
-        };
-        let ctx = rx_ctx(d)?;
-        let rx = new_rx(cm.addr(), ps)?;
-        let r = (|| {
-            rx.set_tos(tos.unwrap_or(0));
-            if let Some(t) = ack_timeout {
-                rx.set_ack_timeout(t)?;
-            }
-            rx.bind(&ctx, src.port())?;
-            // a loopback destination from a device not on loopback is the
-            // device itself (see `to_self`)
-            let dst_ip = if super::id::to_self(d, dst.ip()) {
-                canonical(d.addr())
-            } else {
-                canonical(dst.ip())
+            let param = rcm::ConnParam {
+                private_data: data,
+                responder_resources: match p {
+                    Some(p) if p.responder_resources != RDMA_MAX_RESP_RES as u8 => {
+                        p.responder_resources
+                    }
+                    _ => op.max_responder_resources,
+                },
+                initiator_depth: match p {
+                    Some(p) if p.initiator_depth != RDMA_MAX_INIT_DEPTH as u8 => p.initiator_depth,
+                    _ => op.max_initiator_depth,
+                },
+                retry_count: p.map_or(7, |p| p.retry_count.min(7)),
+                rnr_retry_count: p.map_or(7, |p| p.rnr_retry_count.min(7)),
+                srq: match qp {
+                    // SAFETY: a live QP of this library; its srq field.
+                    Some(q) => unsafe { !(*q.qp.get()).qp_base.srq.is_null() },
+                    None => p.is_some_and(|p| p.srq != 0),
+                },
+                qp_num: p.map_or(0, |p| p.qp_num),
+                flow_control: p.is_some_and(|p| p.flow_control != 0),
             };
-            let dst = SocketAddr::new(dst_ip, dst.port());
-            match qp {
-                Some(q) => rx.connect(&ctx, dst, &q.rx, &param),
-                None => rx.connect_without_qp(&ctx, dst, &param),
+            let ctx = rx_ctx(d)?;
+            let rx = new_rx(cm.addr(), ps)?;
+            let r = (|| {
+                rx.set_tos(tos.unwrap_or(0));
+                if let Some(t) = ack_timeout {
+                    rx.set_ack_timeout(t)?;
+                }
+                rx.bind(&ctx, src.port())?;
+                // a loopback destination from a device not on loopback is the
+                // device itself (see `to_self`)
+                let dst_ip = if super::id::to_self(d, dst.ip()) {
+                    canonical(d.addr())
+                } else {
+                    canonical(dst.ip())
+                };
+                let dst = SocketAddr::new(dst_ip, dst.port());
+                match qp {
+                    Some(q) => rx.connect(&ctx, dst, &q.rx, &param),
+                    None => rx.connect_without_qp(&ctx, dst, &param),
+                }
+            })();
+            if let Err(e) = r {
+                unroute(&rx);
+                rx.destroy();
+                return Err(Fail::from(e));
             }
-        })();
-        if let Err(e) = r {
-            unroute(&rx);
-            rx.destroy();
-            return Err(Fail::from(e));
-        }
-        {
-            let mut st = cm.lock();
-            st.cm.rx = Some(rx);
-            st.cm.had_cm = true;
-            st.phase = Phase::Connect;
-        }
-        complete(cm)
-    })
+            {
+                let mut st = cm.lock();
+                st.cm.rx = Some(rx);
+                st.cm.had_cm = true;
+                st.phase = Phase::Connect;
+            }
+            complete(cm)
+        })
+    }
 }
 
 /// The rxe-verbs id of an id's connection.
@@ -706,68 +712,73 @@ fn conn_rx(cm: &CmId) -> Result<rcm::CmId, Fail> {
     })
 }
 
-pub unsafe extern "C" fn rdma_accept(
-    id: *mut rdma_cm_id,
-    conn_param: *mut rdma_conn_param,
-) -> c_int {
-    entry("rdma_accept", || {
-        let cm = id_of(id)?;
-        let (qp_type, _) = cm.kind();
-        if qp_type == IBV_QPT_UD {
-            return accept_ud(cm, read_param(conn_param));
-        }
-        let rx = conn_rx(cm)?;
-        let (d, (req_init, req_resp)) = {
-            let st = cm.lock();
-            (
-                st.dev.ok_or_else(|| Fail::inval("id", "no device"))?,
-                st.cm.req_depths,
-            )
-        };
-        let p = read_param(conn_param);
-        let qp = qp_of_id(cm)?;
-        valid_param(cm, d, p, qp.is_some())?;
-        let op = d.open()?;
-        let data = p.map_or(Vec::new(), |p| {
-            private_data(p.private_data, p.private_data_len)
-        });
-        if data.len() > 196 {
-            return Err(Fail::inval(
-                "conn_param->private_data_len",
-                format!("{} bytes: a REP carries at most 196", data.len()),
-            ));
-        }
-        let resp = match p {
-            Some(p) if p.responder_resources != RDMA_MAX_RESP_RES as u8 => p.responder_resources,
-            _ => req_init.min(op.max_responder_resources),
-        };
-        let init = match p {
-            Some(p) if p.initiator_depth != RDMA_MAX_INIT_DEPTH as u8 => p.initiator_depth,
-            _ => req_resp.min(op.max_initiator_depth),
-        };
-        let param = rcm::ConnParam {
-            private_data: data,
-            responder_resources: resp,
-            initiator_depth: init,
-            retry_count: p.map_or(7, |p| p.retry_count.min(7)),
-            rnr_retry_count: p.map_or(7, |p| p.rnr_retry_count.min(7)),
-            srq: match qp {
-                // SAFETY: a live QP of this library; its srq field.
-                Some(q) => unsafe { !(*q.qp.get()).qp_base.srq.is_null() },
-                None => p.is_some_and(|p| p.srq != 0),
-            },
-            qp_num: p.map_or(0, |p| p.qp_num),
-            flow_control: p.is_some_and(|p| p.flow_control != 0),
-        };
-        {
-            let st = cm.lock();
-            if let Some(t) = st.ack_timeout {
-                rx.set_ack_timeout(t)?;
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_accept(
+        id: *mut rdma_cm_id,
+        conn_param: *mut rdma_conn_param,
+    ) -> c_int {
+        minus_one(VERB, || {
+            let cm = id_of(id)?;
+            let (qp_type, _) = cm.kind();
+            if qp_type == IBV_QPT_UD {
+                return accept_ud(cm, read_param(conn_param));
             }
-        }
-        rx.accept(qp.map(|q| &q.rx), &param)?;
-        complete(cm)
-    })
+            let rx = conn_rx(cm)?;
+            let (d, (req_init, req_resp)) = {
+                let st = cm.lock();
+                (
+                    st.dev.ok_or_else(|| Fail::inval("id", "no device"))?,
+                    st.cm.req_depths,
+                )
+            };
+            let p = read_param(conn_param);
+            let qp = qp_of_id(cm)?;
+            valid_param(cm, d, p, qp.is_some())?;
+            let op = d.open()?;
+            let data = p.map_or(Vec::new(), |p| {
+                private_data(p.private_data, p.private_data_len)
+            });
+            if data.len() > 196 {
+                return Err(Fail::inval(
+                    "conn_param->private_data_len",
+                    format!("{} bytes: a REP carries at most 196", data.len()),
+                ));
+            }
+            let resp = match p {
+                Some(p) if p.responder_resources != RDMA_MAX_RESP_RES as u8 => {
+                    p.responder_resources
+                }
+                _ => req_init.min(op.max_responder_resources),
+            };
+            let init = match p {
+                Some(p) if p.initiator_depth != RDMA_MAX_INIT_DEPTH as u8 => p.initiator_depth,
+                _ => req_resp.min(op.max_initiator_depth),
+            };
+            let param = rcm::ConnParam {
+                private_data: data,
+                responder_resources: resp,
+                initiator_depth: init,
+                retry_count: p.map_or(7, |p| p.retry_count.min(7)),
+                rnr_retry_count: p.map_or(7, |p| p.rnr_retry_count.min(7)),
+                srq: match qp {
+                    // SAFETY: a live QP of this library; its srq field.
+                    Some(q) => unsafe { !(*q.qp.get()).qp_base.srq.is_null() },
+                    None => p.is_some_and(|p| p.srq != 0),
+                },
+                qp_num: p.map_or(0, |p| p.qp_num),
+                flow_control: p.is_some_and(|p| p.flow_control != 0),
+            };
+            {
+                let st = cm.lock();
+                if let Some(t) = st.ack_timeout {
+                    rx.set_ack_timeout(t)?;
+                }
+            }
+            rx.accept(qp.map(|q| &q.rx), &param)?;
+            complete(cm)
+        })
+    }
 }
 
 /// `rdma_accept` on a UD id: the SIDR_REP, with the id's QP (or
@@ -815,91 +826,106 @@ fn reject(cm: &CmId, data: *const c_void, len: u8) -> Result<(), Fail> {
     Ok(())
 }
 
-pub unsafe extern "C" fn rdma_reject(
-    id: *mut rdma_cm_id,
-    private_data: *const c_void,
-    private_data_len: u8,
-) -> c_int {
-    entry("rdma_reject", || {
-        reject(id_of(id)?, private_data, private_data_len)
-    })
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_reject(
+        id: *mut rdma_cm_id,
+        private_data: *const c_void,
+        private_data_len: u8,
+    ) -> c_int {
+        minus_one(VERB, || {
+            reject(id_of(id)?, private_data, private_data_len)
+        })
+    }
 }
 
-/// As `rdma_reject` (the REJ's reason is 28, consumer defined, not ECE's 35).
-pub unsafe extern "C" fn rdma_reject_ece(
-    id: *mut rdma_cm_id,
-    private_data: *const c_void,
-    private_data_len: u8,
-) -> c_int {
-    entry("rdma_reject_ece", || {
-        reject(id_of(id)?, private_data, private_data_len)
-    })
+entry! {
+    on_panic = -1;
+    /// As `rdma_reject` (the REJ's reason is 28, consumer defined, not ECE's 35).
+    pub unsafe extern "C" fn rdma_reject_ece(
+        id: *mut rdma_cm_id,
+        private_data: *const c_void,
+        private_data_len: u8,
+    ) -> c_int {
+        minus_one(VERB, || {
+            reject(id_of(id)?, private_data, private_data_len)
+        })
+    }
 }
 
-pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
-    entry("rdma_establish", || {
-        let cm = id_of(id)?;
-        // SAFETY: a live id.
-        if unsafe { !(*id).qp.is_null() } {
-            return Err(Fail::inval(
-                "id",
-                "has a QP (rdma_establish is for ids that connect without one)",
-            ));
-        }
-        let rx = conn_rx(cm)?;
-        cm.lock().cm.quiet_established = true;
-        if let Err(e) = rx.establish() {
-            cm.lock().cm.quiet_established = false;
-            return Err(e.into());
-        }
-        Ok(())
-    })
-}
-
-pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
-    entry("rdma_disconnect", || {
-        let cm = id_of(id)?;
-        let (rx, had_cm, has_dev) = {
-            let st = cm.lock();
-            (st.cm.rx.clone(), st.cm.had_cm, st.dev.is_some())
-        };
-        if !has_dev {
-            return Err(Fail::inval(
-                "id",
-                "has no device (librdmacm's ucma_shutdown)",
-            ));
-        }
-        // librdmacm moves the id's QP to ERR first (the rxe-verbs id does
-        // too, for a QP it moved; this covers one the program moved).
-        qp_to_err(cm);
-        match rx {
-            // UD ids have no connection to end: the kernel's answer is 0.
-            Some(rx) if cm.kind().0 != IBV_QPT_UD => rx.disconnect()?,
-            // A listener, an id whose connection ended or a UD id: the
-            // kernel sends a DREQ (or DREP) its CM refuses and answers 0;
-            // an id that never had a CM connection gets EINVAL.
-            _ if had_cm => {}
-            _ => {
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
+        minus_one(VERB, || {
+            let cm = id_of(id)?;
+            // SAFETY: a live id.
+            if unsafe { !(*id).qp.is_null() } {
                 return Err(Fail::inval(
                     "id",
-                    "has no connection (a connection request's id, or one rdma_connect or rdma_listen was called on)",
-                ))
+                    "has a QP (rdma_establish is for ids that connect without one)",
+                ));
             }
-        }
-        complete(cm)
-    })
+            let rx = conn_rx(cm)?;
+            cm.lock().cm.quiet_established = true;
+            if let Err(e) = rx.establish() {
+                cm.lock().cm.quiet_established = false;
+                return Err(e.into());
+            }
+            Ok(())
+        })
+    }
 }
 
-pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, event: ibv_event_type) -> c_int {
-    entry("rdma_notify", || {
-        let cm = id_of(id)?;
-        let rx = conn_rx(cm)?;
-        match event {
-            IBV_EVENT_COMM_EST => Ok(rx.notify_established()?),
-            e => Err(Fail::inval(
-                "event",
-                format!("{e} (IBV_EVENT_COMM_EST is the event rdma_notify takes)"),
-            )),
-        }
-    })
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
+        minus_one(VERB, || {
+            let cm = id_of(id)?;
+            let (rx, had_cm, has_dev) = {
+                let st = cm.lock();
+                (st.cm.rx.clone(), st.cm.had_cm, st.dev.is_some())
+            };
+            if !has_dev {
+                return Err(Fail::inval(
+                    "id",
+                    "has no device (librdmacm's ucma_shutdown)",
+                ));
+            }
+            // librdmacm moves the id's QP to ERR first (the rxe-verbs id does
+            // too, for a QP it moved; this covers one the program moved).
+            qp_to_err(cm);
+            match rx {
+                // UD ids have no connection to end: the kernel's answer is 0.
+                Some(rx) if cm.kind().0 != IBV_QPT_UD => rx.disconnect()?,
+                // A listener, an id whose connection ended or a UD id: the
+                // kernel sends a DREQ (or DREP) its CM refuses and answers 0;
+                // an id that never had a CM connection gets EINVAL.
+                _ if had_cm => {}
+                _ => {
+                    return Err(Fail::inval(
+                        "id",
+                        "has no connection (a connection request's id, or one rdma_connect or rdma_listen was called on)",
+                    ))
+                }
+            }
+            complete(cm)
+        })
+    }
+}
+
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, event: ibv_event_type) -> c_int {
+        minus_one(VERB, || {
+            let cm = id_of(id)?;
+            let rx = conn_rx(cm)?;
+            match event {
+                IBV_EVENT_COMM_EST => Ok(rx.notify_established()?),
+                e => Err(Fail::inval(
+                    "event",
+                    format!("{e} (IBV_EVENT_COMM_EST is the event rdma_notify takes)"),
+                )),
+            }
+        })
+    }
 }

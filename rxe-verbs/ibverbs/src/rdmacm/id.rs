@@ -20,11 +20,11 @@
 
 use super::channel::{self, channel_of, Channel, Param, Pending};
 use super::{
-    canonical, cma_devices, dev_by_addr, entry, gid, init, is_loopback, read_sockaddr,
+    canonical, cma_devices, dev_by_addr, gid, init, is_loopback, minus_one, read_sockaddr,
     write_sockaddr, CmaDev,
 };
 use crate::context::EventCount;
-use crate::ffi::{guard, note, set_errno, Fail};
+use crate::ffi::{entry, note, set_errno, Fail};
 use crate::live::{self, Kind};
 use crate::sys::*;
 use parking_lot::{Mutex, MutexGuard};
@@ -432,31 +432,34 @@ pub fn create_on(
     Ok(raw.cast())
 }
 
-pub unsafe extern "C" fn rdma_create_id(
-    channel: *mut rdma_event_channel,
-    id: *mut *mut rdma_cm_id,
-    context: *mut c_void,
-    ps: rdma_port_space,
-) -> c_int {
-    entry("rdma_create_id", || {
-        if id.is_null() {
-            return Err(Fail::inval("id", "NULL"));
-        }
-        let qp_type = match ps {
-            RDMA_PS_IPOIB | RDMA_PS_UDP => IBV_QPT_UD,
-            RDMA_PS_TCP | RDMA_PS_IB => IBV_QPT_RC,
-            _ => {
-                return Err(Fail::inval(
-                    "ps",
-                    format!("{ps:#x} (RDMA_PS_TCP, RDMA_PS_UDP, RDMA_PS_IPOIB or RDMA_PS_IB)"),
-                ))
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_create_id(
+        channel: *mut rdma_event_channel,
+        id: *mut *mut rdma_cm_id,
+        context: *mut c_void,
+        ps: rdma_port_space,
+    ) -> c_int {
+        minus_one(VERB, || {
+            if id.is_null() {
+                return Err(Fail::inval("id", "NULL"));
             }
-        };
-        let p = create(channel, context, ps, qp_type)?;
-        // SAFETY: checked non-NULL; the program's output.
-        unsafe { id.write(p) };
-        Ok(())
-    })
+            let qp_type = match ps {
+                RDMA_PS_IPOIB | RDMA_PS_UDP => IBV_QPT_UD,
+                RDMA_PS_TCP | RDMA_PS_IB => IBV_QPT_RC,
+                _ => {
+                    return Err(Fail::inval(
+                        "ps",
+                        format!("{ps:#x} (RDMA_PS_TCP, RDMA_PS_UDP, RDMA_PS_IPOIB or RDMA_PS_IB)"),
+                    ))
+                }
+            };
+            let p = create(channel, context, ps, qp_type)?;
+            // SAFETY: checked non-NULL; the program's output.
+            unsafe { id.write(p) };
+            Ok(())
+        })
+    }
 }
 
 /// Frees an id: its port, its events not taken, its own channel. Waits
@@ -498,8 +501,11 @@ pub fn destroy(p: *mut rdma_cm_id) -> Result<(), Fail> {
     Ok(())
 }
 
-pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
-    entry("rdma_destroy_id", || destroy(id))
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
+        minus_one(VERB, || destroy(id))
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -570,14 +576,17 @@ pub fn bind(cm: &CmId, st: &mut IdState, sa: SocketAddr) -> Result<(), Fail> {
     Ok(())
 }
 
-pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int {
-    entry("rdma_bind_addr", || {
-        let cm = id_of(id)?;
-        // SAFETY: the program's address.
-        let sa = unsafe { read_sockaddr(addr, "addr") }?;
-        let mut st = cm.lock();
-        bind(cm, &mut st, sa)
-    })
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int {
+        minus_one(VERB, || {
+            let cm = id_of(id)?;
+            // SAFETY: the program's address.
+            let sa = unsafe { read_sockaddr(addr, "addr") }?;
+            let mut st = cm.lock();
+            bind(cm, &mut st, sa)
+        })
+    }
 }
 
 /// The wildcard address of `a`'s family.
@@ -806,24 +815,27 @@ fn resolve_addr(cm: &CmId, src: Option<SocketAddr>, dst: SocketAddr) -> Result<(
     complete(cm)
 }
 
-pub unsafe extern "C" fn rdma_resolve_addr(
-    id: *mut rdma_cm_id,
-    src_addr: *mut sockaddr,
-    dst_addr: *mut sockaddr,
-    _timeout_ms: c_int,
-) -> c_int {
-    entry("rdma_resolve_addr", || {
-        let cm = id_of(id)?;
-        // SAFETY: the program's addresses.
-        let dst = unsafe { read_sockaddr(dst_addr, "dst_addr") }?;
-        let src = if src_addr.is_null() {
-            None
-        } else {
-            // SAFETY: as above.
-            Some(unsafe { read_sockaddr(src_addr, "src_addr") }?)
-        };
-        resolve_addr(cm, src, dst)
-    })
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_resolve_addr(
+        id: *mut rdma_cm_id,
+        src_addr: *mut sockaddr,
+        dst_addr: *mut sockaddr,
+        _timeout_ms: c_int,
+    ) -> c_int {
+        minus_one(VERB, || {
+            let cm = id_of(id)?;
+            // SAFETY: the program's addresses.
+            let dst = unsafe { read_sockaddr(dst_addr, "dst_addr") }?;
+            let src = if src_addr.is_null() {
+                None
+            } else {
+                // SAFETY: as above.
+                Some(unsafe { read_sockaddr(src_addr, "src_addr") }?)
+            };
+            resolve_addr(cm, src, dst)
+        })
+    }
 }
 
 /// Sets up the id of a connection request, as librdmacm's
@@ -923,12 +935,15 @@ fn set_route(cm: &CmId, st: &mut IdState) -> Result<(), Fail> {
     Ok(())
 }
 
-pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
-    entry("rdma_resolve_route", || {
-        let cm = id_of(id)?;
-        set_route(cm, &mut cm.lock())?;
-        complete(cm)
-    })
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
+        minus_one(VERB, || {
+            let cm = id_of(id)?;
+            set_route(cm, &mut cm.lock())?;
+            complete(cm)
+        })
+    }
 }
 
 /// The port of the id's address as the program sees it (librdmacm reads
@@ -954,12 +969,16 @@ fn port_of(id: *mut rdma_cm_id, src: bool) -> u16 {
     a.map_or(0, |a| a.port().to_be())
 }
 
-pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
-    guard("rdma_get_src_port", 0, || port_of(id, true))
+entry! {
+    pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
+        port_of(id, true)
+    }
 }
 
-pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
-    guard("rdma_get_dst_port", 0, || port_of(id, false))
+entry! {
+    pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
+        port_of(id, false)
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -980,129 +999,135 @@ fn read_opt<T: Copy>(optval: *mut c_void, optlen: usize, name: &str) -> Result<T
     Ok(unsafe { optval.cast::<T>().read_unaligned() })
 }
 
-pub unsafe extern "C" fn rdma_set_option(
-    id: *mut rdma_cm_id,
-    level: c_int,
-    optname: c_int,
-    optval: *mut c_void,
-    optlen: usize,
-) -> c_int {
-    entry("rdma_set_option", || {
-        let cm = id_of(id)?;
-        let mut st = cm.lock();
-        match (level as u32, optname as u32) {
-            (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS) => {
-                st.tos = Some(read_opt::<u8>(optval, optlen, "RDMA_OPTION_ID_TOS")?);
-            }
-            (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR) => {
-                let on = read_opt::<c_int>(optval, optlen, "RDMA_OPTION_ID_REUSEADDR")? != 0;
-                if !(st.phase == Phase::Idle || (on && st.phase == Phase::AddrBound)) {
-                    return Err(Fail::inval("id", "REUSEADDR after the address is resolved"));
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_set_option(
+        id: *mut rdma_cm_id,
+        level: c_int,
+        optname: c_int,
+        optval: *mut c_void,
+        optlen: usize,
+    ) -> c_int {
+        minus_one(VERB, || {
+            let cm = id_of(id)?;
+            let mut st = cm.lock();
+            match (level as u32, optname as u32) {
+                (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS) => {
+                    st.tos = Some(read_opt::<u8>(optval, optlen, "RDMA_OPTION_ID_TOS")?);
                 }
-                st.reuseaddr = on;
-                for u in ports().lock().iter_mut().filter(|u| u.id == cm.addr()) {
-                    u.reuse = on;
+                (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR) => {
+                    let on = read_opt::<c_int>(optval, optlen, "RDMA_OPTION_ID_REUSEADDR")? != 0;
+                    if !(st.phase == Phase::Idle || (on && st.phase == Phase::AddrBound)) {
+                        return Err(Fail::inval("id", "REUSEADDR after the address is resolved"));
+                    }
+                    st.reuseaddr = on;
+                    for u in ports().lock().iter_mut().filter(|u| u.id == cm.addr()) {
+                        u.reuse = on;
+                    }
+                }
+                (RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY) => {
+                    let on = read_opt::<c_int>(optval, optlen, "RDMA_OPTION_ID_AFONLY")? != 0;
+                    if !matches!(st.phase, Phase::Idle | Phase::AddrBound) {
+                        return Err(Fail::inval("id", "AFONLY after the address is resolved"));
+                    }
+                    st.afonly = on;
+                }
+                (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) => {
+                    let t = read_opt::<u8>(optval, optlen, "RDMA_OPTION_ID_ACK_TIMEOUT")?;
+                    let (qp_type, _) = cm.kind();
+                    if qp_type != IBV_QPT_RC
+                        && qp_type != IBV_QPT_XRC_SEND
+                        && qp_type != IBV_QPT_XRC_RECV
+                    {
+                        return Err(Fail::inval("id", "ACK_TIMEOUT is for RC ids"));
+                    }
+                    st.ack_timeout = Some(t);
+                }
+                (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) => {
+                    let one = std::mem::size_of::<ibv_path_data>();
+                    if optlen == 0 || !optlen.is_multiple_of(one) {
+                        return Err(Fail::inval(
+                            "optlen",
+                            format!("{optlen} is not a multiple of sizeof(struct ibv_path_data) {one}"),
+                        ));
+                    }
+                    if optval.is_null() {
+                        return Err(Fail::new(libc::EFAULT, "optval: NULL"));
+                    }
+                    // A RoCE path is the addresses' own: the record given is
+                    // taken as a request to resolve the route.
+                    set_route(cm, &mut st)?;
+                }
+                (RDMA_OPTION_ID, n) => {
+                    return Err(Fail::new(
+                        libc::ENOSYS,
+                        format!("RDMA_OPTION_ID option {n} (TOS, REUSEADDR, AFONLY, ACK_TIMEOUT are)"),
+                    ))
+                }
+                (RDMA_OPTION_IB, n) => {
+                    return Err(Fail::new(
+                        libc::ENOSYS,
+                        format!("RDMA_OPTION_IB option {n} (RDMA_OPTION_IB_PATH is)"),
+                    ))
+                }
+                (l, _) => {
+                    return Err(Fail::new(
+                        libc::ENOSYS,
+                        format!("option level {l} (RDMA_OPTION_ID, RDMA_OPTION_IB)"),
+                    ))
                 }
             }
-            (RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY) => {
-                let on = read_opt::<c_int>(optval, optlen, "RDMA_OPTION_ID_AFONLY")? != 0;
-                if !matches!(st.phase, Phase::Idle | Phase::AddrBound) {
-                    return Err(Fail::inval("id", "AFONLY after the address is resolved"));
-                }
-                st.afonly = on;
-            }
-            (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) => {
-                let t = read_opt::<u8>(optval, optlen, "RDMA_OPTION_ID_ACK_TIMEOUT")?;
-                let (qp_type, _) = cm.kind();
-                if qp_type != IBV_QPT_RC
-                    && qp_type != IBV_QPT_XRC_SEND
-                    && qp_type != IBV_QPT_XRC_RECV
-                {
-                    return Err(Fail::inval("id", "ACK_TIMEOUT is for RC ids"));
-                }
-                st.ack_timeout = Some(t);
-            }
-            (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) => {
-                let one = std::mem::size_of::<ibv_path_data>();
-                if optlen == 0 || !optlen.is_multiple_of(one) {
-                    return Err(Fail::inval(
-                        "optlen",
-                        format!("{optlen} is not a multiple of sizeof(struct ibv_path_data) {one}"),
-                    ));
-                }
-                if optval.is_null() {
-                    return Err(Fail::new(libc::EFAULT, "optval: NULL"));
-                }
-                // A RoCE path is the addresses' own: the record given is
-                // taken as a request to resolve the route.
-                set_route(cm, &mut st)?;
-            }
-            (RDMA_OPTION_ID, n) => {
-                return Err(Fail::new(
-                    libc::ENOSYS,
-                    format!("RDMA_OPTION_ID option {n} (TOS, REUSEADDR, AFONLY, ACK_TIMEOUT are)"),
-                ))
-            }
-            (RDMA_OPTION_IB, n) => {
-                return Err(Fail::new(
-                    libc::ENOSYS,
-                    format!("RDMA_OPTION_IB option {n} (RDMA_OPTION_IB_PATH is)"),
-                ))
-            }
-            (l, _) => {
-                return Err(Fail::new(
-                    libc::ENOSYS,
-                    format!("option level {l} (RDMA_OPTION_ID, RDMA_OPTION_IB)"),
-                ))
-            }
-        }
-        Ok(())
-    })
+            Ok(())
+        })
+    }
 }
 
-pub unsafe extern "C" fn rdma_migrate_id(
-    id: *mut rdma_cm_id,
-    channel: *mut rdma_event_channel,
-) -> c_int {
-    entry("rdma_migrate_id", || {
-        let cm = id_of(id)?;
-        let to_sync = channel.is_null();
-        if to_sync && cm.lock().sync {
-            return Err(Fail::inval(
-                "channel",
-                "NULL, and the id is synchronous already",
-            ));
-        }
-        let new = if to_sync {
-            Channel::create()?
-        } else {
-            channel_of(channel)?
-        };
-        let c = cm.c();
-        {
-            let mut st = cm.lock();
-            let old = st.channel.clone();
-            if !Arc::ptr_eq(&old, &new) {
-                for p in old.withdraw(cm.addr()) {
-                    new.push(p);
-                }
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_migrate_id(
+        id: *mut rdma_cm_id,
+        channel: *mut rdma_event_channel,
+    ) -> c_int {
+        minus_one(VERB, || {
+            let cm = id_of(id)?;
+            let to_sync = channel.is_null();
+            if to_sync && cm.lock().sync {
+                return Err(Fail::inval(
+                    "channel",
+                    "NULL, and the id is synchronous already",
+                ));
             }
-            if st.sync {
-                // SAFETY: the id is ours and locked.
-                let ev = unsafe { std::mem::replace(&mut (*c).event, std::ptr::null_mut()) };
-                if !ev.is_null() {
-                    let _ = channel::ack_event(ev);
+            let new = if to_sync {
+                Channel::create()?
+            } else {
+                channel_of(channel)?
+            };
+            let c = cm.c();
+            {
+                let mut st = cm.lock();
+                let old = st.channel.clone();
+                if !Arc::ptr_eq(&old, &new) {
+                    for p in old.withdraw(cm.addr()) {
+                        new.push(p);
+                    }
                 }
-                old.unregister();
+                if st.sync {
+                    // SAFETY: the id is ours and locked.
+                    let ev = unsafe { std::mem::replace(&mut (*c).event, std::ptr::null_mut()) };
+                    if !ev.is_null() {
+                        let _ = channel::ack_event(ev);
+                    }
+                    old.unregister();
+                }
+                st.sync = to_sync;
+                st.channel = new.clone();
+                // SAFETY: as above.
+                unsafe { (*c).channel = new.ptr() };
             }
-            st.sync = to_sync;
-            st.channel = new.clone();
-            // SAFETY: as above.
-            unsafe { (*c).channel = new.ptr() };
-        }
-        cm.events.wait_all_acked();
-        Ok(())
-    })
+            cm.events.wait_all_acked();
+            Ok(())
+        })
+    }
 }
 
 /// The attributes that move an id's QP to `state` (rdma_init_qp_attr),
@@ -1142,149 +1167,161 @@ pub fn qp_attr(cm: &CmId, state: ibv_qp_state) -> Result<(ibv_qp_attr, c_int), F
     Ok((a, mask as c_int))
 }
 
-pub unsafe extern "C" fn rdma_init_qp_attr(
-    id: *mut rdma_cm_id,
-    qp_attr: *mut ibv_qp_attr,
-    qp_attr_mask: *mut c_int,
-) -> c_int {
-    entry("rdma_init_qp_attr", || {
-        let cm = id_of(id)?;
-        if qp_attr.is_null() {
-            return Err(Fail::inval("qp_attr", "NULL"));
-        }
-        if qp_attr_mask.is_null() {
-            return Err(Fail::inval("qp_attr_mask", "NULL"));
-        }
-        // SAFETY: the program's attributes.
-        let state = unsafe { (*qp_attr).qp_state };
-        let (a, mask) = self::qp_attr(cm, state)?;
-        // SAFETY: checked non-NULL; the program's outputs.
-        unsafe {
-            qp_attr.write(a);
-            qp_attr_mask.write(mask);
-        }
-        Ok(())
-    })
-}
-
-/// librdmacm's `rdma_get_request`: the next connection request on a
-/// synchronous listening id, with the QP of `rdma_create_ep`'s attributes
-/// made on it. Requests come with the CM protocol; until then the call
-/// waits on the id's channel (or fails with EAGAIN if it is non-blocking).
-pub unsafe extern "C" fn rdma_get_request(
-    listen: *mut rdma_cm_id,
-    id: *mut *mut rdma_cm_id,
-) -> c_int {
-    entry("rdma_get_request", || {
-        let cm = id_of(listen)?;
-        if id.is_null() {
-            return Err(Fail::inval("id", "NULL"));
-        }
-        let (sync, ch, saved) = {
-            let st = cm.lock();
-            (st.sync, st.channel.clone(), st.qp_init_attr)
-        };
-        if !sync {
-            return Err(Fail::inval(
-                "listen",
-                "not a synchronous id (created without a channel, or by rdma_create_ep)",
-            ));
-        }
-        let c = cm.c();
-        // SAFETY: the id is live; `event` is the library's field.
-        let prev = unsafe { std::mem::replace(&mut (*c).event, std::ptr::null_mut()) };
-        if !prev.is_null() {
-            let _ = channel::ack_event(prev);
-        }
-        let e = channel::get_event(&ch)?;
-        // SAFETY: an event just made.
-        let (event, status, new) = unsafe { ((*e).event, (*e).status, (*e).id) };
-        let fail = |f: Fail| {
-            // SAFETY: the listening id is live.
-            unsafe { (*c).event = e };
-            Err(f)
-        };
-        if event == RDMA_CM_EVENT_REJECTED {
-            return fail(Fail::new(libc::ECONNREFUSED, "rejected"));
-        }
-        if status != 0 {
-            return fail(Fail::new(status.abs(), format!("event status {status}")));
-        }
-        if event != RDMA_CM_EVENT_CONNECT_REQUEST {
-            return fail(Fail::inval("listen", format!("got {}", event_name(event))));
-        }
-        if let Some(SavedQpAttr(mut attr)) = saved {
-            // SAFETY: the listening id is live; its pd field.
-            let pd = unsafe { (*c).pd };
-            // SAFETY: the new id of a connection request and a copy of the attributes.
-            if unsafe { super::qp::rdma_create_qp(new, pd, &mut attr) } != 0 {
-                let errno = std::io::Error::last_os_error()
-                    .raw_os_error()
-                    .unwrap_or(libc::EINVAL);
-                return fail(Fail::new(errno, "creating the request's QP"));
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_init_qp_attr(
+        id: *mut rdma_cm_id,
+        qp_attr: *mut ibv_qp_attr,
+        qp_attr_mask: *mut c_int,
+    ) -> c_int {
+        minus_one(VERB, || {
+            let cm = id_of(id)?;
+            if qp_attr.is_null() {
+                return Err(Fail::inval("qp_attr", "NULL"));
             }
-        }
-        // SAFETY: the new id is live (the event holds it); the program's output.
-        unsafe {
-            (*new).event = e;
-            id.write(new);
-        }
-        Ok(())
-    })
+            if qp_attr_mask.is_null() {
+                return Err(Fail::inval("qp_attr_mask", "NULL"));
+            }
+            // SAFETY: the program's attributes.
+            let state = unsafe { (*qp_attr).qp_state };
+            let (a, mask) = self::qp_attr(cm, state)?;
+            // SAFETY: checked non-NULL; the program's outputs.
+            unsafe {
+                qp_attr.write(a);
+                qp_attr_mask.write(mask);
+            }
+            Ok(())
+        })
+    }
 }
 
-pub unsafe extern "C" fn rdma_set_local_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
-    entry("rdma_set_local_ece", || {
-        let cm = id_of(id)?;
-        // SAFETY: the program's ECE.
-        let e = unsafe { ece.as_ref() }.ok_or_else(|| Fail::inval("ece", "NULL"))?;
-        // SAFETY: the id is live.
-        if unsafe { !(*cm.c()).qp.is_null() } {
-            return Err(Fail::inval(
-                "id",
-                "has a QP (set ECE before rdma_create_qp)",
-            ));
-        }
-        if e.vendor_id == 0 || e.comp_mask != 0 {
-            return Err(Fail::inval("ece", "vendor_id 0 or comp_mask not 0"));
-        }
-        cm.lock().local_ece = (e.vendor_id, e.options);
-        Ok(())
-    })
+entry! {
+    on_panic = -1;
+    /// librdmacm's `rdma_get_request`: the next connection request on a
+    /// synchronous listening id, with the QP of `rdma_create_ep`'s attributes
+    /// made on it. Requests come with the CM protocol; until then the call
+    /// waits on the id's channel (or fails with EAGAIN if it is non-blocking).
+    pub unsafe extern "C" fn rdma_get_request(
+        listen: *mut rdma_cm_id,
+        id: *mut *mut rdma_cm_id,
+    ) -> c_int {
+        minus_one(VERB, || {
+            let cm = id_of(listen)?;
+            if id.is_null() {
+                return Err(Fail::inval("id", "NULL"));
+            }
+            let (sync, ch, saved) = {
+                let st = cm.lock();
+                (st.sync, st.channel.clone(), st.qp_init_attr)
+            };
+            if !sync {
+                return Err(Fail::inval(
+                    "listen",
+                    "not a synchronous id (created without a channel, or by rdma_create_ep)",
+                ));
+            }
+            let c = cm.c();
+            // SAFETY: the id is live; `event` is the library's field.
+            let prev = unsafe { std::mem::replace(&mut (*c).event, std::ptr::null_mut()) };
+            if !prev.is_null() {
+                let _ = channel::ack_event(prev);
+            }
+            let e = channel::get_event(&ch)?;
+            // SAFETY: an event just made.
+            let (event, status, new) = unsafe { ((*e).event, (*e).status, (*e).id) };
+            let fail = |f: Fail| {
+                // SAFETY: the listening id is live.
+                unsafe { (*c).event = e };
+                Err(f)
+            };
+            if event == RDMA_CM_EVENT_REJECTED {
+                return fail(Fail::new(libc::ECONNREFUSED, "rejected"));
+            }
+            if status != 0 {
+                return fail(Fail::new(status.abs(), format!("event status {status}")));
+            }
+            if event != RDMA_CM_EVENT_CONNECT_REQUEST {
+                return fail(Fail::inval("listen", format!("got {}", event_name(event))));
+            }
+            if let Some(SavedQpAttr(mut attr)) = saved {
+                // SAFETY: the listening id is live; its pd field.
+                let pd = unsafe { (*c).pd };
+                // SAFETY: the new id of a connection request and a copy of the attributes.
+                if unsafe { super::qp::rdma_create_qp(new, pd, &mut attr) } != 0 {
+                    let errno = std::io::Error::last_os_error()
+                        .raw_os_error()
+                        .unwrap_or(libc::EINVAL);
+                    return fail(Fail::new(errno, "creating the request's QP"));
+                }
+            }
+            // SAFETY: the new id is live (the event holds it); the program's output.
+            unsafe {
+                (*new).event = e;
+                id.write(new);
+            }
+            Ok(())
+        })
+    }
 }
 
-pub unsafe extern "C" fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
-    entry("rdma_get_remote_ece", || {
-        let cm = id_of(id)?;
-        if ece.is_null() {
-            return Err(Fail::inval("ece", "NULL"));
-        }
-        // SAFETY: the id is live.
-        if unsafe { !(*cm.c()).qp.is_null() } {
-            return Err(Fail::inval("id", "has a QP"));
-        }
-        let (vendor_id, options) = cm.lock().remote_ece;
-        // SAFETY: checked non-NULL; the program's output.
-        unsafe {
-            ece.write(ibv_ece {
-                vendor_id,
-                options,
-                comp_mask: 0,
-            })
-        };
-        Ok(())
-    })
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_set_local_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
+        minus_one(VERB, || {
+            let cm = id_of(id)?;
+            // SAFETY: the program's ECE.
+            let e = unsafe { ece.as_ref() }.ok_or_else(|| Fail::inval("ece", "NULL"))?;
+            // SAFETY: the id is live.
+            if unsafe { !(*cm.c()).qp.is_null() } {
+                return Err(Fail::inval(
+                    "id",
+                    "has a QP (set ECE before rdma_create_qp)",
+                ));
+            }
+            if e.vendor_id == 0 || e.comp_mask != 0 {
+                return Err(Fail::inval("ece", "vendor_id 0 or comp_mask not 0"));
+            }
+            cm.lock().local_ece = (e.vendor_id, e.options);
+            Ok(())
+        })
+    }
+}
+
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
+        minus_one(VERB, || {
+            let cm = id_of(id)?;
+            if ece.is_null() {
+                return Err(Fail::inval("ece", "NULL"));
+            }
+            // SAFETY: the id is live.
+            if unsafe { !(*cm.c()).qp.is_null() } {
+                return Err(Fail::inval("id", "has a QP"));
+            }
+            let (vendor_id, options) = cm.lock().remote_ece;
+            // SAFETY: checked non-NULL; the program's output.
+            unsafe {
+                ece.write(ibv_ece {
+                    vendor_id,
+                    options,
+                    comp_mask: 0,
+                })
+            };
+            Ok(())
+        })
+    }
 }
 
 // ---------------------------------------------------------------------------
 // Devices
 // ---------------------------------------------------------------------------
 
-/// The soft devices' contexts, opened once for the process (a device that
-/// cannot be opened, its address taken by another program, is left out, as
-/// librdmacm leaves out a dead device).
-pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut ibv_context {
-    guard("rdma_get_devices", std::ptr::null_mut(), || {
+entry! {
+    /// The soft devices' contexts, opened once for the process (a device that
+    /// cannot be opened, its address taken by another program, is left out, as
+    /// librdmacm leaves out a dead device).
+    pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut ibv_context {
         let set = |n: c_int| {
             if !num_devices.is_null() {
                 // SAFETY: the program's place for the count.
@@ -1292,7 +1329,7 @@ pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut 
             }
         };
         if let Err(f) = init() {
-            note("rdma_get_devices", &f.why);
+            note(VERB, &f.why);
             set_errno(f.errno);
             set(0);
             return std::ptr::null_mut();
@@ -1302,7 +1339,7 @@ pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut 
             .filter_map(|d| match d.open() {
                 Ok(o) => Some(o.ctx),
                 Err(f) => {
-                    note("rdma_get_devices", &f.why);
+                    note(VERB, &f.why);
                     None
                 }
             })
@@ -1321,13 +1358,13 @@ pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut 
         }
         set(ctxs.len() as c_int);
         list
-    })
+    }
 }
 
-/// Frees the list; the contexts stay open for the process, as librdmacm's do.
-pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut ibv_context) {
-    guard("rdma_free_devices", (), || {
+entry! {
+    /// Frees the list; the contexts stay open for the process, as librdmacm's do.
+    pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut ibv_context) {
         // SAFETY: the list of rdma_get_devices (calloc), or NULL.
         unsafe { libc::free(list.cast()) }
-    })
+    }
 }

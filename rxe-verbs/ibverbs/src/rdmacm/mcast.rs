@@ -26,8 +26,8 @@
 
 use super::channel::{Param, UdParam};
 use super::id::{complete, id_of, CmId, Phase};
-use super::{canonical, entry, read_sockaddr};
-use crate::ffi::Fail;
+use super::{canonical, minus_one, read_sockaddr};
+use crate::ffi::{entry, Fail};
 use crate::sys::*;
 use rxe_core::engine::mcast::{gid_of_group, MULTICAST_QPN};
 use rxe_core::types::AddressVector;
@@ -109,75 +109,88 @@ fn join(cm: &CmId, addr: SocketAddr, flags: u32, context: *mut c_void) -> Result
     complete(cm)
 }
 
-pub unsafe extern "C" fn rdma_join_multicast(
-    id: *mut rdma_cm_id,
-    addr: *mut sockaddr,
-    context: *mut c_void,
-) -> c_int {
-    entry("rdma_join_multicast", || {
-        let cm = id_of(id)?;
-        // SAFETY: the program's address.
-        let a = unsafe { read_sockaddr(addr, "addr") }?;
-        join(cm, a, RDMA_MC_JOIN_FLAG_FULLMEMBER, context)
-    })
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_join_multicast(
+        id: *mut rdma_cm_id,
+        addr: *mut sockaddr,
+        context: *mut c_void,
+    ) -> c_int {
+        minus_one(VERB, || {
+            let cm = id_of(id)?;
+            // SAFETY: the program's address.
+            let a = unsafe { read_sockaddr(addr, "addr") }?;
+            join(cm, a, RDMA_MC_JOIN_FLAG_FULLMEMBER, context)
+        })
+    }
 }
 
-pub unsafe extern "C" fn rdma_join_multicast_ex(
-    id: *mut rdma_cm_id,
-    mc_join_attr: *mut rdma_cm_join_mc_attr_ex,
-    context: *mut c_void,
-) -> c_int {
-    entry("rdma_join_multicast_ex", || {
-        let cm = id_of(id)?;
-        // SAFETY: the program's attributes, or NULL.
-        let attr =
-            unsafe { mc_join_attr.as_ref() }.ok_or_else(|| Fail::inval("mc_join_attr", "NULL"))?;
-        if attr.comp_mask >= RDMA_CM_JOIN_MC_ATTR_RESERVED {
-            return Err(Fail::new(
-                libc::EOPNOTSUPP,
-                "mc_join_attr.comp_mask: unknown bits",
-            ));
-        }
-        if attr.comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS == 0 {
-            return Err(Fail::inval(
-                "mc_join_attr.comp_mask",
-                "RDMA_CM_JOIN_MC_ATTR_ADDRESS is required",
-            ));
-        }
-        if attr.comp_mask & RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS == 0
-            || attr.join_flags >= RDMA_MC_JOIN_FLAG_RESERVED
-        {
-            return Err(Fail::inval(
-                "mc_join_attr.join_flags",
-                "RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS with FULLMEMBER or SENDONLY_FULLMEMBER is required",
-            ));
-        }
-        // SAFETY: the program's address.
-        let a = unsafe { read_sockaddr(attr.addr, "mc_join_attr.addr") }?;
-        join(cm, a, attr.join_flags, context)
-    })
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_join_multicast_ex(
+        id: *mut rdma_cm_id,
+        mc_join_attr: *mut rdma_cm_join_mc_attr_ex,
+        context: *mut c_void,
+    ) -> c_int {
+        minus_one(VERB, || {
+            let cm = id_of(id)?;
+            // SAFETY: the program's attributes, or NULL.
+            let attr =
+                unsafe { mc_join_attr.as_ref() }
+                    .ok_or_else(|| Fail::inval("mc_join_attr", "NULL"))?;
+            if attr.comp_mask >= RDMA_CM_JOIN_MC_ATTR_RESERVED {
+                return Err(Fail::new(
+                    libc::EOPNOTSUPP,
+                    "mc_join_attr.comp_mask: unknown bits",
+                ));
+            }
+            if attr.comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS == 0 {
+                return Err(Fail::inval(
+                    "mc_join_attr.comp_mask",
+                    "RDMA_CM_JOIN_MC_ATTR_ADDRESS is required",
+                ));
+            }
+            if attr.comp_mask & RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS == 0
+                || attr.join_flags >= RDMA_MC_JOIN_FLAG_RESERVED
+            {
+                return Err(Fail::inval(
+                    "mc_join_attr.join_flags",
+                    "RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS with FULLMEMBER or SENDONLY_FULLMEMBER is required",
+                ));
+            }
+            // SAFETY: the program's address.
+            let a = unsafe { read_sockaddr(attr.addr, "mc_join_attr.addr") }?;
+            join(cm, a, attr.join_flags, context)
+        })
+    }
 }
 
-pub unsafe extern "C" fn rdma_leave_multicast(id: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int {
-    entry("rdma_leave_multicast", || {
-        let cm = id_of(id)?;
-        // SAFETY: the program's address.
-        let a = unsafe { read_sockaddr(addr, "addr") }?;
-        let j = {
-            let mut st = cm.lock();
-            let i = st.mcast.iter().position(|j| j.addr == a).ok_or_else(|| {
-                Fail::new(
-                    libc::EADDRNOTAVAIL,
-                    format!("addr: {a} was not joined on this id"),
-                )
-            })?;
-            st.mcast.remove(i)
-        };
-        if j.qp != 0 {
-            let g = ibv_gid { raw: j.gid };
-            // SAFETY: a QP pointer the id held (the call checks it is live).
-            let _ = unsafe { crate::mcast::ibv_detach_mcast(j.qp as *mut ibv_qp, &g, 0) };
-        }
-        Ok(())
-    })
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_leave_multicast(
+        id: *mut rdma_cm_id,
+        addr: *mut sockaddr,
+    ) -> c_int {
+        minus_one(VERB, || {
+            let cm = id_of(id)?;
+            // SAFETY: the program's address.
+            let a = unsafe { read_sockaddr(addr, "addr") }?;
+            let j = {
+                let mut st = cm.lock();
+                let i = st.mcast.iter().position(|j| j.addr == a).ok_or_else(|| {
+                    Fail::new(
+                        libc::EADDRNOTAVAIL,
+                        format!("addr: {a} was not joined on this id"),
+                    )
+                })?;
+                st.mcast.remove(i)
+            };
+            if j.qp != 0 {
+                let g = ibv_gid { raw: j.gid };
+                // SAFETY: a QP pointer the id held (the call checks it is live).
+                let _ = unsafe { crate::mcast::ibv_detach_mcast(j.qp as *mut ibv_qp, &g, 0) };
+            }
+            Ok(())
+        })
+    }
 }

@@ -36,7 +36,7 @@ pub mod qp;
 pub mod rsocket;
 
 use crate::device::{devices, Dev};
-use crate::ffi::{guard, note, set_errno, Fail};
+use crate::ffi::{note, set_errno, Fail};
 use crate::sys::*;
 use parking_lot::Mutex;
 use std::ffi::c_int;
@@ -67,10 +67,10 @@ pub fn ret(verb: &str, r: Result<(), Fail>) -> c_int {
     }
 }
 
-/// Runs an entry point that returns 0 or -1 with errno, with no panic
-/// crossing into C.
-pub fn entry(verb: &str, f: impl FnOnce() -> Result<(), Fail>) -> c_int {
-    guard(verb, -1, || ret(verb, f()))
+/// The body of an entry point that returns 0 or -1 with errno (inside
+/// [`crate::ffi::entry!`], with `on_panic = -1`).
+pub fn minus_one(verb: &str, f: impl FnOnce() -> Result<(), Fail>) -> c_int {
+    ret(verb, f())
 }
 
 // ---------------------------------------------------------------------------
