@@ -11,7 +11,7 @@ pub use crate::event_count::EventCount;
 use crate::event_queue::EventQueue;
 use crate::events::EventPipe;
 use crate::ffi::{arg, arg_mut, entry, int_result, minus_one_result, ptr_result, Fail};
-use crate::live::{self, Kind};
+use crate::handle::{self, Handle, Kind};
 use crate::sys::*;
 use parking_lot::Mutex;
 use rxe_verbs::AsyncEventKind;
@@ -148,18 +148,13 @@ pub struct Ctx {
     pub cmd: crate::import::CmdFd,
 }
 
-/// Our context behind a program's `ibv_context` pointer, checked to be a
-/// live one.
-pub fn ctx_of<'a>(p: *mut ibv_context) -> Result<&'a Ctx, Fail> {
-    if p.is_null() {
-        return Err(Fail::inval("context", "NULL"));
-    }
-    let c = (p as usize) - offset_of!(verbs_context, context);
-    if !live::is(Kind::Context, c) {
-        return Err(Fail::inval("context", "not an open context"));
-    }
-    // SAFETY: a live context is a Box<Ctx> at this address.
-    Ok(unsafe { &*(c as *const Ctx) })
+/// The program's `ibv_context` is the end of the `verbs_context`.
+impl Handle for Ctx {
+    const KIND: Kind = Kind::Context;
+    type C = ibv_context;
+    const NOT_LIVE: &'static str = "not an open context";
+    const NULL: &'static str = "NULL";
+    const OFFSET: usize = offset_of!(verbs_context, context);
 }
 
 /// The `ibv_context` pointer of a context.
@@ -223,16 +218,16 @@ fn open_device(device: *mut ibv_device) -> Result<*mut ibv_context, Fail> {
         cmd,
     });
     let p = Box::into_raw(ctx);
-    live::add(Kind::Context, p as usize);
+    handle::add(p);
     // SAFETY: just allocated.
     Ok(ibv_ctx(unsafe { &*p }))
 }
 
 entry! {
     pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
-        let r = ctx_of(context).map(|c| {
+        let r = handle::get::<Ctx>(context, "context").map(|c| {
             let addr = std::ptr::from_ref(c) as usize;
-            live::remove(Kind::Context, addr);
+            handle::remove(addr as *const Ctx);
             // SAFETY: the context was a Box<Ctx> at addr, now no longer live.
             drop(unsafe { Box::from_raw(addr as *mut Ctx) });
         });
@@ -245,7 +240,7 @@ entry! {
         context: *mut ibv_context,
         device_attr_out: *mut ibv_device_attr,
     ) -> c_int {
-        let r = ctx_of(context).and_then(|c| {
+        let r = handle::get::<Ctx>(context, "context").and_then(|c| {
             // SAFETY: the program's output struct.
             let out = unsafe { arg_mut(device_attr_out, "device_attr") }?;
             *out = device_attr(&c.open.rx.query_device());
@@ -262,7 +257,7 @@ entry! {
         attr: *mut ibv_device_attr_ex,
         attr_size: usize,
     ) -> c_int {
-        let r = ctx_of(context).and_then(|c| {
+        let r = handle::get::<Ctx>(context, "context").and_then(|c| {
             // SAFETY: the program's input, if any.
             if let Some(i) = unsafe { input.as_ref() } {
                 if i.comp_mask != 0 {
@@ -308,7 +303,7 @@ fn query_port(
     port_attr_out: *mut ibv_port_attr,
     port_attr_len: usize,
 ) -> c_int {
-    let r = ctx_of(context).and_then(|c| {
+    let r = handle::get::<Ctx>(context, "context").and_then(|c| {
         check_port(port_num)?;
         if port_attr_out.is_null() {
             return Err(Fail::inval("port_attr", "NULL"));
@@ -372,7 +367,7 @@ entry! {
         index: c_int,
         gid: *mut ibv_gid,
     ) -> c_int {
-        let r = ctx_of(context).and_then(|c| {
+        let r = handle::get::<Ctx>(context, "context").and_then(|c| {
             check_port(port_num)?;
             // SAFETY: the program's output.
             let out = unsafe { arg_mut(gid, "gid") }?;
@@ -401,7 +396,7 @@ entry! {
         index: c_int,
         pkey: *mut u16,
     ) -> c_int {
-        let r = ctx_of(context).and_then(|_| {
+        let r = handle::get::<Ctx>(context, "context").and_then(|_| {
             check_port(port_num)?;
             // SAFETY: the program's output.
             let out = unsafe { arg_mut(pkey, "pkey") }?;
@@ -446,7 +441,7 @@ entry! {
         flags: u32,
         entry_size: usize,
     ) -> c_int {
-        let r = ctx_of(context).and_then(|c| {
+        let r = handle::get::<Ctx>(context, "context").and_then(|c| {
             check_port(u8::try_from(port_num).unwrap_or(0))?;
             if flags != 0 {
                 return Err(Fail::inval(
@@ -493,7 +488,7 @@ entry! {
         flags: u32,
         entry_size: usize,
     ) -> isize {
-        let r = ctx_of(context).and_then(|c| {
+        let r = handle::get::<Ctx>(context, "context").and_then(|c| {
             if flags != 0 {
                 return Err(Fail::inval(
                     "flags",
@@ -545,7 +540,7 @@ entry! {
         index: u32,
         gid_type: *mut c_int,
     ) -> c_int {
-        let r = ctx_of(context).and_then(|c| {
+        let r = handle::get::<Ctx>(context, "context").and_then(|c| {
             check_port(port_num)?;
             // SAFETY: the program's output.
             let out = unsafe { arg_mut(gid_type, "type") }?;
@@ -565,7 +560,7 @@ entry! {
         context: *mut ibv_context,
         event: *mut ibv_async_event,
     ) -> c_int {
-        let r = ctx_of(context).and_then(|c| {
+        let r = handle::get::<Ctx>(context, "context").and_then(|c| {
             if event.is_null() {
                 return Err(Fail::inval("event", "NULL"));
             }

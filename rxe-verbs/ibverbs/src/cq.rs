@@ -2,11 +2,11 @@
 //! `ibv_poll_cq` and the extended `ibv_cq_ex` polling
 //! (`ibv_start_poll`/`ibv_next_poll`/`ibv_end_poll` with `ibv_wc_read_*`).
 
-use crate::context::{ctx_of, ibv_ctx, CtxEvents, DevOpen, EventCount, Route};
+use crate::context::{ibv_ctx, Ctx, CtxEvents, DevOpen, EventCount, Route};
 use crate::event_queue::EventQueue;
 use crate::events::EventPipe;
 use crate::ffi::{entry, int_result, minus_one_result, note, ptr_result, set_errno, Fail};
-use crate::live::{self, Kind};
+use crate::handle::{self, Handle, Kind};
 use crate::sys::*;
 use crate::wr::{fill_wc, sl_of, wc_flags, wc_opcode, wc_status};
 use parking_lot::Mutex;
@@ -31,11 +31,17 @@ pub struct Channel {
     pub open: Arc<DevOpen>,
 }
 
+impl Handle for Channel {
+    const KIND: Kind = Kind::Channel;
+    type C = ibv_comp_channel;
+    const NOT_LIVE: &'static str = "not a completion channel";
+}
+
 entry! {
     pub unsafe extern "C" fn ibv_create_comp_channel(
         context: *mut ibv_context,
     ) -> *mut ibv_comp_channel {
-        let r = ctx_of(context).and_then(|c| {
+        let r = handle::get::<Ctx>(context, "context").and_then(|c| {
             let rx = c.open.rx.try_create_comp_channel()?;
             let pipe = EventPipe::new()
                 .map_err(|e| Fail::new(e.raw_os_error().unwrap_or(libc::EMFILE), e.to_string()))?;
@@ -54,31 +60,23 @@ entry! {
                 cqs: Mutex::new(HashMap::new()),
                 open: c.open.clone(),
             }));
-            live::add(Kind::Channel, ch as usize);
+            handle::add(ch);
             Ok(ch.cast::<ibv_comp_channel>())
         });
         ptr_result(VERB, r)
     }
 }
 
-fn channel_of<'a>(p: *mut ibv_comp_channel) -> Result<&'a Channel, Fail> {
-    if p.is_null() || !live::is(Kind::Channel, p as usize) {
-        return Err(Fail::inval("channel", "not a completion channel"));
-    }
-    // SAFETY: a live Channel is a Box<Channel> at this address.
-    Ok(unsafe { &*(p as *const Channel) })
-}
-
 entry! {
     pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
-        let r = channel_of(channel).and_then(|c| {
+        let r = handle::get::<Channel>(channel, "channel").and_then(|c| {
             if !c.cqs.lock().is_empty() {
                 return Err(Fail::new(
                     libc::EBUSY,
                     "completion queues still use the channel",
                 ));
             }
-            live::remove(Kind::Channel, channel as usize);
+            handle::remove(channel.cast::<Channel>());
             // SAFETY: was a live Box<Channel>.
             drop(unsafe { Box::from_raw(channel.cast::<Channel>()) });
             Ok(())
@@ -115,13 +113,10 @@ pub struct Cq {
     pub ud_sl: u8,
 }
 
-/// Our CQ behind a program's pointer, checked to be live.
-pub fn cq_of<'a>(p: *mut ibv_cq) -> Result<&'a Cq, Fail> {
-    if p.is_null() || !live::is(Kind::Cq, p as usize) {
-        return Err(Fail::inval("cq", "not a completion queue"));
-    }
-    // SAFETY: a live Cq is a Box<Cq> at this address.
-    Ok(unsafe { &*(p as *const Cq) })
+impl Handle for Cq {
+    const KIND: Kind = Kind::Cq;
+    type C = ibv_cq;
+    const NOT_LIVE: &'static str = "not a completion queue";
 }
 
 /// Our CQ, unchecked: the hot path (the program's own inline calls).
@@ -141,7 +136,7 @@ struct CqArgs {
 }
 
 fn create_cq(context: *mut ibv_context, a: CqArgs) -> Result<*mut Cq, Fail> {
-    let c = ctx_of(context)?;
+    let c = handle::get::<Ctx>(context, "context")?;
     let max = c.open.rx.query_device().caps.max_cqe;
     if a.cqe < 1 || a.cqe as u32 > max {
         return Err(Fail::inval("cqe", format!("{}: must be 1 to {max}", a.cqe)));
@@ -155,7 +150,7 @@ fn create_cq(context: *mut ibv_context, a: CqArgs) -> Result<*mut Cq, Fail> {
     let ch = if a.channel.is_null() {
         None
     } else {
-        Some(channel_of(a.channel)?)
+        Some(handle::get::<Channel>(a.channel, "channel")?)
     };
     let rx = c.open.rx.create_cq(a.cqe as u32, ch.map(|c| &c.rx))?;
     let async_events = Arc::new(EventCount::default());
@@ -197,7 +192,7 @@ fn create_cq(context: *mut ibv_context, a: CqArgs) -> Result<*mut Cq, Fail> {
             disarm: None,
         },
     );
-    live::add(Kind::Cq, cq as usize);
+    handle::add(cq);
     Ok(cq)
 }
 
@@ -277,7 +272,7 @@ entry! {
 
 entry! {
     pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
-        let r = cq_of(cq).and_then(|c| {
+        let r = handle::get::<Cq>(cq, "cq").and_then(|c| {
             if cqe < 1 {
                 return Err(Fail::inval("cqe", format!("{cqe}: must be at least 1")));
             }
@@ -293,7 +288,7 @@ entry! {
 
 entry! {
     pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
-        let r = cq_of(cq).and_then(|c| {
+        let r = handle::get::<Cq>(cq, "cq").and_then(|c| {
             let n = c.users.load(Ordering::Acquire);
             if n > 0 {
                 return Err(Fail::new(
@@ -313,7 +308,7 @@ entry! {
             // As libibverbs: wait until every event handed out is acknowledged.
             c.comp_events.wait_all_acked();
             c.async_events.wait_all_acked();
-            live::remove(Kind::Cq, cq as usize);
+            handle::remove(cq.cast::<Cq>());
             let channel = c.channel;
             // SAFETY: was a live Box<Cq>. Dropping it destroys the engine's
             // CQ, after which no event of it is queued any more.
@@ -338,7 +333,7 @@ entry! {
         cq: *mut *mut ibv_cq,
         cq_context: *mut *mut c_void,
     ) -> c_int {
-        let r = channel_of(channel).and_then(|ch| {
+        let r = handle::get::<Channel>(channel, "channel").and_then(|ch| {
             if cq.is_null() || cq_context.is_null() {
                 return Err(Fail::inval(
                     if cq.is_null() { "cq" } else { "cq_context" },
@@ -379,7 +374,7 @@ entry! {
 
 entry! {
     pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: std::ffi::c_uint) {
-        match cq_of(cq) {
+        match handle::get::<Cq>(cq, "cq") {
             Ok(c) => c.comp_events.acked(u64::from(nevents)),
             Err(f) => note(VERB, f.why),
         }
@@ -391,7 +386,7 @@ entry! {
 /// # Safety
 /// `cq` is what `ibv_get_async_event` handed out.
 pub unsafe fn ack_async(cq: *mut ibv_cq) {
-    if let Ok(c) = cq_of(cq) {
+    if let Ok(c) = handle::get::<Cq>(cq, "cq") {
         c.async_events.acked(1);
     }
 }
@@ -451,7 +446,7 @@ entry! {
 entry! {
     data;
     unsafe extern "C" fn ibv_req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
-        let r = cq_of(cq).and_then(|c| {
+        let r = handle::get::<Cq>(cq, "cq").and_then(|c| {
             // Without a channel the arming has nowhere to report, and is
             // accepted all the same, as the kernel accepts it.
             Ok(c.rx.req_notify(solicited_only != 0)?)

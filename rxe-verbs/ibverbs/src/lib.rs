@@ -54,9 +54,9 @@ mod events;
 #[cfg(not(test))]
 mod exports;
 mod ffi;
+mod handle;
 mod import;
 mod kern;
-mod live;
 mod mcast;
 mod mem;
 mod mw;

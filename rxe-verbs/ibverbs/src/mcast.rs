@@ -8,7 +8,8 @@
 //! engine's. The LID is ignored on RoCE.
 
 use crate::ffi::{entry, int_result, Fail};
-use crate::qp::qp_of;
+use crate::handle;
+use crate::qp::Qp;
 use crate::sys::*;
 use std::ffi::c_int;
 
@@ -30,7 +31,7 @@ entry! {
         lid: u16,
     ) -> c_int {
         let r = (|| {
-            let q = qp_of(qp)?;
+            let q = handle::get::<Qp>(qp, "qp")?;
             let g = gid_at(gid)?;
             let mut list = q.mcast.lock();
             if list.contains(&(g, lid)) {
@@ -53,7 +54,7 @@ entry! {
         lid: u16,
     ) -> c_int {
         let r = (|| {
-            let q = qp_of(qp)?;
+            let q = handle::get::<Qp>(qp, "qp")?;
             let g = gid_at(gid)?;
             let mut list = q.mcast.lock();
             // As Linux 6.1's uverbs: the device first, then the list. The

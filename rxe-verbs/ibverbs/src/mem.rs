@@ -8,9 +8,9 @@
 //! deregisters, and what it sees while an operation is in flight is
 //! unspecified.
 
-use crate::context::{ctx_of, ibv_ctx, Ctx, DevOpen};
+use crate::context::{ibv_ctx, Ctx, DevOpen};
 use crate::ffi::{entry, int_result, ptr_result, Fail};
-use crate::live::{self, Kind};
+use crate::handle::{self, Handle, Kind};
 use crate::sys::*;
 use rxe_verbs::{AtomicOp, ForeignRegion, ProtectionDomain, RegionMemory};
 use std::ffi::{c_int, c_uint, c_void};
@@ -28,21 +28,16 @@ pub struct Pd {
     pub users: AtomicUsize,
 }
 
-/// Our PD behind a program's pointer, checked to be live.
-pub fn pd_of<'a>(p: *mut ibv_pd) -> Result<&'a Pd, Fail> {
-    if p.is_null() {
-        return Err(Fail::inval("pd", "NULL"));
-    }
-    if !live::is(Kind::Pd, p as usize) {
-        return Err(Fail::inval("pd", "not an allocated protection domain"));
-    }
-    // SAFETY: a live Pd is a Box<Pd> at this address.
-    Ok(unsafe { &*(p as *const Pd) })
+impl Handle for Pd {
+    const KIND: Kind = Kind::Pd;
+    type C = ibv_pd;
+    const NOT_LIVE: &'static str = "not an allocated protection domain";
+    const NULL: &'static str = "NULL";
 }
 
 entry! {
     pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
-        let r = ctx_of(context).and_then(|c: &Ctx| {
+        let r = handle::get::<Ctx>(context, "context").and_then(|c: &Ctx| {
             let rx = c.open.rx.alloc_pd()?;
             let pd = Box::into_raw(Box::new(Pd {
                 pd: ibv_pd {
@@ -55,7 +50,7 @@ entry! {
             }));
             // SAFETY: just allocated.
             unsafe { (*pd).pd.handle = pd as usize as u32 };
-            live::add(Kind::Pd, pd as usize);
+            handle::add(pd);
             Ok(pd.cast::<ibv_pd>())
         });
         ptr_result(VERB, r)
@@ -64,7 +59,7 @@ entry! {
 
 entry! {
     pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
-        let r = pd_of(pd).and_then(|p| {
+        let r = handle::get::<Pd>(pd, "pd").and_then(|p| {
             let n = p.users.load(Ordering::Acquire);
             if n > 0 {
                 return Err(Fail::new(
@@ -72,7 +67,7 @@ entry! {
                     format!("{n} objects still use the protection domain"),
                 ));
             }
-            live::remove(Kind::Pd, pd as usize);
+            handle::remove(pd.cast::<Pd>());
             // SAFETY: was a live Box<Pd>.
             drop(unsafe { Box::from_raw(pd.cast::<Pd>()) });
             Ok(())
@@ -148,6 +143,12 @@ pub struct Mr {
     pub access: c_uint,
     /// The I/O virtual address the region was registered at.
     pub iova: u64,
+}
+
+impl Handle for Mr {
+    const KIND: Kind = Kind::Mr;
+    type C = ibv_mr;
+    const NOT_LIVE: &'static str = "not a registered memory region";
 }
 
 /// The access flags a region may have; the optional ones (relaxed
@@ -269,7 +270,7 @@ fn reg_mr(
     iova: u64,
     access: c_uint,
 ) -> Result<*mut ibv_mr, Fail> {
-    let p = pd_of(pd)?;
+    let p = handle::get::<Pd>(pd, "pd")?;
     let acc = access_of(access, "access")?;
     // As the kernel's ib_umem_get: no empty regions, and the pages must be
     // there (and writable, for a region the device may write).
@@ -305,7 +306,7 @@ fn reg_mr(
         iova,
     }));
     p.users.fetch_add(1, Ordering::AcqRel);
-    live::add(Kind::Mr, mr as usize);
+    handle::add(mr);
     Ok(mr.cast())
 }
 
@@ -353,18 +354,15 @@ entry! {
 entry! {
     pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         let r = (|| {
-            if mr.is_null() || !live::is(Kind::Mr, mr as usize) {
-                return Err(Fail::inval("mr", "not a registered memory region"));
-            }
             // SAFETY: a live Mr is a Box<Mr> at this address.
-            let m = unsafe { &mut *mr.cast::<Mr>() };
+            let m = unsafe { &mut *handle::check::<Mr>(mr, "mr")? };
             if let Some(reg) = m.reg.take() {
                 if let Err((reg, e)) = reg.deregister() {
                     m.reg = Some(reg);
                     return Err(e.into());
                 }
             }
-            live::remove(Kind::Mr, mr as usize);
+            handle::remove(mr.cast::<Mr>());
             // SAFETY: the PD outlives its regions (dealloc is EBUSY while they exist).
             unsafe { (*m.pd).users.fetch_sub(1, Ordering::AcqRel) };
             // SAFETY: was a live Box<Mr>.
@@ -385,7 +383,7 @@ entry! {
         length: usize,
         access: c_int,
     ) -> c_int {
-        if flags == 0 && access == 0 && !mr.is_null() && live::is(Kind::Mr, mr as usize) {
+        if flags == 0 && access == 0 && handle::check::<Mr>(mr, "mr").is_ok() {
             // The kernel's uverbs refuses a re-registration that changes
             // nothing: the command fails with EINVAL (after libibverbs'
             // own checks of its arguments, which come first below).
@@ -394,9 +392,7 @@ entry! {
             return IBV_REREG_MR_ERR_CMD;
         }
         let r = (|| {
-            if mr.is_null() || !live::is(Kind::Mr, mr as usize) {
-                return Err(Fail::inval("mr", "not a registered memory region"));
-            }
+            let m = handle::check::<Mr>(mr, "mr")?;
             let flags = flags as u32;
             if flags & !IBV_REREG_MR_FLAGS_SUPPORTED != 0 {
                 return Err(Fail::inval("flags", format!("{flags:#x} has unknown bits")));
@@ -415,7 +411,7 @@ entry! {
                 ));
             }
             // SAFETY: a live Mr is a Box<Mr> at this address.
-            let m = unsafe { &mut *mr.cast::<Mr>() };
+            let m = unsafe { &mut *m };
             let new_pd = if flags & IBV_REREG_MR_CHANGE_PD != 0 {
                 pd
             } else {
@@ -438,7 +434,7 @@ entry! {
             let fresh = reg_mr(new_pd, new_addr, new_len, new_iova, new_access)?;
             // SAFETY: just made by reg_mr.
             let f = unsafe { Box::from_raw(fresh.cast::<Mr>()) };
-            live::remove(Kind::Mr, fresh as usize);
+            handle::remove(fresh.cast::<Mr>());
             if let Some(old) = m.reg.take() {
                 if let Err((old, e)) = old.deregister() {
                     m.reg = Some(old);

@@ -13,9 +13,9 @@
 //! the bind must name the window's current rkey, as the kernel requires.
 
 use crate::ffi::{entry, int_result, ptr_result, Fail};
-use crate::live::{self, Kind};
-use crate::mem::{access_of, pd_of, Mr, Pd};
-use crate::qp::qp_of;
+use crate::handle::{self, Handle, Kind};
+use crate::mem::{access_of, Mr, Pd};
+use crate::qp::Qp;
 use crate::sys::*;
 use parking_lot::Mutex;
 use rxe_verbs::{inc_rkey, MemoryWindow, MwBind, MwType, SendFlags, SendOpcode, SendWr};
@@ -32,21 +32,16 @@ pub struct Mw {
     pub pd: *const Pd,
 }
 
-/// Our window behind a program's pointer, checked to be live.
-pub fn mw_of<'a>(p: *mut ibv_mw) -> Result<&'a Mw, Fail> {
-    if p.is_null() {
-        return Err(Fail::inval("mw", "NULL"));
-    }
-    if !live::is(Kind::Mw, p as usize) {
-        return Err(Fail::inval("mw", "not an allocated memory window"));
-    }
-    // SAFETY: a live Mw is a Box<Mw> at this address.
-    Ok(unsafe { &*(p as *const Mw) })
+impl Handle for Mw {
+    const KIND: Kind = Kind::Mw;
+    type C = ibv_mw;
+    const NOT_LIVE: &'static str = "not an allocated memory window";
+    const NULL: &'static str = "NULL";
 }
 
 entry! {
     unsafe extern "C" fn ibv_alloc_mw(pd: *mut ibv_pd, mw_type: ibv_mw_type) -> *mut ibv_mw {
-        let r = pd_of(pd).and_then(|p| {
+        let r = handle::get::<Pd>(pd, "pd").and_then(|p| {
             let t = match mw_type {
                 IBV_MW_TYPE_1 => MwType::Type1,
                 IBV_MW_TYPE_2 => MwType::Type2,
@@ -67,7 +62,7 @@ entry! {
             // SAFETY: just allocated.
             unsafe { (*mw).mw.handle = mw as usize as u32 };
             p.users.fetch_add(1, Ordering::AcqRel);
-            live::add(Kind::Mw, mw as usize);
+            handle::add(mw);
             Ok(mw.cast::<ibv_mw>())
         });
         ptr_result(VERB, r)
@@ -76,8 +71,8 @@ entry! {
 
 entry! {
     unsafe extern "C" fn ibv_dealloc_mw(mw: *mut ibv_mw) -> c_int {
-        let r = mw_of(mw).map(|m| {
-            live::remove(Kind::Mw, mw as usize);
+        let r = handle::get::<Mw>(mw, "mw").map(|m| {
+            handle::remove(mw.cast::<Mw>());
             drop(m.rx.lock().take());
             // SAFETY: the PD outlives its windows (dealloc is EBUSY while they exist).
             unsafe { (*m.pd).users.fetch_sub(1, Ordering::AcqRel) };
@@ -98,7 +93,7 @@ pub unsafe fn bind_of(
     new_rkey: u32,
     info: *const ibv_mw_bind_info,
 ) -> Result<MwBind, Fail> {
-    let m = mw_of(mw)?;
+    let m = handle::get::<Mw>(mw, "mw")?;
     if info.is_null() {
         return Err(Fail::inval("bind_info", "NULL"));
     }
@@ -114,14 +109,7 @@ pub unsafe fn bind_of(
         }
         0
     } else {
-        if !live::is(Kind::Mr, info.mr as usize) {
-            return Err(Fail::inval(
-                "bind_info.mr",
-                "not a registered memory region",
-            ));
-        }
-        // SAFETY: a live Mr is a Box<Mr> at this address.
-        let r = unsafe { &*info.mr.cast::<Mr>() };
+        let r = handle::get::<Mr>(info.mr, "bind_info.mr")?;
         if r.mr.pd != m.mw.pd {
             return Err(Fail::new(
                 libc::EPERM,
@@ -149,8 +137,8 @@ entry! {
         b: *mut ibv_mw_bind,
     ) -> c_int {
         let r = (|| {
-            let q = qp_of(qp)?;
-            let m = mw_of(mw)?;
+            let q = handle::get::<Qp>(qp, "qp")?;
+            let m = handle::get::<Mw>(mw, "mw")?;
             if b.is_null() {
                 return Err(Fail::inval("mw_bind", "NULL"));
             }

@@ -1,11 +1,11 @@
 //! Queue pairs (classic and extended, with the `ibv_wr_*` posting of
 //! `ibv_qp_ex`), shared receive queues and address handles.
 
-use crate::context::{ctx_of, ibv_ctx, CtxEvents, DevOpen, EventCount, Route};
-use crate::cq::{cq_of, Cq};
+use crate::context::{ibv_ctx, Ctx, CtxEvents, DevOpen, EventCount, Route};
+use crate::cq::Cq;
 use crate::ffi::{entry, int_result, note, ptr_result, set_errno, Fail};
-use crate::live::{self, Kind};
-use crate::mem::{access_of, pd_of, Pd};
+use crate::handle::{self, Handle, Kind};
+use crate::mem::{access_of, Pd};
 use crate::sys::*;
 use crate::wr::{ah_attr_of, av_of, send_wr, sges, SendLimits};
 use parking_lot::Mutex;
@@ -52,12 +52,10 @@ pub struct Batch {
     open: bool,
 }
 
-pub fn qp_of<'a>(p: *mut ibv_qp) -> Result<&'a Qp, Fail> {
-    if p.is_null() || !live::is(Kind::Qp, p as usize) {
-        return Err(Fail::inval("qp", "not a queue pair"));
-    }
-    // SAFETY: a live Qp is a Box<Qp> at this address.
-    Ok(unsafe { &*(p as *const Qp) })
+impl Handle for Qp {
+    const KIND: Kind = Kind::Qp;
+    type C = ibv_qp;
+    const NOT_LIVE: &'static str = "not a queue pair";
 }
 
 /// # Safety
@@ -106,14 +104,14 @@ struct QpArgs {
 }
 
 fn create_qp(pd: *mut ibv_pd, a: QpArgs) -> Result<*mut Qp, Fail> {
-    let p = pd_of(pd)?;
+    let p = handle::get::<Pd>(pd, "pd")?;
     let qp_type = qp_type_of(a.qp_type)?;
-    let scq = cq_of(a.send_cq).map_err(|_| Fail::inval("send_cq", "not a completion queue"))?;
-    let rcq = cq_of(a.recv_cq).map_err(|_| Fail::inval("recv_cq", "not a completion queue"))?;
+    let scq = handle::get::<Cq>(a.send_cq, "send_cq")?;
+    let rcq = handle::get::<Cq>(a.recv_cq, "recv_cq")?;
     let srq = if a.srq.is_null() {
         None
     } else {
-        Some(srq_of(a.srq)?)
+        Some(handle::get::<Srq>(a.srq, "srq")?)
     };
     if srq.is_some() && qp_type == QpType::Uc {
         // The kernel's rxe allows it; so does the engine.
@@ -187,7 +185,7 @@ fn create_qp(pd: *mut ibv_pd, a: QpArgs) -> Result<*mut Qp, Fail> {
     if let Some(s) = srq {
         s.users.fetch_add(1, Ordering::AcqRel);
     }
-    let c = ctx_of(p.pd.context)?;
+    let c = handle::get::<Ctx>(p.pd.context, "context")?;
     p.open.routes.lock().qps.insert(
         qpn,
         Route {
@@ -197,7 +195,7 @@ fn create_qp(pd: *mut ibv_pd, a: QpArgs) -> Result<*mut Qp, Fail> {
             disarm: None,
         },
     );
-    live::add(Kind::Qp, q as usize);
+    handle::add(q);
     Ok(q)
 }
 
@@ -232,7 +230,7 @@ entry! {
         attr: *mut ibv_qp_init_attr_ex,
     ) -> *mut ibv_qp {
         let r = (|| {
-            let _ = ctx_of(context)?;
+            let _ = handle::get::<Ctx>(context, "context")?;
             // SAFETY: the program's attributes.
             let a =
                 unsafe { attr.as_mut() }.ok_or_else(|| Fail::inval("qp_init_attr_ex", "NULL"))?;
@@ -296,12 +294,12 @@ entry! {
 
 entry! {
     pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
-        ptr_result(VERB, qp_of(qp).map(|_| qp.cast::<ibv_qp_ex>()))
+        ptr_result(VERB, handle::get::<Qp>(qp, "qp").map(|_| qp.cast::<ibv_qp_ex>()))
     }
 }
 
 fn modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> Result<(), Fail> {
-    let q = qp_of(qp)?;
+    let q = handle::get::<Qp>(qp, "qp")?;
     // SAFETY: the program's attributes.
     let a = unsafe { attr.as_ref() }.ok_or_else(|| Fail::inval("attr", "NULL"))?;
     let mask = mask as u32;
@@ -408,7 +406,7 @@ entry! {
         _attr_mask: c_int,
         init_attr: *mut ibv_qp_init_attr,
     ) -> c_int {
-        let r = qp_of(qp).and_then(|q| {
+        let r = handle::get::<Qp>(qp, "qp").and_then(|q| {
             if attr.is_null() || init_attr.is_null() {
                 return Err(Fail::inval(
                     if attr.is_null() { "attr" } else { "init_attr" },
@@ -488,7 +486,7 @@ entry! {
 
 entry! {
     pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
-        let r = qp_of(qp).and_then(|q| {
+        let r = handle::get::<Qp>(qp, "qp").and_then(|q| {
             if !q.mcast.lock().is_empty() {
                 // As the kernel's uverbs: detach first.
                 return Err(Fail::new(
@@ -504,7 +502,7 @@ entry! {
                 r.forget();
             }
             q.async_events.wait_all_acked();
-            live::remove(Kind::Qp, qp as usize);
+            handle::remove(qp.cast::<Qp>());
             // SAFETY: the PD, CQs and SRQ outlive their QPs (destroying them
             // is EBUSY while QPs use them).
             unsafe {
@@ -527,7 +525,7 @@ entry! {
 /// # Safety
 /// `qp` is what `ibv_get_async_event` handed out.
 pub unsafe fn ack_qp_async(qp: *mut ibv_qp) {
-    if let Ok(q) = qp_of(qp) {
+    if let Ok(q) = handle::get::<Qp>(qp, "qp") {
         q.async_events.acked(1);
     }
 }
@@ -721,12 +719,10 @@ pub struct Srq {
     pub users: AtomicUsize,
 }
 
-pub fn srq_of<'a>(p: *mut ibv_srq) -> Result<&'a Srq, Fail> {
-    if p.is_null() || !live::is(Kind::Srq, p as usize) {
-        return Err(Fail::inval("srq", "not a shared receive queue"));
-    }
-    // SAFETY: a live Srq is a Box<Srq> at this address.
-    Ok(unsafe { &*(p as *const Srq) })
+impl Handle for Srq {
+    const KIND: Kind = Kind::Srq;
+    type C = ibv_srq;
+    const NOT_LIVE: &'static str = "not a shared receive queue";
 }
 
 entry! {
@@ -735,7 +731,7 @@ entry! {
         init: *mut ibv_srq_init_attr,
     ) -> *mut ibv_srq {
         let r = (|| {
-            let p = pd_of(pd)?;
+            let p = handle::get::<Pd>(pd, "pd")?;
             // SAFETY: the program's attributes.
             let a = unsafe { init.as_mut() }.ok_or_else(|| Fail::inval("srq_init_attr", "NULL"))?;
             let caps = p.open.rx.query_device().caps;
@@ -762,7 +758,7 @@ entry! {
             // kernel's create_srq answers.
             let (max_wr, max_sge) = rx.size().unwrap_or((a.attr.max_wr, a.attr.max_sge));
             a.attr.max_sge = max_sge;
-            let c = ctx_of(p.pd.context)?;
+            let c = handle::get::<Ctx>(p.pd.context, "context")?;
             let async_events = Arc::new(EventCount::default());
             let limit = Arc::new(AtomicU32::new(a.attr.srq_limit));
             let id = rx.id();
@@ -800,7 +796,7 @@ entry! {
                     disarm: Some(limit.clone()),
                 },
             );
-            live::add(Kind::Srq, s as usize);
+            handle::add(s);
             Ok(s.cast::<ibv_srq>())
         })();
         ptr_result(VERB, r)
@@ -813,7 +809,7 @@ entry! {
         attr: *mut ibv_srq_attr,
         mask: c_int,
     ) -> c_int {
-        let r = srq_of(srq).and_then(|s| {
+        let r = handle::get::<Srq>(srq, "srq").and_then(|s| {
             // SAFETY: the program's attributes.
             let a = unsafe { attr.as_ref() }.ok_or_else(|| Fail::inval("srq_attr", "NULL"))?;
             // Other mask bits are ignored, as the kernel's rxe_modify_srq does.
@@ -853,7 +849,7 @@ entry! {
 
 entry! {
     pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
-        let r = srq_of(srq).and_then(|s| {
+        let r = handle::get::<Srq>(srq, "srq").and_then(|s| {
             if attr.is_null() {
                 return Err(Fail::inval("srq_attr", "NULL"));
             }
@@ -872,7 +868,7 @@ entry! {
 
 entry! {
     pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
-        let r = srq_of(srq).and_then(|s| {
+        let r = handle::get::<Srq>(srq, "srq").and_then(|s| {
             let n = s.users.load(Ordering::Acquire);
             if n > 0 {
                 return Err(Fail::new(
@@ -885,7 +881,7 @@ entry! {
                 r.forget();
             }
             s.async_events.wait_all_acked();
-            live::remove(Kind::Srq, srq as usize);
+            handle::remove(srq.cast::<Srq>());
             // SAFETY: the PD outlives its SRQs.
             unsafe { (*s.pd).users.fetch_sub(1, Ordering::AcqRel) };
             // SAFETY: was a live Box<Srq>.
@@ -899,7 +895,7 @@ entry! {
 /// # Safety
 /// `srq` is what `ibv_get_async_event` handed out.
 pub unsafe fn ack_srq_async(srq: *mut ibv_srq) {
-    if let Ok(s) = srq_of(srq) {
+    if let Ok(s) = handle::get::<Srq>(srq, "srq") {
         s.async_events.acked(1);
     }
 }
@@ -911,7 +907,7 @@ entry! {
         wr: *mut ibv_recv_wr,
         bad_wr: *mut *mut ibv_recv_wr,
     ) -> c_int {
-        let s = match srq_of(srq) {
+        let s = match handle::get::<Srq>(srq, "srq") {
             Ok(s) => s,
             Err(_) => return libc::EINVAL,
         };
@@ -935,16 +931,14 @@ pub struct Ah {
     pub pd: *const Pd,
 }
 
-pub fn ah_of<'a>(p: *mut ibv_ah) -> Result<&'a Ah, Fail> {
-    if p.is_null() || !live::is(Kind::Ah, p as usize) {
-        return Err(Fail::inval("ah", "not an address handle"));
-    }
-    // SAFETY: a live Ah is a Box<Ah> at this address.
-    Ok(unsafe { &*(p as *const Ah) })
+impl Handle for Ah {
+    const KIND: Kind = Kind::Ah;
+    type C = ibv_ah;
+    const NOT_LIVE: &'static str = "not an address handle";
 }
 
 fn create_ah(pd: *mut ibv_pd, attr: *const ibv_ah_attr) -> Result<*mut ibv_ah, Fail> {
-    let p = pd_of(pd)?;
+    let p = handle::get::<Pd>(pd, "pd")?;
     // SAFETY: the program's attributes.
     let a = unsafe { attr.as_ref() }.ok_or_else(|| Fail::inval("attr", "NULL"))?;
     if a.port_num == 0 {
@@ -963,7 +957,7 @@ fn create_ah(pd: *mut ibv_pd, attr: *const ibv_ah_attr) -> Result<*mut ibv_ah, F
         pd: std::ptr::from_ref(p),
     }));
     p.users.fetch_add(1, Ordering::AcqRel);
-    live::add(Kind::Ah, ah as usize);
+    handle::add(ah);
     Ok(ah.cast())
 }
 
@@ -975,8 +969,8 @@ entry! {
 
 entry! {
     pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
-        let r = ah_of(ah).map(|a| {
-            live::remove(Kind::Ah, ah as usize);
+        let r = handle::get::<Ah>(ah, "ah").map(|a| {
+            handle::remove(ah.cast::<Ah>());
             // SAFETY: the PD outlives its AHs.
             unsafe { (*a.pd).users.fetch_sub(1, Ordering::AcqRel) };
             // SAFETY: was a live Box<Ah>.
@@ -1018,7 +1012,7 @@ entry! {
         ah_attr: *mut ibv_ah_attr,
     ) -> c_int {
         let r = (|| {
-            let _ = ctx_of(context)?;
+            let _ = handle::get::<Ctx>(context, "context")?;
             crate::device::check_port(port_num)?;
             // SAFETY: the program's completion.
             let w = unsafe { wc.as_ref() }.ok_or_else(|| Fail::inval("wc", "NULL"))?;
@@ -1062,7 +1056,7 @@ entry! {
         grh: *mut ibv_grh,
         port_num: u8,
     ) -> *mut ibv_ah {
-        let r = pd_of(pd).and_then(|p| {
+        let r = handle::get::<Pd>(pd, "pd").and_then(|p| {
             // SAFETY: plain data.
             let mut a: ibv_ah_attr = unsafe { std::mem::zeroed() };
             // SAFETY: forwards the program's pointers.
@@ -1330,7 +1324,7 @@ entry! {
         unsafe {
             with_batch(qp, |q, b| {
                 last_wr(q, b, "ibv_wr_set_ud_addr", |_, w| {
-                    let a = ah_of(ah)?;
+                    let a = handle::get::<Ah>(ah, "ah")?;
                     w.ud = Some(UdDest {
                         av: a.rx.av(),
                         remote_qpn,

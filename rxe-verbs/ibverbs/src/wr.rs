@@ -306,8 +306,7 @@ pub unsafe fn send_wr(w: &ibv_send_wr, q: SendLimits) -> Result<SendWr, Fail> {
         }
         if q.qp_type == QpType::Ud {
             let ud = w.wr.ud;
-            let ah = crate::qp::ah_of(ud.ah)
-                .map_err(|_| Fail::inval("wr.ud.ah", "not an address handle"))?;
+            let ah = crate::handle::get::<crate::qp::Ah>(ud.ah, "wr.ud.ah")?;
             wr.ud = Some(UdDest {
                 av: ah.rx.av(),
                 remote_qpn: ud.remote_qpn,

@@ -11,9 +11,10 @@
 //! value). RoCE has no path records to look up, so `ai_route` stays empty.
 //! Everything is allocated with `malloc`, and `rdma_freeaddrinfo` frees it.
 
-use super::id::{self, id_of, SavedQpAttr};
+use super::id::{self, CmId, SavedQpAttr};
 use super::{init, minus_one};
 use crate::ffi::{entry, note, Fail};
+use crate::handle;
 use crate::sys::*;
 use std::ffi::{c_char, c_int};
 
@@ -280,7 +281,7 @@ fn create_ep(
         if let Some(a) = unsafe { qp_init_attr.as_ref() } {
             let mut a = *a;
             a.qp_type = r.ai_qp_type as ibv_qp_type;
-            id_of(cid)?.lock().qp_init_attr = Some(SavedQpAttr(a));
+            handle::get::<CmId>(cid, "id")?.lock().qp_init_attr = Some(SavedQpAttr(a));
         }
     } else {
         // SAFETY: the new id and the program's addresses.
@@ -303,7 +304,7 @@ fn create_ep(
             // SAFETY: the program's ai_connect_len bytes.
             let data =
                 unsafe { std::slice::from_raw_parts(r.ai_connect.cast::<u8>(), r.ai_connect_len) };
-            id_of(cid)?.lock().connect = data.to_vec();
+            handle::get::<CmId>(cid, "id")?.lock().connect = data.to_vec();
         }
     }
     // SAFETY: checked non-NULL; the program's output.
@@ -324,7 +325,7 @@ entry! {
 }
 
 fn destroy_ep(id: *mut rdma_cm_id) {
-    if id_of(id).is_err() {
+    if handle::get::<CmId>(id, "id").is_err() {
         note("rdma_destroy_ep", "id: NULL or not an rdma_cm_id");
         return;
     }

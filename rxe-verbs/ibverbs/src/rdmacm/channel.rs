@@ -15,7 +15,7 @@ use crate::context::EventCount;
 use crate::event_queue::EventQueue;
 use crate::events::EventPipe;
 use crate::ffi::{entry, ptr_result, Fail};
-use crate::live::{self, Kind};
+use crate::handle::{self, Handle, Kind};
 use crate::sys::*;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -92,6 +92,13 @@ pub struct Channel {
     q: EventQueue<Pending, EventPipe>,
 }
 
+impl Handle for Channel {
+    const KIND: Kind = Kind::CmChannel;
+    type C = rdma_event_channel;
+    const NOT_LIVE: &'static str = "not an event channel of rdma_create_event_channel";
+    const NULL: &'static str = "NULL";
+}
+
 /// The channels not destroyed, by address: the program's reference.
 fn channels() -> &'static Mutex<HashMap<usize, Arc<Channel>>> {
     static C: OnceLock<Mutex<HashMap<usize, Arc<Channel>>>> = OnceLock::new();
@@ -109,7 +116,7 @@ impl Channel {
         });
         let addr = c.ptr() as usize;
         channels().lock().insert(addr, c.clone());
-        live::add(Kind::CmChannel, addr);
+        handle::add(Arc::as_ptr(&c));
         Ok(c)
     }
 
@@ -122,7 +129,7 @@ impl Channel {
     /// it is no longer a channel the program can name).
     pub fn unregister(&self) {
         let addr = self.ptr() as usize;
-        live::remove(Kind::CmChannel, addr);
+        handle::remove(std::ptr::from_ref(self));
         channels().lock().remove(&addr);
     }
 
@@ -185,6 +192,13 @@ pub struct CmEvent {
     count: Arc<EventCount>,
 }
 
+impl Handle for CmEvent {
+    const KIND: Kind = Kind::CmEvent;
+    type C = rdma_cm_event;
+    const NOT_LIVE: &'static str = "not an event of rdma_get_cm_event, or acknowledged already";
+    const NULL: &'static str = "NULL";
+}
+
 /// Takes the next event of `ch` and gives it to the program.
 pub fn get_event(ch: &Channel) -> Result<*mut rdma_cm_event, Fail> {
     let p = ch.take()?;
@@ -238,23 +252,18 @@ pub fn get_event(ch: &Channel) -> Result<*mut rdma_cm_event, Fail> {
         }
     }
     let raw = Box::into_raw(e);
-    live::add(Kind::CmEvent, raw as usize);
+    handle::add(raw);
     Ok(raw.cast())
 }
 
 /// Acknowledges (frees) an event the program took.
 pub fn ack_event(event: *mut rdma_cm_event) -> Result<(), Fail> {
-    if event.is_null() {
-        return Err(Fail::inval("event", "NULL"));
-    }
-    if !live::remove(Kind::CmEvent, event as usize) {
-        return Err(Fail::inval(
-            "event",
-            "not an event of rdma_get_cm_event, or acknowledged already",
-        ));
+    let e = handle::check::<CmEvent>(event, "event")?;
+    if !handle::remove(e) {
+        return Err(Fail::inval("event", CmEvent::NOT_LIVE));
     }
     // SAFETY: a live event is a Box<CmEvent> at this address, now ours.
-    let e = unsafe { Box::from_raw(event.cast::<CmEvent>()) };
+    let e = unsafe { Box::from_raw(e) };
     e.count.acked(1);
     Ok(())
 }

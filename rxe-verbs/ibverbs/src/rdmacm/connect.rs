@@ -56,10 +56,10 @@
 //! takes the table while it holds an id's state.
 
 use super::channel::{ConnParam as CParam, Param, Pending, UdParam};
-use super::id::{complete, create_on, id_of, set_passive, CmId, IdState, Phase};
+use super::id::{complete, create_on, set_passive, CmId, IdState, Phase};
 use super::{canonical, cma_devices, dev_by_addr, minus_one, CmaDev};
 use crate::ffi::{entry, note, Fail};
-use crate::live::{self, Kind};
+use crate::handle;
 use crate::sys::*;
 use parking_lot::Mutex;
 use rxe_verbs::cm::{self as rcm, EventKind, PortSpace};
@@ -185,7 +185,7 @@ pub fn forget(cm: &CmId) {
 /// The device context (rxe-verbs) of a soft device, opened for the process.
 fn rx_ctx(d: &'static CmaDev) -> Result<rxe_verbs::Context, Fail> {
     let op = d.open()?;
-    let ctx = crate::context::ctx_of(op.ctx)?;
+    let ctx = crate::handle::get::<crate::context::Ctx>(op.ctx, "context")?;
     Ok(ctx.open.rx.clone())
 }
 
@@ -219,12 +219,13 @@ fn conn_param(p: &rcm::ConnParam) -> CParam {
 /// The `rdma_cm_id` at `addr`, if it is still live. The bridge's table
 /// lock, held by the caller, keeps it from being freed meanwhile.
 fn live_id<'a>(addr: usize) -> Option<&'a CmId> {
-    if !live::is(Kind::CmId, addr) {
+    let obj = addr as *const CmId;
+    if !handle::is_live(obj) {
         return None;
     }
     // SAFETY: a live id is a Box<CmId> at this address; it is not freed
     // before `forget` takes the table lock the caller holds.
-    Some(unsafe { &*(addr as *const CmId) })
+    Some(unsafe { &*obj })
 }
 
 fn dispatch(b: &Bridge, ev: rcm::Event) {
@@ -334,7 +335,7 @@ fn connect_request(listener: &CmId, ev: &rcm::Event) -> Result<(), Fail> {
         ch.clone()
     };
     let p = create_on(new_ch, sync, context, ps, qp_type)?;
-    let new = id_of(p)?;
+    let new = handle::get::<CmId>(p, "id")?;
     bridge().ids.lock().insert(ev.id.clone(), new.addr());
     let mut st = new.lock();
     if let Err(f) = set_passive(new, &mut st, d, local, peer, like) {
@@ -358,7 +359,7 @@ fn connect_request(listener: &CmId, ev: &rcm::Event) -> Result<(), Fail> {
     // marks it dead, then takes that lock before it withdraws the requests
     // queued for it, so none stays behind it.
     let lst = listener.lock();
-    if !live::is(Kind::CmId, listener.addr()) {
+    if !handle::is_live(std::ptr::from_ref(listener)) {
         drop(lst);
         let _ = super::id::destroy(p);
         return Err(Fail::inval("request", "its listener is being destroyed"));
@@ -454,7 +455,7 @@ fn qp_of_id<'a>(cm: &CmId) -> Result<Option<&'a crate::qp::Qp>, Fail> {
     if qp.is_null() {
         return Ok(None);
     }
-    crate::qp::qp_of(qp).map(Some)
+    crate::handle::get::<crate::qp::Qp>(qp, "qp").map(Some)
 }
 
 /// Moves the id's QP, if it has one, to ERR (librdmacm's
@@ -520,7 +521,7 @@ entry! {
     on_panic = -1;
     pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_int {
         minus_one(VERB, || {
-            let cm = id_of(id)?;
+            let cm = handle::get::<CmId>(id, "id")?;
             let (_, ps) = cm.kind();
             let (devs, port, loopback) =
                 {
@@ -604,7 +605,7 @@ entry! {
         conn_param: *mut rdma_conn_param,
     ) -> c_int {
         minus_one(VERB, || {
-            let cm = id_of(id)?;
+            let cm = handle::get::<CmId>(id, "id")?;
             let (qp_type, ps) = cm.kind();
             let p = read_param(conn_param);
             let (d, src, dst, pre, tos, ack_timeout) = {
@@ -719,7 +720,7 @@ entry! {
         conn_param: *mut rdma_conn_param,
     ) -> c_int {
         minus_one(VERB, || {
-            let cm = id_of(id)?;
+            let cm = handle::get::<CmId>(id, "id")?;
             let (qp_type, _) = cm.kind();
             if qp_type == IBV_QPT_UD {
                 return accept_ud(cm, read_param(conn_param));
@@ -834,7 +835,7 @@ entry! {
         private_data_len: u8,
     ) -> c_int {
         minus_one(VERB, || {
-            reject(id_of(id)?, private_data, private_data_len)
+            reject(handle::get::<CmId>(id, "id")?, private_data, private_data_len)
         })
     }
 }
@@ -848,7 +849,7 @@ entry! {
         private_data_len: u8,
     ) -> c_int {
         minus_one(VERB, || {
-            reject(id_of(id)?, private_data, private_data_len)
+            reject(handle::get::<CmId>(id, "id")?, private_data, private_data_len)
         })
     }
 }
@@ -857,7 +858,7 @@ entry! {
     on_panic = -1;
     pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
         minus_one(VERB, || {
-            let cm = id_of(id)?;
+            let cm = handle::get::<CmId>(id, "id")?;
             // SAFETY: a live id.
             if unsafe { !(*id).qp.is_null() } {
                 return Err(Fail::inval(
@@ -880,7 +881,7 @@ entry! {
     on_panic = -1;
     pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
         minus_one(VERB, || {
-            let cm = id_of(id)?;
+            let cm = handle::get::<CmId>(id, "id")?;
             let (rx, had_cm, has_dev) = {
                 let st = cm.lock();
                 (st.cm.rx.clone(), st.cm.had_cm, st.dev.is_some())
@@ -917,7 +918,7 @@ entry! {
     on_panic = -1;
     pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, event: ibv_event_type) -> c_int {
         minus_one(VERB, || {
-            let cm = id_of(id)?;
+            let cm = handle::get::<CmId>(id, "id")?;
             let rx = conn_rx(cm)?;
             match event {
                 IBV_EVENT_COMM_EST => Ok(rx.notify_established()?),

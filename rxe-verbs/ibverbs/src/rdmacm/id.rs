@@ -25,7 +25,7 @@ use super::{
 };
 use crate::context::EventCount;
 use crate::ffi::{entry, note, set_errno, Fail};
-use crate::live::{self, Kind};
+use crate::handle::{self, Handle, Kind};
 use crate::sys::*;
 use parking_lot::{Mutex, MutexGuard};
 use std::cell::UnsafeCell;
@@ -189,19 +189,11 @@ impl CmId {
     }
 }
 
-/// The id behind a program's pointer, checked to be a live one.
-pub fn id_of<'a>(p: *mut rdma_cm_id) -> Result<&'a CmId, Fail> {
-    if p.is_null() {
-        return Err(Fail::inval("id", "NULL"));
-    }
-    if !live::is(Kind::CmId, p as usize) {
-        return Err(Fail::inval(
-            "id",
-            "not an rdma_cm_id of rdma_create_id, or destroyed",
-        ));
-    }
-    // SAFETY: a live id is a Box<CmId> at this address.
-    Ok(unsafe { &*(p as *const CmId) })
+impl Handle for CmId {
+    const KIND: Kind = Kind::CmId;
+    type C = rdma_cm_id;
+    const NOT_LIVE: &'static str = "not an rdma_cm_id of rdma_create_id, or destroyed";
+    const NULL: &'static str = "NULL";
 }
 
 /// librdmacm's `ucma_complete`: in synchronous mode, take the event the
@@ -428,7 +420,7 @@ pub fn create_on(
         ps,
     });
     let raw = Box::into_raw(b);
-    live::add(Kind::CmId, raw as usize);
+    handle::add(raw);
     Ok(raw.cast())
 }
 
@@ -465,8 +457,8 @@ entry! {
 /// Frees an id: its port, its events not taken, its own channel. Waits
 /// until every event about it that was taken is acknowledged.
 pub fn destroy(p: *mut rdma_cm_id) -> Result<(), Fail> {
-    let cm = id_of(p)?;
-    if !live::remove(Kind::CmId, p as usize) {
+    let cm = handle::get::<CmId>(p, "id")?;
+    if !handle::remove(p.cast::<CmId>()) {
         return Err(Fail::inval("id", "destroyed already"));
     }
     super::connect::forget(cm);
@@ -580,7 +572,7 @@ entry! {
     on_panic = -1;
     pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int {
         minus_one(VERB, || {
-            let cm = id_of(id)?;
+            let cm = handle::get::<CmId>(id, "id")?;
             // SAFETY: the program's address.
             let sa = unsafe { read_sockaddr(addr, "addr") }?;
             let mut st = cm.lock();
@@ -824,7 +816,7 @@ entry! {
         _timeout_ms: c_int,
     ) -> c_int {
         minus_one(VERB, || {
-            let cm = id_of(id)?;
+            let cm = handle::get::<CmId>(id, "id")?;
             // SAFETY: the program's addresses.
             let dst = unsafe { read_sockaddr(dst_addr, "dst_addr") }?;
             let src = if src_addr.is_null() {
@@ -939,7 +931,7 @@ entry! {
     on_panic = -1;
     pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
         minus_one(VERB, || {
-            let cm = id_of(id)?;
+            let cm = handle::get::<CmId>(id, "id")?;
             set_route(cm, &mut cm.lock())?;
             complete(cm)
         })
@@ -949,7 +941,9 @@ entry! {
 /// The port of the id's address as the program sees it (librdmacm reads
 /// `id->route.addr`), in network order; 0 when there is none.
 fn port_of(id: *mut rdma_cm_id, src: bool) -> u16 {
-    let Ok(cm) = id_of(id) else { return 0 };
+    let Ok(cm) = handle::get::<CmId>(id, "id") else {
+        return 0;
+    };
     let _st = cm.lock();
     let c = cm.c();
     // SAFETY: a live id, locked; its own address fields.
@@ -1009,7 +1003,7 @@ entry! {
         optlen: usize,
     ) -> c_int {
         minus_one(VERB, || {
-            let cm = id_of(id)?;
+            let cm = handle::get::<CmId>(id, "id")?;
             let mut st = cm.lock();
             match (level as u32, optname as u32) {
                 (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS) => {
@@ -1089,7 +1083,7 @@ entry! {
         channel: *mut rdma_event_channel,
     ) -> c_int {
         minus_one(VERB, || {
-            let cm = id_of(id)?;
+            let cm = handle::get::<CmId>(id, "id")?;
             let to_sync = channel.is_null();
             if to_sync && cm.lock().sync {
                 return Err(Fail::inval(
@@ -1175,7 +1169,7 @@ entry! {
         qp_attr_mask: *mut c_int,
     ) -> c_int {
         minus_one(VERB, || {
-            let cm = id_of(id)?;
+            let cm = handle::get::<CmId>(id, "id")?;
             if qp_attr.is_null() {
                 return Err(Fail::inval("qp_attr", "NULL"));
             }
@@ -1206,7 +1200,7 @@ entry! {
         id: *mut *mut rdma_cm_id,
     ) -> c_int {
         minus_one(VERB, || {
-            let cm = id_of(listen)?;
+            let cm = handle::get::<CmId>(listen, "id")?;
             if id.is_null() {
                 return Err(Fail::inval("id", "NULL"));
             }
@@ -1268,7 +1262,7 @@ entry! {
     on_panic = -1;
     pub unsafe extern "C" fn rdma_set_local_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
         minus_one(VERB, || {
-            let cm = id_of(id)?;
+            let cm = handle::get::<CmId>(id, "id")?;
             // SAFETY: the program's ECE.
             let e = unsafe { ece.as_ref() }.ok_or_else(|| Fail::inval("ece", "NULL"))?;
             // SAFETY: the id is live.
@@ -1291,7 +1285,7 @@ entry! {
     on_panic = -1;
     pub unsafe extern "C" fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
         minus_one(VERB, || {
-            let cm = id_of(id)?;
+            let cm = handle::get::<CmId>(id, "id")?;
             if ece.is_null() {
                 return Err(Fail::inval("ece", "NULL"));
             }

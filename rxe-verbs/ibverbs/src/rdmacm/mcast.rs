@@ -25,9 +25,10 @@
 //! join sends its IGMP report.
 
 use super::channel::{Param, UdParam};
-use super::id::{complete, id_of, CmId, Phase};
+use super::id::{complete, CmId, Phase};
 use super::{canonical, minus_one, read_sockaddr};
 use crate::ffi::{entry, Fail};
+use crate::handle;
 use crate::sys::*;
 use rxe_core::engine::mcast::{gid_of_group, MULTICAST_QPN};
 use rxe_core::types::AddressVector;
@@ -71,7 +72,7 @@ fn join(cm: &CmId, addr: SocketAddr, flags: u32, context: *mut c_void) -> Result
     }
     let ip = canonical(addr.ip());
     let gid = gid_of_group(ip);
-    // SAFETY: the id is live (id_of); its qp field, as the program set it.
+    // SAFETY: the id is live (handle::get); its qp field, as the program set it.
     let qp = unsafe { (*cm.c()).qp };
     let mut status = 0;
     let attach = !qp.is_null() && flags != RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER;
@@ -117,7 +118,7 @@ entry! {
         context: *mut c_void,
     ) -> c_int {
         minus_one(VERB, || {
-            let cm = id_of(id)?;
+            let cm = handle::get::<CmId>(id, "id")?;
             // SAFETY: the program's address.
             let a = unsafe { read_sockaddr(addr, "addr") }?;
             join(cm, a, RDMA_MC_JOIN_FLAG_FULLMEMBER, context)
@@ -133,7 +134,7 @@ entry! {
         context: *mut c_void,
     ) -> c_int {
         minus_one(VERB, || {
-            let cm = id_of(id)?;
+            let cm = handle::get::<CmId>(id, "id")?;
             // SAFETY: the program's attributes, or NULL.
             let attr =
                 unsafe { mc_join_attr.as_ref() }
@@ -172,7 +173,7 @@ entry! {
         addr: *mut sockaddr,
     ) -> c_int {
         minus_one(VERB, || {
-            let cm = id_of(id)?;
+            let cm = handle::get::<CmId>(id, "id")?;
             // SAFETY: the program's address.
             let a = unsafe { read_sockaddr(addr, "addr") }?;
             let j = {

@@ -11,9 +11,10 @@
 //! `rdma_connect`/`rdma_accept` to move it on. The id's `qp_type` (UD for
 //! the UDP and IPoIB port spaces) decides which, as in librdmacm.
 
-use super::id::{id_of, qp_attr, CmId};
+use super::id::{qp_attr, CmId};
 use super::minus_one;
 use crate::ffi::{entry, Fail};
+use crate::handle;
 use crate::sys::*;
 use std::ffi::c_int;
 use std::mem::offset_of;
@@ -115,7 +116,7 @@ fn init_qp(cm: &CmId, qp: *mut ibv_qp) -> Result<(), Fail> {
 
 /// `rdma_create_qp_ex` of librdmacm.
 fn create_qp_ex(id: *mut rdma_cm_id, attr: *mut ibv_qp_init_attr_ex) -> Result<(), Fail> {
-    let cm = id_of(id)?;
+    let cm = handle::get::<CmId>(id, "id")?;
     // SAFETY: the program's attributes.
     let a = unsafe { attr.as_mut() }.ok_or_else(|| Fail::inval("qp_init_attr", "NULL"))?;
     // SAFETY: a live id.
@@ -133,7 +134,7 @@ fn create_qp_ex(id: *mut rdma_cm_id, attr: *mut ibv_qp_init_attr_ex) -> Result<(
         a.comp_mask |= IBV_QP_INIT_ATTR_PD;
         a.pd = c.pd;
     } else {
-        crate::mem::pd_of(a.pd)?;
+        crate::handle::get::<crate::mem::Pd>(a.pd, "pd")?;
         // SAFETY: a live PD of this library.
         if unsafe { (*a.pd).context } != c.verbs {
             return Err(Fail::inval("pd", "of another device than the id's"));
@@ -208,7 +209,7 @@ entry! {
         qp_init_attr: *mut ibv_qp_init_attr,
     ) -> c_int {
         minus_one(VERB, || {
-            let cm = id_of(id)?;
+            let cm = handle::get::<CmId>(id, "id")?;
             // SAFETY: the program's attributes.
             let a =
                 unsafe { qp_init_attr.as_mut() }
@@ -241,7 +242,7 @@ entry! {
 
 entry! {
     pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
-        if let Err(f) = id_of(id) {
+        if let Err(f) = handle::get::<CmId>(id, "id") {
             crate::ffi::note(VERB, &f.why);
             return;
         }
@@ -256,7 +257,7 @@ entry! {
 
 /// `rdma_create_srq_ex` of librdmacm, for the SRQs the stack has (basic).
 fn create_srq_ex(id: *mut rdma_cm_id, attr: *mut ibv_srq_init_attr_ex) -> Result<(), Fail> {
-    id_of(id)?;
+    handle::get::<CmId>(id, "id")?;
     // SAFETY: the program's attributes.
     let a = unsafe { attr.as_mut() }.ok_or_else(|| Fail::inval("srq_init_attr", "NULL"))?;
     // SAFETY: a live id.
@@ -315,7 +316,7 @@ entry! {
         attr: *mut ibv_srq_init_attr,
     ) -> c_int {
         minus_one(VERB, || {
-            let cm = id_of(id)?;
+            let cm = handle::get::<CmId>(id, "id")?;
             // SAFETY: the program's attributes.
             let a = unsafe { attr.as_mut() }.ok_or_else(|| Fail::inval("srq_init_attr", "NULL"))?;
             // SAFETY: ibv_srq_init_attr_ex is plain data; all zeroes is valid.
@@ -339,7 +340,7 @@ entry! {
 
 entry! {
     pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
-        if let Err(f) = id_of(id) {
+        if let Err(f) = handle::get::<CmId>(id, "id") {
             crate::ffi::note(VERB, &f.why);
             return;
         }
