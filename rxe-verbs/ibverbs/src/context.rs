@@ -6,161 +6,17 @@
 //! `async_fd`, and an event goes to the context that created the object it
 //! is about.
 
-use crate::device::{check_port, dev_of, device_attr, port_attr, Dev};
-pub use crate::event_count::EventCount;
+use crate::device::{check_port, dev_of, device_attr, port_attr};
 use crate::event_queue::EventQueue;
 use crate::events::EventPipe;
 use crate::ffi::{arg, arg_mut, entry, int_result, minus_one_result, ptr_result, Fail};
-use crate::handle::{self, Handle, Kind};
+use crate::handle;
+use crate::native;
+use crate::objects::{ibv_ctx, Ctx, CtxEvents, DevOpen};
 use crate::sys::*;
-use parking_lot::Mutex;
-use rxe_verbs::AsyncEventKind;
-use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
-use std::mem::{offset_of, size_of};
-use std::sync::{Arc, Weak};
-
-/// An async event on its way to the program (`ibv_async_event` with its
-/// pointer as an address, so it may cross threads).
-#[derive(Debug, Clone)]
-struct Pending {
-    event_type: ibv_event_type,
-    element: usize,
-    /// The object's counts.
-    count: Arc<EventCount>,
-}
-
-/// A context's async events: the queue and the descriptor that shows it.
-#[derive(Debug)]
-pub struct CtxEvents {
-    q: EventQueue<Pending, EventPipe>,
-}
-
-impl CtxEvents {
-    fn push(&self, p: Pending) {
-        self.q.push(p);
-    }
-
-    /// Drops the events about the object at `element` that the program
-    /// has not taken yet (it is being destroyed).
-    pub fn forget(&self, element: usize) {
-        self.q.withdraw(|p| p.element == element);
-    }
-}
-
-/// Where the events about one object go.
-#[derive(Debug)]
-pub struct Route {
-    pub to: Weak<CtxEvents>,
-    /// For an SRQ: its armed limit, which the limit event disarms (0).
-    pub disarm: Option<Arc<std::sync::atomic::AtomicU32>>,
-    /// The object's address, as the program knows it.
-    pub ptr: usize,
-    pub count: Arc<EventCount>,
-}
-
-impl Route {
-    /// Drops the events about the object not yet taken (it is destroyed).
-    pub fn forget(self) {
-        if let Some(to) = self.to.upgrade() {
-            to.forget(self.ptr);
-        }
-    }
-}
-
-/// The routes of a device's events: QPs, CQs and SRQs by number.
-#[derive(Debug, Default)]
-pub struct Routes {
-    pub qps: HashMap<u32, Route>,
-    pub cqs: HashMap<u32, Route>,
-    pub srqs: HashMap<u32, Route>,
-}
-
-impl Routes {
-    fn deliver(&self, e: AsyncEventKind) {
-        let (table, n, event_type) = match e {
-            AsyncEventKind::QpFatal(q) => (&self.qps, q, IBV_EVENT_QP_FATAL),
-            AsyncEventKind::CommEstablished(q) => (&self.qps, q, IBV_EVENT_COMM_EST),
-            AsyncEventKind::SqDrained(q) => (&self.qps, q, IBV_EVENT_SQ_DRAINED),
-            AsyncEventKind::CqError(c) => (&self.cqs, c, IBV_EVENT_CQ_ERR),
-            AsyncEventKind::SrqLimitReached(s) => (&self.srqs, s, IBV_EVENT_SRQ_LIMIT_REACHED),
-            // The kernel raises no PORT_ACTIVE when a device is opened; the
-            // engine's opening event is not passed on.
-            AsyncEventKind::PortActive => return,
-        };
-        let Some(r) = table.get(&n) else { return };
-        if let Some(limit) = &r.disarm {
-            limit.store(0, std::sync::atomic::Ordering::Release);
-        }
-        let Some(to) = r.to.upgrade() else { return };
-        to.push(Pending {
-            event_type,
-            element: r.ptr,
-            count: r.count.clone(),
-        });
-    }
-}
-
-/// A device opened in this process: the engine and its event routes.
-pub struct DevOpen {
-    pub rx: rxe_verbs::Context,
-    pub routes: Arc<Mutex<Routes>>,
-}
-
-impl std::fmt::Debug for DevOpen {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DevOpen").field("rx", &self.rx).finish()
-    }
-}
-
-impl DevOpen {
-    fn open(d: &Dev) -> Result<Arc<DevOpen>, Fail> {
-        let rx = d.rx.open().map_err(|e| {
-            let f = Fail::from(e);
-            if f.errno == libc::EADDRINUSE {
-                eprintln!(
-                    "rxe-ibverbs: cannot open {}: UDP {}:4791 is taken by a program that does \
-                     not share it (rxe-rs processes share an address; this one is something \
-                     else, or another user's); give this process another address, for \
-                     example `rxe exec -d 127.0.0.3 -- ...`",
-                    d.rx.name(),
-                    d.rx.addr()
-                );
-            }
-            f
-        })?;
-        let routes = Arc::new(Mutex::new(Routes::default()));
-        let r = routes.clone();
-        rx.set_async_notify(Box::new(move |e| r.lock().deliver(e)))?;
-        Ok(Arc::new(DevOpen { rx, routes }))
-    }
-}
-
-/// An open context: rdma-core's `verbs_context` (with the `ibv_context`
-/// the program holds at its end), then ours.
-#[repr(C)]
-pub struct Ctx {
-    pub v: verbs_context,
-    pub dev: &'static Dev,
-    pub open: Arc<DevOpen>,
-    pub events: Arc<CtxEvents>,
-    /// `cmd_fd` ([`crate::import`]), closed with the context.
-    pub cmd: crate::import::CmdFd,
-}
-
-/// The program's `ibv_context` is the end of the `verbs_context`.
-impl Handle for Ctx {
-    const KIND: Kind = Kind::Context;
-    type C = ibv_context;
-    const NOT_LIVE: &'static str = "not an open context";
-    const NULL: &'static str = "NULL";
-    const OFFSET: usize = offset_of!(verbs_context, context);
-}
-
-/// The `ibv_context` pointer of a context.
-pub fn ibv_ctx(c: &Ctx) -> *mut ibv_context {
-    std::ptr::from_ref(&c.v.context).cast_mut()
-}
+use std::mem::size_of;
+use std::sync::Arc;
 
 entry! {
     pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
@@ -602,28 +458,67 @@ entry! {
 }
 
 entry! {
+    /// `ibv_ack_async_event`: the object the event names (by its type) says
+    /// whose event it is, the system library's (`native.rs`) or ours. Port
+    /// and device events name no object; neither library does anything for
+    /// them.
     pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
-        // SAFETY: the program's event, as ibv_get_async_event filled it.
-        let Ok(e) = (unsafe { arg(event, "event") }) else {
-            return;
-        };
-        // SAFETY: the union member the event type says is set.
-        unsafe {
-            match e.event_type {
-                IBV_EVENT_CQ_ERR => crate::cq::ack_async(e.element.cq),
-                IBV_EVENT_SRQ_LIMIT_REACHED | IBV_EVENT_SRQ_ERR => {
-                    crate::qp::ack_srq_async(e.element.srq)
+        if let (Some(l), false) = (native::loaded(), event.is_null()) {
+            // SAFETY: the program's event as ibv_get_async_event filled it;
+            // the union member the type says is set.
+            let obj: *const c_void = unsafe {
+                let e = &*event;
+                match e.event_type {
+                    IBV_EVENT_CQ_ERR => e.element.cq.cast(),
+                    IBV_EVENT_SRQ_LIMIT_REACHED | IBV_EVENT_SRQ_ERR => e.element.srq.cast(),
+                    IBV_EVENT_WQ_FATAL => e.element.wq.cast(),
+                    IBV_EVENT_PORT_ACTIVE
+                    | IBV_EVENT_PORT_ERR
+                    | IBV_EVENT_LID_CHANGE
+                    | IBV_EVENT_PKEY_CHANGE
+                    | IBV_EVENT_SM_CHANGE
+                    | IBV_EVENT_CLIENT_REREGISTER
+                    | IBV_EVENT_GID_CHANGE
+                    | IBV_EVENT_DEVICE_FATAL => std::ptr::null(),
+                    _ => e.element.qp.cast(),
                 }
-                IBV_EVENT_PORT_ACTIVE
-                | IBV_EVENT_PORT_ERR
-                | IBV_EVENT_LID_CHANGE
-                | IBV_EVENT_PKEY_CHANGE
-                | IBV_EVENT_SM_CHANGE
-                | IBV_EVENT_CLIENT_REREGISTER
-                | IBV_EVENT_GID_CHANGE
-                | IBV_EVENT_DEVICE_FATAL => {}
-                _ => crate::qp::ack_qp_async(e.element.qp),
+            };
+            if let (Some(f), true) = (l.ack_async_event, native::is_native_object(obj)) {
+                // SAFETY: the system library's ibv_ack_async_event on its event.
+                native::bridged(|| unsafe { f(event) });
+                return;
             }
+        }
+        // SAFETY: the program's event, about one of our objects.
+        unsafe { ack_async_event(event) }
+    }
+}
+
+/// `ibv_ack_async_event` of an event about one of our objects.
+///
+/// # Safety
+/// `event` is NULL or the program's event as `ibv_get_async_event` filled it.
+unsafe fn ack_async_event(event: *mut ibv_async_event) {
+    // SAFETY: the program's event, as ibv_get_async_event filled it.
+    let Ok(e) = (unsafe { arg(event, "event") }) else {
+        return;
+    };
+    // SAFETY: the union member the event type says is set.
+    unsafe {
+        match e.event_type {
+            IBV_EVENT_CQ_ERR => crate::cq::ack_async(e.element.cq),
+            IBV_EVENT_SRQ_LIMIT_REACHED | IBV_EVENT_SRQ_ERR => {
+                crate::qp::ack_srq_async(e.element.srq)
+            }
+            IBV_EVENT_PORT_ACTIVE
+            | IBV_EVENT_PORT_ERR
+            | IBV_EVENT_LID_CHANGE
+            | IBV_EVENT_PKEY_CHANGE
+            | IBV_EVENT_SM_CHANGE
+            | IBV_EVENT_CLIENT_REREGISTER
+            | IBV_EVENT_GID_CHANGE
+            | IBV_EVENT_DEVICE_FATAL => {}
+            _ => crate::qp::ack_qp_async(e.element.qp),
         }
     }
 }

@@ -2,40 +2,21 @@
 //! `ibv_poll_cq` and the extended `ibv_cq_ex` polling
 //! (`ibv_start_poll`/`ibv_next_poll`/`ibv_end_poll` with `ibv_wc_read_*`).
 
-use crate::context::{ibv_ctx, Ctx, CtxEvents, DevOpen, EventCount, Route};
+use crate::event_count::EventCount;
 use crate::event_queue::EventQueue;
 use crate::events::EventPipe;
 use crate::ffi::{entry, int_result, minus_one_result, note, ptr_result, set_errno, Fail};
-use crate::handle::{self, Handle, Kind};
+use crate::handle::{self};
+use crate::objects::{ibv_ctx, Channel, Cq, Ctx, CtxEvents, Route};
 use crate::sys::*;
 use crate::wr::{fill_wc, sl_of, wc_flags, wc_opcode, wc_status};
 use parking_lot::Mutex;
 use rxe_core::types::Completion;
-use rxe_verbs::{CompletionChannel, CompletionQueue};
 use std::cell::UnsafeCell;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
-
-/// A completion channel: the program's `ibv_comp_channel`, then ours.
-#[repr(C)]
-pub struct Channel {
-    pub ch: ibv_comp_channel,
-    pub rx: CompletionChannel,
-    /// Its events (the numbers of the CQs that fired), which `rx` hands
-    /// over as they come, and the descriptor that shows them.
-    pub q: Arc<EventQueue<u32, EventPipe>>,
-    /// The CQs on this channel, by number, at their addresses.
-    pub cqs: Mutex<HashMap<u32, usize>>,
-    pub open: Arc<DevOpen>,
-}
-
-impl Handle for Channel {
-    const KIND: Kind = Kind::Channel;
-    type C = ibv_comp_channel;
-    const NOT_LIVE: &'static str = "not a completion channel";
-}
 
 entry! {
     pub unsafe extern "C" fn ibv_create_comp_channel(
@@ -83,40 +64,6 @@ entry! {
         });
         int_result(VERB, r)
     }
-}
-
-/// A completion queue: the program's `ibv_cq_ex` (whose start is the
-/// `ibv_cq`), then ours.
-#[repr(C)]
-pub struct Cq {
-    /// What the program sees (and `ibv_start_poll` writes: `status`, `wr_id`).
-    pub cq: UnsafeCell<ibv_cq_ex>,
-    pub rx: CompletionQueue,
-    pub open: Arc<DevOpen>,
-    pub channel: *const Channel,
-    /// Completion events handed out by `ibv_get_cq_event` and acknowledged.
-    pub comp_events: EventCount,
-    pub async_events: Arc<EventCount>,
-    /// Completions taken from the engine and not yet given to the program
-    /// (the extended polling takes several at a time).
-    pub taken: Mutex<VecDeque<Completion>>,
-    /// Whether `taken` may hold anything: lets `ibv_poll_cq` skip its lock
-    /// (only the extended polling fills it).
-    pub taken_any: AtomicBool,
-    /// The completion `ibv_wc_read_*` reads (extended polling).
-    pub current: Mutex<Option<Completion>>,
-    /// QPs that use the CQ: destroying it before them is EBUSY.
-    pub users: AtomicUsize,
-    /// What a UD receive completion carries in `sl`: the RoCE v2 L3 type
-    /// of its GRH area (2 IPv4, 1 IPv6), as mlx5 reports it and UCX reads
-    /// it (docs/divergences.md: the kernel's rxe leaves 0).
-    pub ud_sl: u8,
-}
-
-impl Handle for Cq {
-    const KIND: Kind = Kind::Cq;
-    type C = ibv_cq;
-    const NOT_LIVE: &'static str = "not a completion queue";
 }
 
 /// Our CQ, unchecked: the hot path (the program's own inline calls).

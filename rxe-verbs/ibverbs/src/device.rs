@@ -5,27 +5,10 @@
 
 use crate::ffi::{arg, entry, int_result, note, ptr_result, set_errno, Fail};
 use crate::native::{self, Mode};
+use crate::objects::Dev;
 use crate::sys::*;
 use std::ffi::{c_char, c_int, CStr};
 use std::sync::OnceLock;
-
-/// A soft device: the `ibv_device` a program sees, first, then ours.
-#[repr(C)]
-pub struct Dev {
-    pub dev: ibv_device,
-    pub rx: rxe_verbs::Device,
-    /// The node GUID, as the program reads it (big-endian).
-    pub guid_be: u64,
-    /// The one engine every context of this device in the process shares
-    /// (a second bind of the address would fail).
-    pub open: parking_lot::Mutex<std::sync::Weak<crate::context::DevOpen>>,
-}
-
-// SAFETY: the raw pointers in `dev` are never set (the obsolete ops
-// table); everything else is Send + Sync.
-unsafe impl Send for Dev {}
-// SAFETY: as above; `dev` is never written after creation.
-unsafe impl Sync for Dev {}
 
 fn copy_name(dst: &mut [c_char], s: &str) {
     let room = dst.len() - 1;
@@ -237,20 +220,34 @@ entry! {
     }
 }
 
-/// `ibv_fork_init`: nothing to do. The soft stack reads and writes
-/// registered memory with the CPU in this process, never by DMA into
-/// pinned pages, so a fork cannot make the parent's regions stale (what
-/// `ibv_fork_init` guards against). The child inherits no working RDMA
-/// resources, as the man page says. (The export is `native.rs`'s, which
-/// asks the system library first when it is loaded.)
-pub fn fork_init() -> c_int {
-    0
+entry! {
+    /// `ibv_fork_init`: the system library's when native devices are asked
+    /// for (it must protect their pinned memory across fork), else nothing
+    /// to do. The soft stack reads and writes registered memory with the
+    /// CPU in this process, never by DMA into pinned pages, so a fork cannot
+    /// make the parent's regions stale (what `ibv_fork_init` guards
+    /// against). The child inherits no working RDMA resources, as the man
+    /// page says.
+    pub unsafe extern "C" fn ibv_fork_init() -> c_int {
+        match native::lib().and_then(|l| l.fork_init) {
+            // SAFETY: the system library's ibv_fork_init.
+            Some(f) => native::bridged(|| unsafe { f() }),
+            None => 0,
+        }
+    }
 }
 
-/// `ibv_is_fork_initialized` of the soft devices: fork protection is not
-/// needed (see [`fork_init`]).
-pub fn is_fork_initialized() -> ibv_fork_status {
-    IBV_FORK_UNNEEDED
+entry! {
+    on_panic = IBV_FORK_UNNEEDED;
+    /// The system library's answer when it is loaded; for the soft devices
+    /// fork protection is not needed (see `ibv_fork_init`).
+    pub unsafe extern "C" fn ibv_is_fork_initialized() -> ibv_fork_status {
+        match native::lib().and_then(|l| l.is_fork_initialized) {
+            // SAFETY: the system library's ibv_is_fork_initialized.
+            Some(f) => native::bridged(|| unsafe { f() }),
+            None => IBV_FORK_UNNEEDED,
+        }
+    }
 }
 
 entry! {

@@ -9,7 +9,7 @@
 
 use crate::ffi::{entry, int_result, Fail};
 use crate::handle;
-use crate::qp::Qp;
+use crate::objects::Qp;
 use crate::sys::*;
 use std::ffi::c_int;
 

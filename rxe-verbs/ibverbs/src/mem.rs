@@ -8,32 +8,14 @@
 //! deregisters, and what it sees while an operation is in flight is
 //! unspecified.
 
-use crate::context::{ibv_ctx, Ctx, DevOpen};
 use crate::ffi::{entry, int_result, ptr_result, Fail};
-use crate::handle::{self, Handle, Kind};
+use crate::handle::{self};
+use crate::objects::{ibv_ctx, Ctx, Mr, Pd};
 use crate::sys::*;
-use rxe_verbs::{AtomicOp, ForeignRegion, ProtectionDomain, RegionMemory};
+use rxe_verbs::{AtomicOp, RegionMemory};
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-
-/// A protection domain: the program's `ibv_pd`, then ours.
-#[repr(C)]
-pub struct Pd {
-    pub pd: ibv_pd,
-    pub rx: ProtectionDomain,
-    pub open: Arc<DevOpen>,
-    /// Objects created in the PD and not yet destroyed: deallocating it
-    /// before them is EBUSY, as the kernel answers.
-    pub users: AtomicUsize,
-}
-
-impl Handle for Pd {
-    const KIND: Kind = Kind::Pd;
-    type C = ibv_pd;
-    const NOT_LIVE: &'static str = "not an allocated protection domain";
-    const NULL: &'static str = "NULL";
-}
 
 entry! {
     pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
@@ -131,24 +113,6 @@ impl RegionMemory for ProgramMemory {
             }
         })
     }
-}
-
-/// A memory region: the program's `ibv_mr`, then ours.
-#[repr(C)]
-pub struct Mr {
-    pub mr: ibv_mr,
-    pub reg: Option<ForeignRegion>,
-    pub pd: *const Pd,
-    /// The access flags as the program gave them.
-    pub access: c_uint,
-    /// The I/O virtual address the region was registered at.
-    pub iova: u64,
-}
-
-impl Handle for Mr {
-    const KIND: Kind = Kind::Mr;
-    type C = ibv_mr;
-    const NOT_LIVE: &'static str = "not a registered memory region";
 }
 
 /// The access flags a region may have; the optional ones (relaxed

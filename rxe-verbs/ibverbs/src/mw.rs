@@ -13,31 +13,14 @@
 //! the bind must name the window's current rkey, as the kernel requires.
 
 use crate::ffi::{entry, int_result, ptr_result, Fail};
-use crate::handle::{self, Handle, Kind};
-use crate::mem::{access_of, Mr, Pd};
-use crate::qp::Qp;
+use crate::handle::{self};
+use crate::objects::{Mw, Pd, Qp};
 use crate::sys::*;
+use crate::wr::bind_of;
 use parking_lot::Mutex;
-use rxe_verbs::{inc_rkey, MemoryWindow, MwBind, MwType, SendFlags, SendOpcode, SendWr};
+use rxe_verbs::{inc_rkey, MwType, SendFlags, SendOpcode, SendWr};
 use std::ffi::c_int;
 use std::sync::atomic::Ordering;
-
-/// A memory window: the program's `ibv_mw`, then ours.
-#[repr(C)]
-pub struct Mw {
-    pub mw: ibv_mw,
-    /// The engine's window; dropping it frees the window under its current
-    /// key.
-    pub rx: Mutex<Option<MemoryWindow>>,
-    pub pd: *const Pd,
-}
-
-impl Handle for Mw {
-    const KIND: Kind = Kind::Mw;
-    type C = ibv_mw;
-    const NOT_LIVE: &'static str = "not an allocated memory window";
-    const NULL: &'static str = "NULL";
-}
 
 entry! {
     unsafe extern "C" fn ibv_alloc_mw(pd: *mut ibv_pd, mw_type: ibv_mw_type) -> *mut ibv_mw {
@@ -81,51 +64,6 @@ entry! {
         });
         int_result(VERB, r)
     }
-}
-
-/// The engine's bind of window `mw` to what `info` says, taking the key
-/// part of `new_rkey`.
-///
-/// # Safety
-/// `info` points to the program's bind information.
-pub unsafe fn bind_of(
-    mw: *mut ibv_mw,
-    new_rkey: u32,
-    info: *const ibv_mw_bind_info,
-) -> Result<MwBind, Fail> {
-    let m = handle::get::<Mw>(mw, "mw")?;
-    if info.is_null() {
-        return Err(Fail::inval("bind_info", "NULL"));
-    }
-    // SAFETY: the caller's contract.
-    let info = unsafe { &*info };
-    let access = access_of(info.mw_access_flags, "bind_info.mw_access_flags")?;
-    let mr_lkey = if info.mr.is_null() {
-        if info.addr != 0 || info.length != 0 {
-            return Err(Fail::inval(
-                "bind_info.mr",
-                "NULL with a nonzero addr or length",
-            ));
-        }
-        0
-    } else {
-        let r = handle::get::<Mr>(info.mr, "bind_info.mr")?;
-        if r.mr.pd != m.mw.pd {
-            return Err(Fail::new(
-                libc::EPERM,
-                "bind_info.mr: the region and the window are in different protection domains",
-            ));
-        }
-        r.mr.lkey
-    };
-    Ok(MwBind {
-        mw_rkey: m.mw.rkey,
-        new_rkey,
-        mr_lkey,
-        addr: info.addr,
-        length: info.length,
-        access,
-    })
 }
 
 entry! {

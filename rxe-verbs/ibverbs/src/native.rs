@@ -26,7 +26,7 @@
 //! stubs find no forwarding address and jump straight to this library's
 //! functions.
 
-use crate::ffi::{entry, note, set_errno};
+use crate::ffi::{note, set_errno};
 use crate::sys::*;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -111,10 +111,12 @@ pub struct Lib {
     handle: *mut c_void,
     get_device_list: GetList,
     free_device_list: FreeList,
-    fork_init: Option<unsafe extern "C" fn() -> c_int>,
-    is_fork_initialized: Option<unsafe extern "C" fn() -> ibv_fork_status>,
-    import_device: Option<unsafe extern "C" fn(c_int) -> *mut ibv_context>,
-    ack_async_event: Option<unsafe extern "C" fn(*mut ibv_async_event)>,
+    /// The verbs written by hand that ask the system library first
+    /// (`device.rs`, `import.rs`, `context.rs`), if it has them.
+    pub fork_init: Option<unsafe extern "C" fn() -> c_int>,
+    pub is_fork_initialized: Option<unsafe extern "C" fn() -> ibv_fork_status>,
+    pub import_device: Option<unsafe extern "C" fn(c_int) -> *mut ibv_context>,
+    pub ack_async_event: Option<unsafe extern "C" fn(*mut ibv_async_event)>,
 }
 
 // SAFETY: the handle is never closed and only used with dlsym/dlvsym,
@@ -178,7 +180,7 @@ pub extern "C" fn rxe_errno_out() {
 }
 
 /// `f()` with the program's `errno` bridged in and out.
-fn bridged<R>(f: impl FnOnce() -> R) -> R {
+pub fn bridged<R>(f: impl FnOnce() -> R) -> R {
     rxe_errno_in();
     let r = f();
     rxe_errno_out();
@@ -261,6 +263,17 @@ pub fn is_native_object(p: *const c_void) -> bool {
 // ------------------------------------------------------------ loading --
 
 static LIB: OnceLock<Option<Lib>> = OnceLock::new();
+
+/// What fills the exports' forwarding table from the library just loaded
+/// (`exports::resolve_forwards`), handed over by `lib.rs` when the loader
+/// maps this library; never set under `cargo test`, which has no exports.
+static FORWARDS: OnceLock<fn(&Lib)> = OnceLock::new();
+
+/// Takes the function that fills the forwarding table (once, before any
+/// verb can load the system library).
+pub fn set_forwarder(f: fn(&Lib)) {
+    let _ = FORWARDS.set(f);
+}
 
 /// The system library if it is loaded (never loads it).
 pub fn loaded() -> Option<&'static Lib> {
@@ -407,8 +420,9 @@ fn load() -> Result<Lib, String> {
     // SAFETY: dlsym with a live handle and a valid C string.
     let errno_fn = unsafe { libc::dlsym(handle, c"__errno_location".as_ptr()) };
     NS_ERRNO.store(errno_fn as usize, Ordering::Relaxed);
-    #[cfg(not(test))]
-    crate::exports::resolve_forwards(&lib);
+    if let Some(fill) = FORWARDS.get() {
+        fill(&lib);
+    }
     Ok(lib)
 }
 
@@ -480,80 +494,6 @@ pub fn free_list(ours: *mut *mut ibv_device) {
     if let Some(l) = loaded() {
         // SAFETY: the list its ibv_get_device_list returned, freed once.
         bridged(|| unsafe { (l.free_device_list)(list as *mut *mut ibv_device) });
-    }
-}
-
-// ------------------------------------------------ verbs written by hand --
-
-entry! {
-    /// `ibv_fork_init`: the system library's when native devices are asked
-    /// for (it must protect their pinned memory across fork), else ours.
-    pub unsafe extern "C" fn ibv_fork_init() -> c_int {
-        match lib().and_then(|l| l.fork_init) {
-            // SAFETY: the system library's ibv_fork_init.
-            Some(f) => bridged(|| unsafe { f() }),
-            None => crate::device::fork_init(),
-        }
-    }
-}
-
-entry! {
-    on_panic = IBV_FORK_UNNEEDED;
-    pub unsafe extern "C" fn ibv_is_fork_initialized() -> ibv_fork_status {
-        match lib().and_then(|l| l.is_fork_initialized) {
-            // SAFETY: the system library's ibv_is_fork_initialized.
-            Some(f) => bridged(|| unsafe { f() }),
-            None => crate::device::is_fork_initialized(),
-        }
-    }
-}
-
-entry! {
-    /// `ibv_import_device(cmd_fd)`: a kernel device's file descriptor goes to
-    /// the system library when it is loaded; a soft device's is ours
-    /// ([`crate::import`]).
-    pub unsafe extern "C" fn ibv_import_device(cmd_fd: c_int) -> *mut ibv_context {
-        match lib().and_then(|l| l.import_device) {
-            // SAFETY: the system library's ibv_import_device.
-            Some(f) if !crate::import::is_cmd_fd(cmd_fd) => bridged(|| unsafe { f(cmd_fd) }),
-            _ => crate::import::import_device(cmd_fd),
-        }
-    }
-}
-
-entry! {
-    /// `ibv_ack_async_event`: the object the event names (by its type) says
-    /// whose event it is. Port and device events name no object; neither
-    /// library does anything for them.
-    pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
-        if let (Some(l), false) = (loaded(), event.is_null()) {
-            // SAFETY: the program's event as ibv_get_async_event filled it;
-            // the union member the type says is set.
-            let obj: *const c_void = unsafe {
-                let e = &*event;
-                match e.event_type {
-                    IBV_EVENT_CQ_ERR => e.element.cq.cast(),
-                    IBV_EVENT_SRQ_LIMIT_REACHED | IBV_EVENT_SRQ_ERR => e.element.srq.cast(),
-                    IBV_EVENT_WQ_FATAL => e.element.wq.cast(),
-                    IBV_EVENT_PORT_ACTIVE
-                    | IBV_EVENT_PORT_ERR
-                    | IBV_EVENT_LID_CHANGE
-                    | IBV_EVENT_PKEY_CHANGE
-                    | IBV_EVENT_SM_CHANGE
-                    | IBV_EVENT_CLIENT_REREGISTER
-                    | IBV_EVENT_GID_CHANGE
-                    | IBV_EVENT_DEVICE_FATAL => std::ptr::null(),
-                    _ => e.element.qp.cast(),
-                }
-            };
-            if let (Some(f), true) = (l.ack_async_event, is_native_object(obj)) {
-                // SAFETY: the system library's ibv_ack_async_event on its event.
-                bridged(|| unsafe { f(event) });
-                return;
-            }
-        }
-        // SAFETY: the program's event, for our objects.
-        unsafe { crate::context::ibv_ack_async_event(event) }
     }
 }
 

@@ -1,62 +1,20 @@
 //! Queue pairs (classic and extended, with the `ibv_wr_*` posting of
 //! `ibv_qp_ex`), shared receive queues and address handles.
 
-use crate::context::{ibv_ctx, Ctx, CtxEvents, DevOpen, EventCount, Route};
-use crate::cq::Cq;
+use crate::event_count::EventCount;
 use crate::ffi::{entry, int_result, note, ptr_result, set_errno, Fail};
-use crate::handle::{self, Handle, Kind};
-use crate::mem::{access_of, Pd};
+use crate::handle::{self};
+use crate::mem::access_of;
+use crate::objects::{ibv_ctx, Ah, Batch, Cq, Ctx, CtxEvents, Pd, Qp, Route, SendLimits, Srq};
 use crate::sys::*;
-use crate::wr::{ah_attr_of, av_of, send_wr, sges, SendLimits};
+use crate::wr::{ah_attr_of, av_of, send_wr, sges};
 use parking_lot::Mutex;
 use rxe_core::psn::Psn;
 use rxe_core::types::*;
-use rxe_verbs::{AddressHandle, QueuePair, SharedReceiveQueue};
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
-
-/// A queue pair: the program's `ibv_qp_ex` (whose start is the `ibv_qp`),
-/// then ours.
-#[repr(C)]
-pub struct Qp {
-    /// What the program sees, and writes (`wr_id`, `wr_flags`, `qp_context`).
-    pub qp: UnsafeCell<ibv_qp_ex>,
-    pub rx: QueuePair,
-    pub open: Arc<DevOpen>,
-    pub limits: SendLimits,
-    pub max_send_wr: u32,
-    pub max_recv_wr: u32,
-    pub max_recv_sge: u32,
-    pub sq_sig_all: bool,
-    pub pd: *const Pd,
-    pub send_cq: *const Cq,
-    pub recv_cq: *const Cq,
-    pub srq: *const Srq,
-    pub async_events: Arc<EventCount>,
-    /// The work requests of an `ibv_wr_start` ... `ibv_wr_complete` batch.
-    pub batch: Mutex<Batch>,
-    /// The `ibv_qp_attr_mask` bits some `ibv_modify_qp` has set:
-    /// `ibv_query_qp` shows the others as the kernel's rxe does, as zeroes.
-    pub applied: AtomicU32,
-    /// The multicast groups attached, as (GID, LID) ([`crate::mcast`]).
-    pub mcast: Mutex<Vec<([u8; 16], u16)>>,
-}
-
-/// An extended-posting batch: the WRs so far, or the first error.
-#[derive(Debug, Default)]
-pub struct Batch {
-    wrs: Vec<SendWr>,
-    error: Option<(i32, String)>,
-    open: bool,
-}
-
-impl Handle for Qp {
-    const KIND: Kind = Kind::Qp;
-    type C = ibv_qp;
-    const NOT_LIVE: &'static str = "not a queue pair";
-}
 
 /// # Safety
 /// `p` must be a QP this library created and the program has not destroyed.
@@ -703,28 +661,6 @@ entry! {
 
 // ---- shared receive queues -------------------------------------------------
 
-/// A shared receive queue: the program's `ibv_srq`, then ours.
-#[repr(C)]
-pub struct Srq {
-    pub srq: ibv_srq,
-    pub rx: SharedReceiveQueue,
-    pub open: Arc<DevOpen>,
-    pub pd: *const Pd,
-    /// `max_wr` and `max_sge` as created (`srq_limit` is in `limit`).
-    pub attr: Mutex<ibv_srq_attr>,
-    /// The armed limit: set by `ibv_modify_srq`, 0 again once the limit
-    /// event fired (the engine disarms it then, as the kernel does).
-    pub limit: Arc<AtomicU32>,
-    pub async_events: Arc<EventCount>,
-    pub users: AtomicUsize,
-}
-
-impl Handle for Srq {
-    const KIND: Kind = Kind::Srq;
-    type C = ibv_srq;
-    const NOT_LIVE: &'static str = "not a shared receive queue";
-}
-
 entry! {
     pub unsafe extern "C" fn ibv_create_srq(
         pd: *mut ibv_pd,
@@ -922,20 +858,6 @@ entry! {
 }
 
 // ---- address handles ---------------------------------------------------------
-
-/// An address handle: the program's `ibv_ah`, then ours.
-#[repr(C)]
-pub struct Ah {
-    pub ah: ibv_ah,
-    pub rx: AddressHandle,
-    pub pd: *const Pd,
-}
-
-impl Handle for Ah {
-    const KIND: Kind = Kind::Ah;
-    type C = ibv_ah;
-    const NOT_LIVE: &'static str = "not an address handle";
-}
 
 fn create_ah(pd: *mut ibv_pd, attr: *const ibv_ah_attr) -> Result<*mut ibv_ah, Fail> {
     let p = handle::get::<Pd>(pd, "pd")?;
@@ -1352,7 +1274,7 @@ entry! {
                     return;
                 };
                 // SAFETY: the program's bind information.
-                match crate::mw::bind_of(mw, rkey, info) {
+                match crate::wr::bind_of(mw, rkey, info) {
                     Ok(bind) => b.wrs[i].bind = Some(bind),
                     Err(e) => {
                         b.error.get_or_insert((e.errno, e.why));

@@ -11,7 +11,8 @@
 //! value). RoCE has no path records to look up, so `ai_route` stays empty.
 //! Everything is allocated with `malloc`, and `rdma_freeaddrinfo` frees it.
 
-use super::id::{self, CmId, SavedQpAttr};
+use super::id;
+use super::object::{CmId, SavedQpAttr};
 use super::{init, minus_one};
 use crate::ffi::{entry, note, Fail};
 use crate::handle;

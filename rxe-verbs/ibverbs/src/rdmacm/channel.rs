@@ -11,7 +11,7 @@
 //! do.
 
 use super::{init, minus_one};
-use crate::context::EventCount;
+use crate::event_count::EventCount;
 use crate::event_queue::EventQueue;
 use crate::events::EventPipe;
 use crate::ffi::{entry, ptr_result, Fail};

@@ -1,8 +1,8 @@
 //! The calls that need the connection manager's protocol (CM MADs on QP 1):
 //! `rdma_listen`, `rdma_connect`, `rdma_accept`, `rdma_reject`,
 //! `rdma_reject_ece`, `rdma_establish`, `rdma_disconnect`, `rdma_notify`,
-//! `rdma_init_qp_attr` of a connection, and the multicast calls (which
-//! fail: the engine has no multicast).
+//! and `rdma_get_request` (a synchronous listener's next request, with the
+//! QP of `rdma_create_ep`'s attributes).
 //!
 //! Each is carried out by rxe-verbs' connection manager
 //! (`rxe_verbs::cm`), with what librdmacm writes to the kernel's `rdma_ucm`
@@ -52,52 +52,31 @@
 //! The events of every rxe-verbs id of the process go to one
 //! `rxe_verbs::cm::EventChannel`, read by a thread of the library (the
 //! bridge) that turns each into the `rdma_cm_event` of the id it belongs
-//! to. Locks: the bridge's table of ids, then an id's state; a call never
-//! takes the table while it holds an id's state.
+//! to (the table of routes is `object.rs`'s). Locks: that table, then an
+//! id's state; a call never takes the table while it holds an id's state.
 
-use super::channel::{ConnParam as CParam, Param, Pending, UdParam};
-use super::id::{complete, create_on, set_passive, CmId, IdState, Phase};
+use super::channel::{self, ConnParam as CParam, Param, Pending, UdParam};
+use super::id::{create_on, set_passive};
+use super::object::{complete, event_name, routes, unroute, CmId, Phase, SavedQpAttr};
 use super::{canonical, cma_devices, dev_by_addr, minus_one, CmaDev};
 use crate::ffi::{entry, note, Fail};
 use crate::handle;
 use crate::sys::*;
-use parking_lot::Mutex;
 use rxe_verbs::cm::{self as rcm, EventKind, PortSpace};
-use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-/// What an id has of the connection manager.
-#[derive(Debug, Default)]
-pub struct CmSide {
-    /// The connection's rxe-verbs id.
-    pub rx: Option<rcm::CmId>,
-    /// A listener's rxe-verbs ids, one per device.
-    pub listeners: Vec<rcm::CmId>,
-    /// The request's depths (initiator depth, responder resources), for
-    /// `rdma_accept` without parameters or with the maxima.
-    pub req_depths: (u8, u8),
-    /// `rdma_establish` was called: the ESTABLISHED that follows is not
-    /// reported (the kernel reports none for an RTU it sends).
-    pub quiet_established: bool,
-    /// The id was made for a connection request (the passive side).
-    pub passive: bool,
-    /// The id had a connection of the CM's (it listened, connected or
-    /// was made for a request): rdma_disconnect then succeeds, as the
-    /// kernel's does for any id with an IB CM id.
-    pub had_cm: bool,
-}
-
 // ---------------------------------------------------------------------------
 // The bridge: rxe-verbs' events to rdma_cm_events
 // ---------------------------------------------------------------------------
 
+/// The one event channel of the process's rxe-verbs ids, and the thread
+/// that reads it (which `rdma_cm_id` each id belongs to is
+/// [`routes`]).
 struct Bridge {
     ch: rcm::EventChannel,
-    /// Which `rdma_cm_id` (address) each rxe-verbs id belongs to.
-    ids: Mutex<HashMap<rcm::CmId, usize>>,
 }
 
 fn bridge() -> &'static Bridge {
@@ -105,7 +84,6 @@ fn bridge() -> &'static Bridge {
     static STARTED: std::sync::Once = std::sync::Once::new();
     let b = B.get_or_init(|| Bridge {
         ch: rcm::EventChannel::new(),
-        ids: Mutex::new(HashMap::new()),
     });
     STARTED.call_once(|| {
         let r = std::thread::Builder::new()
@@ -115,9 +93,8 @@ fn bridge() -> &'static Bridge {
                 loop {
                     if let Some(ev) = b.ch.get_event(Duration::from_secs(3600)) {
                         // No panic may end the thread: every later event would be lost.
-                        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            dispatch(b, ev)
-                        }));
+                        let r =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dispatch(ev)));
                         if r.is_err() {
                             note("rdma_cm", "an event could not be delivered (panic)");
                         }
@@ -153,39 +130,14 @@ fn new_rx(owner: usize, ps: rdma_port_space) -> Result<rcm::CmId, Fail> {
     let rx = rcm::CmId::new(&b.ch, rps)?;
     // The library's own port table decides what may share a port.
     rx.set_reuse_addr(true);
-    b.ids.lock().insert(rx.clone(), owner);
+    routes().lock().insert(rx.clone(), owner);
     Ok(rx)
-}
-
-/// Stops routing `rx`'s events (and drops the table's reference).
-fn unroute(rx: &rcm::CmId) {
-    bridge().ids.lock().remove(rx);
-}
-
-/// An id is being destroyed: its rxe-verbs ids go (a connection being set
-/// up is rejected, an established one disconnected, a listener stops).
-pub fn forget(cm: &CmId) {
-    let side = std::mem::take(&mut cm.lock().cm);
-    if side.rx.is_none() && side.listeners.is_empty() {
-        return;
-    }
-    let mut ids = bridge().ids.lock();
-    for rx in side.rx.iter().chain(&side.listeners) {
-        ids.remove(rx);
-    }
-    drop(ids);
-    if let Some(rx) = &side.rx {
-        rx.destroy();
-    }
-    for l in &side.listeners {
-        l.destroy();
-    }
 }
 
 /// The device context (rxe-verbs) of a soft device, opened for the process.
 fn rx_ctx(d: &'static CmaDev) -> Result<rxe_verbs::Context, Fail> {
     let op = d.open()?;
-    let ctx = crate::handle::get::<crate::context::Ctx>(op.ctx, "context")?;
+    let ctx = crate::handle::get::<crate::objects::Ctx>(op.ctx, "context")?;
     Ok(ctx.open.rx.clone())
 }
 
@@ -228,14 +180,14 @@ fn live_id<'a>(addr: usize) -> Option<&'a CmId> {
     Some(unsafe { &*obj })
 }
 
-fn dispatch(b: &Bridge, ev: rcm::Event) {
+fn dispatch(ev: rcm::Event) {
     if std::env::var_os("RXE_TRACE_CM").is_some() {
         eprintln!(
             "rdma_cm trace: {:?} status {} for {:?}",
             ev.kind, ev.status, ev.id
         );
     }
-    let ids = b.ids.lock();
+    let ids = routes().lock();
     if ev.kind == EventKind::ConnectRequest {
         let Some(listener) = ev
             .listen_id
@@ -336,7 +288,7 @@ fn connect_request(listener: &CmId, ev: &rcm::Event) -> Result<(), Fail> {
     };
     let p = create_on(new_ch, sync, context, ps, qp_type)?;
     let new = handle::get::<CmId>(p, "id")?;
-    bridge().ids.lock().insert(ev.id.clone(), new.addr());
+    routes().lock().insert(ev.id.clone(), new.addr());
     let mut st = new.lock();
     if let Err(f) = set_passive(new, &mut st, d, local, peer, like) {
         drop(st);
@@ -376,60 +328,6 @@ fn connect_request(listener: &CmId, ev: &rcm::Event) -> Result<(), Fail> {
 }
 
 // ---------------------------------------------------------------------------
-// rdma_init_qp_attr of a connection
-// ---------------------------------------------------------------------------
-
-/// The QP attributes of an id's connection for `state` (INIT, RTR and RTS
-/// once the REQ, or the REQ and REP, are known), or `None` while the id
-/// has no connection: then `rdma_init_qp_attr` gives the attributes of an
-/// id without one.
-pub fn conn_qp_attr(
-    cm: &CmId,
-    st: &IdState,
-    state: ibv_qp_state,
-) -> Option<Result<(ibv_qp_attr, c_int), Fail>> {
-    // A UD QP's attributes are the id's, resolved or not (the kernel's
-    // cma_ib_init_qp_attr: P_Key index, port, Q_Key).
-    if cm.kind().0 == IBV_QPT_UD {
-        return None;
-    }
-    let rx = st.cm.rx.as_ref()?;
-    let s = match state {
-        IBV_QPS_INIT => rxe_core::types::QpState::Init,
-        IBV_QPS_RTR => rxe_core::types::QpState::Rtr,
-        IBV_QPS_RTS => rxe_core::types::QpState::Rts,
-        _ => {
-            return Some(Err(Fail::inval(
-                "qp_attr->qp_state",
-                format!("{state} (INIT, RTR or RTS for a connection)"),
-            )))
-        }
-    };
-    Some(rx.init_qp_attr(s).map_err(Fail::from).map(|(x, m)| {
-        // SAFETY: ibv_qp_attr is plain data; all zeroes is valid.
-        let mut o: ibv_qp_attr = unsafe { std::mem::zeroed() };
-        o.qp_state = state;
-        o.pkey_index = x.pkey_index;
-        o.port_num = x.port;
-        o.qp_access_flags = x.access.bits();
-        if let Some(av) = &x.av {
-            o.ah_attr = crate::wr::ah_attr_of(av);
-        }
-        o.path_mtu = x.path_mtu as ibv_mtu;
-        o.dest_qp_num = x.dest_qpn;
-        o.rq_psn = x.rq_psn.value();
-        o.sq_psn = x.sq_psn.value();
-        o.max_dest_rd_atomic = x.max_dest_rd_atomic;
-        o.max_rd_atomic = x.max_rd_atomic;
-        o.min_rnr_timer = x.min_rnr_timer;
-        o.timeout = x.timeout;
-        o.retry_cnt = x.retry_cnt;
-        o.rnr_retry = x.rnr_retry;
-        (o, m.bits() as c_int)
-    }))
-}
-
-// ---------------------------------------------------------------------------
 // The calls
 // ---------------------------------------------------------------------------
 
@@ -449,13 +347,13 @@ fn private_data(p: *const c_void, len: u8) -> Vec<u8> {
 }
 
 /// The id's QP (the library's), if it has one.
-fn qp_of_id<'a>(cm: &CmId) -> Result<Option<&'a crate::qp::Qp>, Fail> {
+fn qp_of_id<'a>(cm: &CmId) -> Result<Option<&'a crate::objects::Qp>, Fail> {
     // SAFETY: a live id; its qp field.
     let qp = unsafe { (*cm.c()).qp };
     if qp.is_null() {
         return Ok(None);
     }
-    crate::handle::get::<crate::qp::Qp>(qp, "qp").map(Some)
+    crate::handle::get::<crate::objects::Qp>(qp, "qp").map(Some)
 }
 
 /// Moves the id's QP, if it has one, to ERR (librdmacm's
@@ -927,6 +825,75 @@ entry! {
                     format!("{e} (IBV_EVENT_COMM_EST is the event rdma_notify takes)"),
                 )),
             }
+        })
+    }
+}
+
+entry! {
+    on_panic = -1;
+    /// librdmacm's `rdma_get_request`: the next connection request on a
+    /// synchronous listening id, with the QP of `rdma_create_ep`'s attributes
+    /// made on it. Requests come with the CM protocol; until then the call
+    /// waits on the id's channel (or fails with EAGAIN if it is non-blocking).
+    pub unsafe extern "C" fn rdma_get_request(
+        listen: *mut rdma_cm_id,
+        id: *mut *mut rdma_cm_id,
+    ) -> c_int {
+        minus_one(VERB, || {
+            let cm = handle::get::<CmId>(listen, "id")?;
+            if id.is_null() {
+                return Err(Fail::inval("id", "NULL"));
+            }
+            let (sync, ch, saved) = {
+                let st = cm.lock();
+                (st.sync, st.channel.clone(), st.qp_init_attr)
+            };
+            if !sync {
+                return Err(Fail::inval(
+                    "listen",
+                    "not a synchronous id (created without a channel, or by rdma_create_ep)",
+                ));
+            }
+            let c = cm.c();
+            // SAFETY: the id is live; `event` is the library's field.
+            let prev = unsafe { std::mem::replace(&mut (*c).event, std::ptr::null_mut()) };
+            if !prev.is_null() {
+                let _ = channel::ack_event(prev);
+            }
+            let e = channel::get_event(&ch)?;
+            // SAFETY: an event just made.
+            let (event, status, new) = unsafe { ((*e).event, (*e).status, (*e).id) };
+            let fail = |f: Fail| {
+                // SAFETY: the listening id is live.
+                unsafe { (*c).event = e };
+                Err(f)
+            };
+            if event == RDMA_CM_EVENT_REJECTED {
+                return fail(Fail::new(libc::ECONNREFUSED, "rejected"));
+            }
+            if status != 0 {
+                return fail(Fail::new(status.abs(), format!("event status {status}")));
+            }
+            if event != RDMA_CM_EVENT_CONNECT_REQUEST {
+                return fail(Fail::inval("listen", format!("got {}", event_name(event))));
+            }
+            if let Some(SavedQpAttr(mut attr)) = saved {
+                // SAFETY: the listening id is live; its pd field.
+                let pd = unsafe { (*c).pd };
+                // SAFETY: the new id of a connection request and a copy of the attributes.
+                if unsafe { super::qp::rdma_create_qp(new, pd, &mut attr) } != 0 {
+                    let errno = std::io::Error::last_os_error()
+                        .raw_os_error()
+                        .unwrap_or(libc::EINVAL);
+                    return fail(Fail::new(errno, "creating the request's QP"));
+                }
+            }
+            // SAFETY: the new id is live (the event holds it); the program's output.
+            unsafe {
+                (*new).event = e;
+                id.write(new);
+            }
+            Ok(())
         })
     }
 }

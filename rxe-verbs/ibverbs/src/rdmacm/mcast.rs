@@ -25,7 +25,7 @@
 //! join sends its IGMP report.
 
 use super::channel::{Param, UdParam};
-use super::id::{complete, CmId, Phase};
+use super::object::{complete, CmId, Joined, Phase};
 use super::{canonical, minus_one, read_sockaddr};
 use crate::ffi::{entry, Fail};
 use crate::handle;
@@ -37,16 +37,6 @@ use std::net::SocketAddr;
 
 /// The kernel's ENOTSUPP, which reaches the program as its errno.
 const ENOTSUPP: c_int = 524;
-
-/// A group an id joined.
-#[derive(Debug, Clone)]
-pub struct Joined {
-    /// The address the program joined, as it gave it.
-    pub addr: SocketAddr,
-    pub gid: [u8; 16],
-    /// The QP attached to the group (`rdma_cm_id.qp` at the join), if any.
-    pub qp: usize,
-}
 
 fn join(cm: &CmId, addr: SocketAddr, flags: u32, context: *mut c_void) -> Result<(), Fail> {
     {

@@ -14,7 +14,7 @@
 //! * an `rdma_event_channel` ([`channel::Channel`]): its `fd` is the read
 //!   end of a pipe with one byte per pending event, so `poll`, `epoll` and
 //!   `O_NONBLOCK` behave as on the kernel's `rdma_cm` device;
-//! * an `rdma_cm_id` ([`id::CmId`]): the library writes its public fields
+//! * an `rdma_cm_id` ([`object::CmId`]): the library writes its public fields
 //!   (`verbs`, `pd`, `qp`, `route`, `port_num`, the CQs) as librdmacm does;
 //! * an `rdma_cm_event` ([`channel::CmEvent`]), from `rdma_get_cm_event`
 //!   to `rdma_ack_cm_event`;
@@ -32,11 +32,13 @@ pub mod channel;
 pub mod connect;
 pub mod id;
 pub mod mcast;
+pub mod object;
 pub mod qp;
 pub mod rsocket;
 
-use crate::device::{devices, Dev};
+use crate::device::devices;
 use crate::ffi::{note, set_errno, Fail};
+use crate::objects::Dev;
 use crate::sys::*;
 use parking_lot::Mutex;
 use std::ffi::c_int;

@@ -11,8 +11,9 @@
 //! `rdma_connect`/`rdma_accept` to move it on. The id's `qp_type` (UD for
 //! the UDP and IPoIB port spaces) decides which, as in librdmacm.
 
-use super::id::{qp_attr, CmId};
+use super::id::qp_attr;
 use super::minus_one;
+use super::object::CmId;
 use crate::ffi::{entry, Fail};
 use crate::handle;
 use crate::sys::*;
@@ -134,7 +135,7 @@ fn create_qp_ex(id: *mut rdma_cm_id, attr: *mut ibv_qp_init_attr_ex) -> Result<(
         a.comp_mask |= IBV_QP_INIT_ATTR_PD;
         a.pd = c.pd;
     } else {
-        crate::handle::get::<crate::mem::Pd>(a.pd, "pd")?;
+        crate::handle::get::<crate::objects::Pd>(a.pd, "pd")?;
         // SAFETY: a live PD of this library.
         if unsafe { (*a.pd).context } != c.verbs {
             return Err(Fail::inval("pd", "of another device than the id's"));
