@@ -4,7 +4,7 @@
 //! structs. A binary built against any libibverbs since 1.1 binds the
 //! `IBVERBS_1.1` versions instead.
 
-use crate::ffi::{note, set_errno};
+use crate::ffi::{entry, note, set_errno};
 use std::ffi::{c_int, c_void};
 
 fn refuse(verb: &str) {
@@ -15,28 +15,40 @@ fn refuse(verb: &str) {
     set_errno(libc::ENOSYS);
 }
 
+// The refusals reach no engine: `data;` leaves deferred packets queued,
+// as these functions did before they had a guard.
 macro_rules! compat_ptr {
     ($($name:ident),* $(,)?) => {
-        $(pub unsafe extern "C" fn $name() -> *mut c_void {
-            refuse(stringify!($name));
-            std::ptr::null_mut()
+        $(entry! {
+            data;
+            pub unsafe extern "C" fn $name() -> *mut c_void {
+                refuse(VERB);
+                std::ptr::null_mut()
+            }
         })*
     };
 }
 
 macro_rules! compat_int {
     ($($name:ident),* $(,)?) => {
-        $(pub unsafe extern "C" fn $name() -> c_int {
-            refuse(stringify!($name));
-            -1
+        $(entry! {
+            data;
+            on_panic = -1;
+            pub unsafe extern "C" fn $name() -> c_int {
+                refuse(VERB);
+                -1
+            }
         })*
     };
 }
 
 macro_rules! compat_void {
     ($($name:ident),* $(,)?) => {
-        $(pub unsafe extern "C" fn $name() {
-            refuse(stringify!($name));
+        $(entry! {
+            data;
+            pub unsafe extern "C" fn $name() {
+                refuse(VERB);
+            }
         })*
     };
 }
@@ -83,8 +95,12 @@ compat_void!(
     ibv_register_driver_1_1
 );
 
-/// `ibv_get_device_guid@IBVERBS_1.0`: 0 (no GUID) with ENOSYS.
-pub unsafe extern "C" fn ibv_get_device_guid_1_0() -> u64 {
-    refuse("ibv_get_device_guid");
-    0
+entry! {
+    data;
+    verb = "ibv_get_device_guid";
+    /// `ibv_get_device_guid@IBVERBS_1.0`: 0 (no GUID) with ENOSYS.
+    pub unsafe extern "C" fn ibv_get_device_guid_1_0() -> u64 {
+        refuse(VERB);
+        0
+    }
 }

@@ -6,171 +6,22 @@
 //! `async_fd`, and an event goes to the context that created the object it
 //! is about.
 
-use crate::device::{check_port, dev_of, device_attr, port_attr, Dev};
-pub use crate::event_count::EventCount;
+use crate::device::{check_port, dev_of, device_attr, port_attr};
 use crate::event_queue::EventQueue;
 use crate::events::EventPipe;
-use crate::ffi::{arg, arg_mut, guard, int_result, minus_one_result, ptr_result, Fail};
-use crate::live::{self, Kind};
+use crate::ffi::{arg, arg_mut, entry, int_result, minus_one_result, ptr_result, Fail};
+use crate::handle;
+use crate::native;
+use crate::objects::{ibv_ctx, Ctx, CtxEvents, DevOpen};
 use crate::sys::*;
-use parking_lot::Mutex;
-use rxe_verbs::AsyncEventKind;
-use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
-use std::mem::{offset_of, size_of};
-use std::sync::{Arc, Weak};
+use std::mem::size_of;
+use std::sync::Arc;
 
-/// An async event on its way to the program (`ibv_async_event` with its
-/// pointer as an address, so it may cross threads).
-#[derive(Debug, Clone)]
-struct Pending {
-    event_type: ibv_event_type,
-    element: usize,
-    /// The object's counts.
-    count: Arc<EventCount>,
-}
-
-/// A context's async events: the queue and the descriptor that shows it.
-#[derive(Debug)]
-pub struct CtxEvents {
-    q: EventQueue<Pending, EventPipe>,
-}
-
-impl CtxEvents {
-    fn push(&self, p: Pending) {
-        self.q.push(p);
+entry! {
+    pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
+        ptr_result(VERB, open_device(device))
     }
-
-    /// Drops the events about the object at `element` that the program
-    /// has not taken yet (it is being destroyed).
-    pub fn forget(&self, element: usize) {
-        self.q.withdraw(|p| p.element == element);
-    }
-}
-
-/// Where the events about one object go.
-#[derive(Debug)]
-pub struct Route {
-    pub to: Weak<CtxEvents>,
-    /// For an SRQ: its armed limit, which the limit event disarms (0).
-    pub disarm: Option<Arc<std::sync::atomic::AtomicU32>>,
-    /// The object's address, as the program knows it.
-    pub ptr: usize,
-    pub count: Arc<EventCount>,
-}
-
-impl Route {
-    /// Drops the events about the object not yet taken (it is destroyed).
-    pub fn forget(self) {
-        if let Some(to) = self.to.upgrade() {
-            to.forget(self.ptr);
-        }
-    }
-}
-
-/// The routes of a device's events: QPs, CQs and SRQs by number.
-#[derive(Debug, Default)]
-pub struct Routes {
-    pub qps: HashMap<u32, Route>,
-    pub cqs: HashMap<u32, Route>,
-    pub srqs: HashMap<u32, Route>,
-}
-
-impl Routes {
-    fn deliver(&self, e: AsyncEventKind) {
-        let (table, n, event_type) = match e {
-            AsyncEventKind::QpFatal(q) => (&self.qps, q, IBV_EVENT_QP_FATAL),
-            AsyncEventKind::CommEstablished(q) => (&self.qps, q, IBV_EVENT_COMM_EST),
-            AsyncEventKind::SqDrained(q) => (&self.qps, q, IBV_EVENT_SQ_DRAINED),
-            AsyncEventKind::CqError(c) => (&self.cqs, c, IBV_EVENT_CQ_ERR),
-            AsyncEventKind::SrqLimitReached(s) => (&self.srqs, s, IBV_EVENT_SRQ_LIMIT_REACHED),
-            // The kernel raises no PORT_ACTIVE when a device is opened; the
-            // engine's opening event is not passed on.
-            AsyncEventKind::PortActive => return,
-        };
-        let Some(r) = table.get(&n) else { return };
-        if let Some(limit) = &r.disarm {
-            limit.store(0, std::sync::atomic::Ordering::Release);
-        }
-        let Some(to) = r.to.upgrade() else { return };
-        to.push(Pending {
-            event_type,
-            element: r.ptr,
-            count: r.count.clone(),
-        });
-    }
-}
-
-/// A device opened in this process: the engine and its event routes.
-pub struct DevOpen {
-    pub rx: rxe_verbs::Context,
-    pub routes: Arc<Mutex<Routes>>,
-}
-
-impl std::fmt::Debug for DevOpen {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DevOpen").field("rx", &self.rx).finish()
-    }
-}
-
-impl DevOpen {
-    fn open(d: &Dev) -> Result<Arc<DevOpen>, Fail> {
-        let rx = d.rx.open().map_err(|e| {
-            let f = Fail::from(e);
-            if f.errno == libc::EADDRINUSE {
-                eprintln!(
-                    "rxe-ibverbs: cannot open {}: UDP {}:4791 is taken by a program that does \
-                     not share it (rxe-rs processes share an address; this one is something \
-                     else, or another user's); give this process another address, for \
-                     example `rxe exec -d 127.0.0.3 -- ...`",
-                    d.rx.name(),
-                    d.rx.addr()
-                );
-            }
-            f
-        })?;
-        let routes = Arc::new(Mutex::new(Routes::default()));
-        let r = routes.clone();
-        rx.set_async_notify(Box::new(move |e| r.lock().deliver(e)))?;
-        Ok(Arc::new(DevOpen { rx, routes }))
-    }
-}
-
-/// An open context: rdma-core's `verbs_context` (with the `ibv_context`
-/// the program holds at its end), then ours.
-#[repr(C)]
-pub struct Ctx {
-    pub v: verbs_context,
-    pub dev: &'static Dev,
-    pub open: Arc<DevOpen>,
-    pub events: Arc<CtxEvents>,
-    /// `cmd_fd` ([`crate::import`]), closed with the context.
-    pub cmd: crate::import::CmdFd,
-}
-
-/// Our context behind a program's `ibv_context` pointer, checked to be a
-/// live one.
-pub fn ctx_of<'a>(p: *mut ibv_context) -> Result<&'a Ctx, Fail> {
-    if p.is_null() {
-        return Err(Fail::inval("context", "NULL"));
-    }
-    let c = (p as usize) - offset_of!(verbs_context, context);
-    if !live::is(Kind::Context, c) {
-        return Err(Fail::inval("context", "not an open context"));
-    }
-    // SAFETY: a live context is a Box<Ctx> at this address.
-    Ok(unsafe { &*(c as *const Ctx) })
-}
-
-/// The `ibv_context` pointer of a context.
-pub fn ibv_ctx(c: &Ctx) -> *mut ibv_context {
-    std::ptr::from_ref(&c.v.context).cast_mut()
-}
-
-pub unsafe extern "C" fn ibv_open_device(device: *mut ibv_device) -> *mut ibv_context {
-    guard("ibv_open_device", std::ptr::null_mut(), || {
-        ptr_result("ibv_open_device", open_device(device))
-    })
 }
 
 /// `IB_UVERBS_DEVICE_ATOMIC_WRITE` of `<rdma/ib_user_verbs.h>` (in
@@ -199,7 +50,7 @@ fn open_device(device: *mut ibv_device) -> Result<*mut ibv_context, Fail> {
     let mut v: verbs_context = unsafe { std::mem::zeroed() };
     v.sz = size_of::<verbs_context>();
     v.query_port = Some(query_port_ex);
-    v.query_device_ex = Some(query_device_ex);
+    v.query_device_ex = Some(ibv_query_device_ex);
     crate::cq::fill_ops(&mut v);
     crate::qp::fill_ops(&mut v);
     crate::mw::fill_ops(&mut v);
@@ -223,46 +74,46 @@ fn open_device(device: *mut ibv_device) -> Result<*mut ibv_context, Fail> {
         cmd,
     });
     let p = Box::into_raw(ctx);
-    live::add(Kind::Context, p as usize);
+    handle::add(p);
     // SAFETY: just allocated.
     Ok(ibv_ctx(unsafe { &*p }))
 }
 
-pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
-    guard("ibv_close_device", libc::EIO, || {
-        let r = ctx_of(context).map(|c| {
+entry! {
+    pub unsafe extern "C" fn ibv_close_device(context: *mut ibv_context) -> c_int {
+        let r = handle::get::<Ctx>(context, "context").map(|c| {
             let addr = std::ptr::from_ref(c) as usize;
-            live::remove(Kind::Context, addr);
+            handle::remove(addr as *const Ctx);
             // SAFETY: the context was a Box<Ctx> at addr, now no longer live.
             drop(unsafe { Box::from_raw(addr as *mut Ctx) });
         });
-        minus_one_result("ibv_close_device", r)
-    })
+        minus_one_result(VERB, r)
+    }
 }
 
-pub unsafe extern "C" fn ibv_query_device(
-    context: *mut ibv_context,
-    device_attr_out: *mut ibv_device_attr,
-) -> c_int {
-    guard("ibv_query_device", libc::EIO, || {
-        let r = ctx_of(context).and_then(|c| {
+entry! {
+    pub unsafe extern "C" fn ibv_query_device(
+        context: *mut ibv_context,
+        device_attr_out: *mut ibv_device_attr,
+    ) -> c_int {
+        let r = handle::get::<Ctx>(context, "context").and_then(|c| {
             // SAFETY: the program's output struct.
             let out = unsafe { arg_mut(device_attr_out, "device_attr") }?;
             *out = device_attr(&c.open.rx.query_device());
             Ok(())
         });
-        int_result("ibv_query_device", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
-unsafe extern "C" fn query_device_ex(
-    context: *mut ibv_context,
-    input: *const ibv_query_device_ex_input,
-    attr: *mut ibv_device_attr_ex,
-    attr_size: usize,
-) -> c_int {
-    guard("ibv_query_device_ex", libc::EIO, || {
-        let r = ctx_of(context).and_then(|c| {
+entry! {
+    unsafe extern "C" fn ibv_query_device_ex(
+        context: *mut ibv_context,
+        input: *const ibv_query_device_ex_input,
+        attr: *mut ibv_device_attr_ex,
+        attr_size: usize,
+    ) -> c_int {
+        let r = handle::get::<Ctx>(context, "context").and_then(|c| {
             // SAFETY: the program's input, if any.
             if let Some(i) = unsafe { input.as_ref() } {
                 if i.comp_mask != 0 {
@@ -297,36 +148,48 @@ unsafe extern "C" fn query_device_ex(
             };
             Ok(())
         });
-        int_result("ibv_query_device_ex", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
-unsafe extern "C" fn query_port_ex(
+/// `ibv_query_port` filling `port_attr_len` bytes of `port_attr_out`.
+fn query_port(
     context: *mut ibv_context,
     port_num: u8,
     port_attr_out: *mut ibv_port_attr,
     port_attr_len: usize,
 ) -> c_int {
-    guard("ibv_query_port", libc::EIO, || {
-        let r = ctx_of(context).and_then(|c| {
-            check_port(port_num)?;
-            if port_attr_out.is_null() {
-                return Err(Fail::inval("port_attr", "NULL"));
-            }
-            let a = port_attr(&c.open.rx.query_port());
-            let n = port_attr_len.min(size_of::<ibv_port_attr>());
-            // SAFETY: the program gave port_attr_len bytes; we write n <= that.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    (&raw const a).cast::<u8>(),
-                    port_attr_out.cast::<u8>(),
-                    n,
-                )
-            };
-            Ok(())
-        });
-        int_result("ibv_query_port", r)
-    })
+    let r = handle::get::<Ctx>(context, "context").and_then(|c| {
+        check_port(port_num)?;
+        if port_attr_out.is_null() {
+            return Err(Fail::inval("port_attr", "NULL"));
+        }
+        let a = port_attr(&c.open.rx.query_port());
+        let n = port_attr_len.min(size_of::<ibv_port_attr>());
+        // SAFETY: the program gave port_attr_len bytes; we write n <= that.
+        unsafe {
+            std::ptr::copy_nonoverlapping(
+                (&raw const a).cast::<u8>(),
+                port_attr_out.cast::<u8>(),
+                n,
+            )
+        };
+        Ok(())
+    });
+    int_result("ibv_query_port", r)
+}
+
+entry! {
+    verb = "ibv_query_port";
+    /// `verbs_context.query_port`, which the header's `ibv_query_port` calls.
+    unsafe extern "C" fn query_port_ex(
+        context: *mut ibv_context,
+        port_num: u8,
+        port_attr_out: *mut ibv_port_attr,
+        port_attr_len: usize,
+    ) -> c_int {
+        query_port(context, port_num, port_attr_out, port_attr_len)
+    }
 }
 
 /// How much of `struct ibv_port_attr` the exported `ibv_query_port` fills:
@@ -335,30 +198,32 @@ unsafe extern "C" fn query_port_ex(
 const COMPAT_PORT_ATTR_LEN: usize = 48;
 const _: () = assert!(std::mem::offset_of!(ibv_port_attr, flags) + 1 == COMPAT_PORT_ATTR_LEN);
 
-/// The exported `ibv_query_port` (the header's inline version calls
-/// `verbs_context.query_port`; old binaries call this).
-pub unsafe extern "C" fn ibv_query_port(
-    context: *mut ibv_context,
-    port_num: u8,
-    port_attr_out: *mut ibv_port_attr,
-) -> c_int {
-    // SAFETY: forwards the program's arguments; the compat layout is a
-    // prefix of today's.
-    unsafe { query_port_ex(context, port_num, port_attr_out, COMPAT_PORT_ATTR_LEN) }
+entry! {
+    /// The exported `ibv_query_port` (the header's inline version calls
+    /// `verbs_context.query_port`; old binaries call this).
+    pub unsafe extern "C" fn ibv_query_port(
+        context: *mut ibv_context,
+        port_num: u8,
+        port_attr_out: *mut ibv_port_attr,
+    ) -> c_int {
+        // The compat layout is a prefix of today's.
+        query_port(context, port_num, port_attr_out, COMPAT_PORT_ATTR_LEN)
+    }
 }
 
 fn gid_table(c: &Ctx) -> Vec<std::net::Ipv6Addr> {
     c.open.rx.query_port().gids
 }
 
-pub unsafe extern "C" fn ibv_query_gid(
-    context: *mut ibv_context,
-    port_num: u8,
-    index: c_int,
-    gid: *mut ibv_gid,
-) -> c_int {
-    guard("ibv_query_gid", -1, || {
-        let r = ctx_of(context).and_then(|c| {
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn ibv_query_gid(
+        context: *mut ibv_context,
+        port_num: u8,
+        index: c_int,
+        gid: *mut ibv_gid,
+    ) -> c_int {
+        let r = handle::get::<Ctx>(context, "context").and_then(|c| {
             check_port(port_num)?;
             // SAFETY: the program's output.
             let out = unsafe { arg_mut(gid, "gid") }?;
@@ -375,18 +240,19 @@ pub unsafe extern "C" fn ibv_query_gid(
             out.raw = g.octets();
             Ok(())
         });
-        minus_one_result("ibv_query_gid", r)
-    })
+        minus_one_result(VERB, r)
+    }
 }
 
-pub unsafe extern "C" fn ibv_query_pkey(
-    context: *mut ibv_context,
-    port_num: u8,
-    index: c_int,
-    pkey: *mut u16,
-) -> c_int {
-    guard("ibv_query_pkey", -1, || {
-        let r = ctx_of(context).and_then(|_| {
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn ibv_query_pkey(
+        context: *mut ibv_context,
+        port_num: u8,
+        index: c_int,
+        pkey: *mut u16,
+    ) -> c_int {
+        let r = handle::get::<Ctx>(context, "context").and_then(|_| {
             check_port(port_num)?;
             // SAFETY: the program's output.
             let out = unsafe { arg_mut(pkey, "pkey") }?;
@@ -400,8 +266,8 @@ pub unsafe extern "C" fn ibv_query_pkey(
             *out = 0xffffu16.to_be();
             Ok(())
         });
-        minus_one_result("ibv_query_pkey", r)
-    })
+        minus_one_result(VERB, r)
+    }
 }
 
 /// The index of the interface that has `addr`, as the kernel's GID table
@@ -421,16 +287,17 @@ fn gid_entry(c: &Ctx, index: u32, t: &[std::net::Ipv6Addr]) -> Option<ibv_gid_en
     })
 }
 
-pub unsafe extern "C" fn _ibv_query_gid_ex(
-    context: *mut ibv_context,
-    port_num: u32,
-    gid_index: u32,
-    entry: *mut ibv_gid_entry,
-    flags: u32,
-    entry_size: usize,
-) -> c_int {
-    guard("ibv_query_gid_ex", libc::EIO, || {
-        let r = ctx_of(context).and_then(|c| {
+entry! {
+    verb = "ibv_query_gid_ex";
+    pub unsafe extern "C" fn _ibv_query_gid_ex(
+        context: *mut ibv_context,
+        port_num: u32,
+        gid_index: u32,
+        entry: *mut ibv_gid_entry,
+        flags: u32,
+        entry_size: usize,
+    ) -> c_int {
+        let r = handle::get::<Ctx>(context, "context").and_then(|c| {
             check_port(u8::try_from(port_num).unwrap_or(0))?;
             if flags != 0 {
                 return Err(Fail::inval(
@@ -463,19 +330,21 @@ pub unsafe extern "C" fn _ibv_query_gid_ex(
             unsafe { entry.write_unaligned(e) };
             Ok(())
         });
-        int_result("ibv_query_gid_ex", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
-pub unsafe extern "C" fn _ibv_query_gid_table(
-    context: *mut ibv_context,
-    entries: *mut ibv_gid_entry,
-    max_entries: usize,
-    flags: u32,
-    entry_size: usize,
-) -> isize {
-    guard("ibv_query_gid_table", -(libc::EIO as isize), || {
-        let r = ctx_of(context).and_then(|c| {
+entry! {
+    verb = "ibv_query_gid_table";
+    on_panic = -(libc::EIO as isize);
+    pub unsafe extern "C" fn _ibv_query_gid_table(
+        context: *mut ibv_context,
+        entries: *mut ibv_gid_entry,
+        max_entries: usize,
+        flags: u32,
+        entry_size: usize,
+    ) -> isize {
+        let r = handle::get::<Ctx>(context, "context").and_then(|c| {
             if flags != 0 {
                 return Err(Fail::inval(
                     "flags",
@@ -513,20 +382,21 @@ pub unsafe extern "C" fn _ibv_query_gid_table(
         });
         match r {
             Ok(n) => n,
-            Err(f) => -(int_result("ibv_query_gid_table", Err(f)) as isize),
+            Err(f) => -(int_result(VERB, Err(f)) as isize),
         }
-    })
+    }
 }
 
-/// Private in rdma-core (`enum ibv_gid_type_sysfs`): every entry is RoCE v2.
-pub unsafe extern "C" fn ibv_query_gid_type(
-    context: *mut ibv_context,
-    port_num: u8,
-    index: u32,
-    gid_type: *mut c_int,
-) -> c_int {
-    guard("ibv_query_gid_type", -1, || {
-        let r = ctx_of(context).and_then(|c| {
+entry! {
+    on_panic = -1;
+    /// Private in rdma-core (`enum ibv_gid_type_sysfs`): every entry is RoCE v2.
+    pub unsafe extern "C" fn ibv_query_gid_type(
+        context: *mut ibv_context,
+        port_num: u8,
+        index: u32,
+        gid_type: *mut c_int,
+    ) -> c_int {
+        let r = handle::get::<Ctx>(context, "context").and_then(|c| {
             check_port(port_num)?;
             // SAFETY: the program's output.
             let out = unsafe { arg_mut(gid_type, "type") }?;
@@ -536,16 +406,17 @@ pub unsafe extern "C" fn ibv_query_gid_type(
             *out = 1; // IBV_GID_TYPE_SYSFS_ROCE_V2
             Ok(())
         });
-        minus_one_result("ibv_query_gid_type", r)
-    })
+        minus_one_result(VERB, r)
+    }
 }
 
-pub unsafe extern "C" fn ibv_get_async_event(
-    context: *mut ibv_context,
-    event: *mut ibv_async_event,
-) -> c_int {
-    guard("ibv_get_async_event", -1, || {
-        let r = ctx_of(context).and_then(|c| {
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn ibv_get_async_event(
+        context: *mut ibv_context,
+        event: *mut ibv_async_event,
+    ) -> c_int {
+        let r = handle::get::<Ctx>(context, "context").and_then(|c| {
             if event.is_null() {
                 return Err(Fail::inval("event", "NULL"));
             }
@@ -582,33 +453,72 @@ pub unsafe extern "C" fn ibv_get_async_event(
             };
             Ok(())
         });
-        minus_one_result("ibv_get_async_event", r)
-    })
+        minus_one_result(VERB, r)
+    }
 }
 
-pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
-    guard("ibv_ack_async_event", (), || {
-        // SAFETY: the program's event, as ibv_get_async_event filled it.
-        let Ok(e) = (unsafe { arg(event, "event") }) else {
-            return;
-        };
-        // SAFETY: the union member the event type says is set.
-        unsafe {
-            match e.event_type {
-                IBV_EVENT_CQ_ERR => crate::cq::ack_async(e.element.cq),
-                IBV_EVENT_SRQ_LIMIT_REACHED | IBV_EVENT_SRQ_ERR => {
-                    crate::qp::ack_srq_async(e.element.srq)
+entry! {
+    /// `ibv_ack_async_event`: the object the event names (by its type) says
+    /// whose event it is, the system library's (`native.rs`) or ours. Port
+    /// and device events name no object; neither library does anything for
+    /// them.
+    pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
+        if let (Some(l), false) = (native::loaded(), event.is_null()) {
+            // SAFETY: the program's event as ibv_get_async_event filled it;
+            // the union member the type says is set.
+            let obj: *const c_void = unsafe {
+                let e = &*event;
+                match e.event_type {
+                    IBV_EVENT_CQ_ERR => e.element.cq.cast(),
+                    IBV_EVENT_SRQ_LIMIT_REACHED | IBV_EVENT_SRQ_ERR => e.element.srq.cast(),
+                    IBV_EVENT_WQ_FATAL => e.element.wq.cast(),
+                    IBV_EVENT_PORT_ACTIVE
+                    | IBV_EVENT_PORT_ERR
+                    | IBV_EVENT_LID_CHANGE
+                    | IBV_EVENT_PKEY_CHANGE
+                    | IBV_EVENT_SM_CHANGE
+                    | IBV_EVENT_CLIENT_REREGISTER
+                    | IBV_EVENT_GID_CHANGE
+                    | IBV_EVENT_DEVICE_FATAL => std::ptr::null(),
+                    _ => e.element.qp.cast(),
                 }
-                IBV_EVENT_PORT_ACTIVE
-                | IBV_EVENT_PORT_ERR
-                | IBV_EVENT_LID_CHANGE
-                | IBV_EVENT_PKEY_CHANGE
-                | IBV_EVENT_SM_CHANGE
-                | IBV_EVENT_CLIENT_REREGISTER
-                | IBV_EVENT_GID_CHANGE
-                | IBV_EVENT_DEVICE_FATAL => {}
-                _ => crate::qp::ack_qp_async(e.element.qp),
+            };
+            if let (Some(f), true) = (l.ack_async_event, native::is_native_object(obj)) {
+                // SAFETY: the system library's ibv_ack_async_event on its event.
+                native::bridged(|| unsafe { f(event) });
+                return;
             }
         }
-    })
+        // SAFETY: the program's event, about one of our objects.
+        unsafe { ack_async_event(event) }
+    }
+}
+
+/// `ibv_ack_async_event` of an event about one of our objects.
+///
+/// # Safety
+/// `event` is NULL or the program's event as `ibv_get_async_event` filled it.
+unsafe fn ack_async_event(event: *mut ibv_async_event) {
+    // SAFETY: the program's event, as ibv_get_async_event filled it.
+    let Ok(e) = (unsafe { arg(event, "event") }) else {
+        return;
+    };
+    // SAFETY: the union member the event type says is set.
+    unsafe {
+        match e.event_type {
+            IBV_EVENT_CQ_ERR => crate::cq::ack_async(e.element.cq),
+            IBV_EVENT_SRQ_LIMIT_REACHED | IBV_EVENT_SRQ_ERR => {
+                crate::qp::ack_srq_async(e.element.srq)
+            }
+            IBV_EVENT_PORT_ACTIVE
+            | IBV_EVENT_PORT_ERR
+            | IBV_EVENT_LID_CHANGE
+            | IBV_EVENT_PKEY_CHANGE
+            | IBV_EVENT_SM_CHANGE
+            | IBV_EVENT_CLIENT_REREGISTER
+            | IBV_EVENT_GID_CHANGE
+            | IBV_EVENT_DEVICE_FATAL => {}
+            _ => crate::qp::ack_qp_async(e.element.qp),
+        }
+    }
 }

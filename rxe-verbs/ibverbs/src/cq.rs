@@ -2,42 +2,27 @@
 //! `ibv_poll_cq` and the extended `ibv_cq_ex` polling
 //! (`ibv_start_poll`/`ibv_next_poll`/`ibv_end_poll` with `ibv_wc_read_*`).
 
-use crate::context::{ctx_of, ibv_ctx, CtxEvents, DevOpen, EventCount, Route};
+use crate::event_count::EventCount;
 use crate::event_queue::EventQueue;
 use crate::events::EventPipe;
-use crate::ffi::{
-    guard, guard_data, int_result, minus_one_result, note, ptr_result, set_errno, Fail,
-};
-use crate::live::{self, Kind};
+use crate::ffi::{entry, int_result, minus_one_result, note, ptr_result, set_errno, Fail};
+use crate::handle::{self};
+use crate::objects::{ibv_ctx, Channel, Cq, Ctx, CtxEvents, Route};
 use crate::sys::*;
 use crate::wr::{fill_wc, sl_of, wc_flags, wc_opcode, wc_status};
 use parking_lot::Mutex;
 use rxe_core::types::Completion;
-use rxe_verbs::{CompletionChannel, CompletionQueue};
 use std::cell::UnsafeCell;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
-/// A completion channel: the program's `ibv_comp_channel`, then ours.
-#[repr(C)]
-pub struct Channel {
-    pub ch: ibv_comp_channel,
-    pub rx: CompletionChannel,
-    /// Its events (the numbers of the CQs that fired), which `rx` hands
-    /// over as they come, and the descriptor that shows them.
-    pub q: Arc<EventQueue<u32, EventPipe>>,
-    /// The CQs on this channel, by number, at their addresses.
-    pub cqs: Mutex<HashMap<u32, usize>>,
-    pub open: Arc<DevOpen>,
-}
-
-pub unsafe extern "C" fn ibv_create_comp_channel(
-    context: *mut ibv_context,
-) -> *mut ibv_comp_channel {
-    guard("ibv_create_comp_channel", std::ptr::null_mut(), || {
-        let r = ctx_of(context).and_then(|c| {
+entry! {
+    pub unsafe extern "C" fn ibv_create_comp_channel(
+        context: *mut ibv_context,
+    ) -> *mut ibv_comp_channel {
+        let r = handle::get::<Ctx>(context, "context").and_then(|c| {
             let rx = c.open.rx.try_create_comp_channel()?;
             let pipe = EventPipe::new()
                 .map_err(|e| Fail::new(e.raw_os_error().unwrap_or(libc::EMFILE), e.to_string()))?;
@@ -56,74 +41,29 @@ pub unsafe extern "C" fn ibv_create_comp_channel(
                 cqs: Mutex::new(HashMap::new()),
                 open: c.open.clone(),
             }));
-            live::add(Kind::Channel, ch as usize);
+            handle::add(ch);
             Ok(ch.cast::<ibv_comp_channel>())
         });
-        ptr_result("ibv_create_comp_channel", r)
-    })
-}
-
-fn channel_of<'a>(p: *mut ibv_comp_channel) -> Result<&'a Channel, Fail> {
-    if p.is_null() || !live::is(Kind::Channel, p as usize) {
-        return Err(Fail::inval("channel", "not a completion channel"));
+        ptr_result(VERB, r)
     }
-    // SAFETY: a live Channel is a Box<Channel> at this address.
-    Ok(unsafe { &*(p as *const Channel) })
 }
 
-pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
-    guard("ibv_destroy_comp_channel", libc::EIO, || {
-        let r = channel_of(channel).and_then(|c| {
+entry! {
+    pub unsafe extern "C" fn ibv_destroy_comp_channel(channel: *mut ibv_comp_channel) -> c_int {
+        let r = handle::get::<Channel>(channel, "channel").and_then(|c| {
             if !c.cqs.lock().is_empty() {
                 return Err(Fail::new(
                     libc::EBUSY,
                     "completion queues still use the channel",
                 ));
             }
-            live::remove(Kind::Channel, channel as usize);
+            handle::remove(channel.cast::<Channel>());
             // SAFETY: was a live Box<Channel>.
             drop(unsafe { Box::from_raw(channel.cast::<Channel>()) });
             Ok(())
         });
-        int_result("ibv_destroy_comp_channel", r)
-    })
-}
-
-/// A completion queue: the program's `ibv_cq_ex` (whose start is the
-/// `ibv_cq`), then ours.
-#[repr(C)]
-pub struct Cq {
-    /// What the program sees (and `ibv_start_poll` writes: `status`, `wr_id`).
-    pub cq: UnsafeCell<ibv_cq_ex>,
-    pub rx: CompletionQueue,
-    pub open: Arc<DevOpen>,
-    pub channel: *const Channel,
-    /// Completion events handed out by `ibv_get_cq_event` and acknowledged.
-    pub comp_events: EventCount,
-    pub async_events: Arc<EventCount>,
-    /// Completions taken from the engine and not yet given to the program
-    /// (the extended polling takes several at a time).
-    pub taken: Mutex<VecDeque<Completion>>,
-    /// Whether `taken` may hold anything: lets `ibv_poll_cq` skip its lock
-    /// (only the extended polling fills it).
-    pub taken_any: AtomicBool,
-    /// The completion `ibv_wc_read_*` reads (extended polling).
-    pub current: Mutex<Option<Completion>>,
-    /// QPs that use the CQ: destroying it before them is EBUSY.
-    pub users: AtomicUsize,
-    /// What a UD receive completion carries in `sl`: the RoCE v2 L3 type
-    /// of its GRH area (2 IPv4, 1 IPv6), as mlx5 reports it and UCX reads
-    /// it (docs/divergences.md: the kernel's rxe leaves 0).
-    pub ud_sl: u8,
-}
-
-/// Our CQ behind a program's pointer, checked to be live.
-pub fn cq_of<'a>(p: *mut ibv_cq) -> Result<&'a Cq, Fail> {
-    if p.is_null() || !live::is(Kind::Cq, p as usize) {
-        return Err(Fail::inval("cq", "not a completion queue"));
+        int_result(VERB, r)
     }
-    // SAFETY: a live Cq is a Box<Cq> at this address.
-    Ok(unsafe { &*(p as *const Cq) })
 }
 
 /// Our CQ, unchecked: the hot path (the program's own inline calls).
@@ -143,7 +83,7 @@ struct CqArgs {
 }
 
 fn create_cq(context: *mut ibv_context, a: CqArgs) -> Result<*mut Cq, Fail> {
-    let c = ctx_of(context)?;
+    let c = handle::get::<Ctx>(context, "context")?;
     let max = c.open.rx.query_device().caps.max_cqe;
     if a.cqe < 1 || a.cqe as u32 > max {
         return Err(Fail::inval("cqe", format!("{}: must be 1 to {max}", a.cqe)));
@@ -157,7 +97,7 @@ fn create_cq(context: *mut ibv_context, a: CqArgs) -> Result<*mut Cq, Fail> {
     let ch = if a.channel.is_null() {
         None
     } else {
-        Some(channel_of(a.channel)?)
+        Some(handle::get::<Channel>(a.channel, "channel")?)
     };
     let rx = c.open.rx.create_cq(a.cqe as u32, ch.map(|c| &c.rx))?;
     let async_events = Arc::new(EventCount::default());
@@ -199,18 +139,18 @@ fn create_cq(context: *mut ibv_context, a: CqArgs) -> Result<*mut Cq, Fail> {
             disarm: None,
         },
     );
-    live::add(Kind::Cq, cq as usize);
+    handle::add(cq);
     Ok(cq)
 }
 
-pub unsafe extern "C" fn ibv_create_cq(
-    context: *mut ibv_context,
-    cqe: c_int,
-    cq_context: *mut c_void,
-    channel: *mut ibv_comp_channel,
-    comp_vector: c_int,
-) -> *mut ibv_cq {
-    guard("ibv_create_cq", std::ptr::null_mut(), || {
+entry! {
+    pub unsafe extern "C" fn ibv_create_cq(
+        context: *mut ibv_context,
+        cqe: c_int,
+        cq_context: *mut c_void,
+        channel: *mut ibv_comp_channel,
+        comp_vector: c_int,
+    ) -> *mut ibv_cq {
         let r = create_cq(
             context,
             CqArgs {
@@ -220,15 +160,15 @@ pub unsafe extern "C" fn ibv_create_cq(
                 comp_vector,
             },
         );
-        ptr_result("ibv_create_cq", r.map(|p| p.cast::<ibv_cq>()))
-    })
+        ptr_result(VERB, r.map(|p| p.cast::<ibv_cq>()))
+    }
 }
 
-unsafe extern "C" fn create_cq_ex(
-    context: *mut ibv_context,
-    attr: *mut ibv_cq_init_attr_ex,
-) -> *mut ibv_cq_ex {
-    guard("ibv_create_cq_ex", std::ptr::null_mut(), || {
+entry! {
+    unsafe extern "C" fn ibv_create_cq_ex(
+        context: *mut ibv_context,
+        attr: *mut ibv_cq_init_attr_ex,
+    ) -> *mut ibv_cq_ex {
         let r = (|| {
             // SAFETY: the program's attributes.
             let a = unsafe { attr.as_ref() }.ok_or_else(|| Fail::inval("cq_attr", "NULL"))?;
@@ -273,13 +213,13 @@ unsafe extern "C" fn create_cq_ex(
                 },
             )
         })();
-        ptr_result("ibv_create_cq_ex", r.map(|p| p.cast::<ibv_cq_ex>()))
-    })
+        ptr_result(VERB, r.map(|p| p.cast::<ibv_cq_ex>()))
+    }
 }
 
-pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
-    guard("ibv_resize_cq", libc::EIO, || {
-        let r = cq_of(cq).and_then(|c| {
+entry! {
+    pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
+        let r = handle::get::<Cq>(cq, "cq").and_then(|c| {
             if cqe < 1 {
                 return Err(Fail::inval("cqe", format!("{cqe}: must be at least 1")));
             }
@@ -289,13 +229,13 @@ pub unsafe extern "C" fn ibv_resize_cq(cq: *mut ibv_cq, cqe: c_int) -> c_int {
             unsafe { (*c.cq.get()).cqe = n as c_int };
             Ok(())
         });
-        int_result("ibv_resize_cq", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
-pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
-    guard("ibv_destroy_cq", libc::EIO, || {
-        let r = cq_of(cq).and_then(|c| {
+entry! {
+    pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
+        let r = handle::get::<Cq>(cq, "cq").and_then(|c| {
             let n = c.users.load(Ordering::Acquire);
             if n > 0 {
                 return Err(Fail::new(
@@ -315,7 +255,7 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
             // As libibverbs: wait until every event handed out is acknowledged.
             c.comp_events.wait_all_acked();
             c.async_events.wait_all_acked();
-            live::remove(Kind::Cq, cq as usize);
+            handle::remove(cq.cast::<Cq>());
             let channel = c.channel;
             // SAFETY: was a live Box<Cq>. Dropping it destroys the engine's
             // CQ, after which no event of it is queued any more.
@@ -329,17 +269,18 @@ pub unsafe extern "C" fn ibv_destroy_cq(cq: *mut ibv_cq) -> c_int {
             }
             Ok(())
         });
-        int_result("ibv_destroy_cq", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
-pub unsafe extern "C" fn ibv_get_cq_event(
-    channel: *mut ibv_comp_channel,
-    cq: *mut *mut ibv_cq,
-    cq_context: *mut *mut c_void,
-) -> c_int {
-    guard("ibv_get_cq_event", -1, || {
-        let r = channel_of(channel).and_then(|ch| {
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn ibv_get_cq_event(
+        channel: *mut ibv_comp_channel,
+        cq: *mut *mut ibv_cq,
+        cq_context: *mut *mut c_void,
+    ) -> c_int {
+        let r = handle::get::<Channel>(channel, "channel").and_then(|ch| {
             if cq.is_null() || cq_context.is_null() {
                 return Err(Fail::inval(
                     if cq.is_null() { "cq" } else { "cq_context" },
@@ -374,15 +315,17 @@ pub unsafe extern "C" fn ibv_get_cq_event(
                 return Ok(());
             }
         });
-        minus_one_result("ibv_get_cq_event", r)
-    })
+        minus_one_result(VERB, r)
+    }
 }
 
-pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: std::ffi::c_uint) {
-    guard("ibv_ack_cq_events", (), || match cq_of(cq) {
-        Ok(c) => c.comp_events.acked(u64::from(nevents)),
-        Err(f) => note("ibv_ack_cq_events", f.why),
-    })
+entry! {
+    pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: std::ffi::c_uint) {
+        match handle::get::<Cq>(cq, "cq") {
+            Ok(c) => c.comp_events.acked(u64::from(nevents)),
+            Err(f) => note(VERB, f.why),
+        }
+    }
 }
 
 /// `ibv_ack_async_event` for a CQ error event.
@@ -390,7 +333,7 @@ pub unsafe extern "C" fn ibv_ack_cq_events(cq: *mut ibv_cq, nevents: std::ffi::c
 /// # Safety
 /// `cq` is what `ibv_get_async_event` handed out.
 pub unsafe fn ack_async(cq: *mut ibv_cq) {
-    if let Ok(c) = cq_of(cq) {
+    if let Ok(c) = handle::get::<Cq>(cq, "cq") {
         c.async_events.acked(1);
     }
 }
@@ -417,8 +360,14 @@ thread_local! {
     static SCRATCH: std::cell::RefCell<Vec<Completion>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_wc) -> c_int {
-    guard_data("ibv_poll_cq", -1, || {
+entry! {
+    data;
+    on_panic = -1;
+    unsafe extern "C" fn ibv_poll_cq(
+        cq: *mut ibv_cq,
+        num_entries: c_int,
+        wc: *mut ibv_wc,
+    ) -> c_int {
         if cq.is_null() || (wc.is_null() && num_entries > 0) {
             set_errno(libc::EINVAL);
             return -1;
@@ -438,25 +387,26 @@ unsafe extern "C" fn poll_cq(cq: *mut ibv_cq, num_entries: c_int, wc: *mut ibv_w
             }
             v.len() as c_int
         })
-    })
+    }
 }
 
-unsafe extern "C" fn req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
-    guard_data("ibv_req_notify_cq", libc::EIO, || {
-        let r = cq_of(cq).and_then(|c| {
+entry! {
+    data;
+    unsafe extern "C" fn ibv_req_notify_cq(cq: *mut ibv_cq, solicited_only: c_int) -> c_int {
+        let r = handle::get::<Cq>(cq, "cq").and_then(|c| {
             // Without a channel the arming has nowhere to report, and is
             // accepted all the same, as the kernel accepts it.
             Ok(c.rx.req_notify(solicited_only != 0)?)
         });
-        int_result("ibv_req_notify_cq", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
 /// The hot verbs of a context's `ops` table that are about CQs.
 pub fn fill_ops(v: &mut verbs_context) {
-    v.context.ops.poll_cq = Some(poll_cq);
-    v.context.ops.req_notify_cq = Some(req_notify_cq);
-    v.create_cq_ex = Some(create_cq_ex);
+    v.context.ops.poll_cq = Some(ibv_poll_cq);
+    v.context.ops.req_notify_cq = Some(ibv_req_notify_cq);
+    v.create_cq_ex = Some(ibv_create_cq_ex);
 }
 
 // ---- extended polling -----------------------------------------------------
@@ -490,90 +440,89 @@ fn advance(c: &Cq) -> c_int {
     }
 }
 
-unsafe extern "C" fn start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr) -> c_int {
-    guard_data("ibv_start_poll", libc::EIO, || {
+entry! {
+    data;
+    unsafe extern "C" fn ibv_start_poll(cq: *mut ibv_cq_ex, attr: *mut ibv_poll_cq_attr) -> c_int {
         // SAFETY: the program's attributes, if any.
         if unsafe { attr.as_ref() }.is_some_and(|a| a.comp_mask != 0) {
             return libc::EINVAL;
         }
         // SAFETY: the program's CQ.
         advance(unsafe { cq_fast(cq.cast()) })
-    })
+    }
 }
 
-unsafe extern "C" fn next_poll(cq: *mut ibv_cq_ex) -> c_int {
-    // SAFETY: the program's CQ.
-    guard_data("ibv_next_poll", libc::EIO, || {
+entry! {
+    data;
+    unsafe extern "C" fn ibv_next_poll(cq: *mut ibv_cq_ex) -> c_int {
+        // SAFETY: the program's CQ.
         advance(unsafe { cq_fast(cq.cast()) })
-    })
+    }
 }
 
-unsafe extern "C" fn end_poll(cq: *mut ibv_cq_ex) {
-    guard_data("ibv_end_poll", (), || {
+entry! {
+    data;
+    unsafe extern "C" fn ibv_end_poll(cq: *mut ibv_cq_ex) {
         // SAFETY: the program's CQ.
         *unsafe { cq_fast(cq.cast()) }.current.lock() = None;
-    })
+    }
 }
 
-/// Reads a field of the current completion.
+/// Reads a field of the current completion (the `ibv_wc_read_*` verbs
+/// run it inside their own guard).
 fn current<R: Default>(cq: *mut ibv_cq_ex, f: impl FnOnce(&Completion) -> R) -> R {
-    guard_data("ibv_wc_read", R::default(), || {
-        // SAFETY: the program's CQ.
-        let c = unsafe { cq_fast(cq.cast()) };
-        c.current.lock().as_ref().map(f).unwrap_or_default()
-    })
+    // SAFETY: the program's CQ.
+    let c = unsafe { cq_fast(cq.cast()) };
+    c.current.lock().as_ref().map(f).unwrap_or_default()
 }
 
-unsafe extern "C" fn read_opcode(cq: *mut ibv_cq_ex) -> ibv_wc_opcode {
-    current(cq, |x| wc_opcode(x.opcode))
+/// `ibv_wc_read_NAME(cq) -> T`: the field of the current completion
+/// that `read` takes, on the data path.
+macro_rules! wc_read {
+    ($($name:ident -> $t:ty = |$cq:ident| $read:expr;)*) => {
+        $(entry! {
+            data;
+            unsafe extern "C" fn $name($cq: *mut ibv_cq_ex) -> $t {
+                $read
+            }
+        })*
+    };
 }
-unsafe extern "C" fn read_vendor_err(_cq: *mut ibv_cq_ex) -> u32 {
-    0
-}
-unsafe extern "C" fn read_byte_len(cq: *mut ibv_cq_ex) -> u32 {
-    current(cq, |x| x.byte_len)
-}
-unsafe extern "C" fn read_imm_data(cq: *mut ibv_cq_ex) -> __be32 {
-    current(cq, |x| {
+
+wc_read! {
+    ibv_wc_read_opcode -> ibv_wc_opcode = |cq| current(cq, |x| wc_opcode(x.opcode));
+    ibv_wc_read_vendor_err -> u32 = |_cq| 0;
+    ibv_wc_read_byte_len -> u32 = |cq| current(cq, |x| x.byte_len);
+    ibv_wc_read_imm_data -> __be32 = |cq| current(cq, |x| {
         x.imm_data
             .or(x.invalidated_rkey.map(u32::from_be))
             .unwrap_or(0)
             .to_be()
-    })
-}
-unsafe extern "C" fn read_qp_num(cq: *mut ibv_cq_ex) -> u32 {
-    current(cq, |x| x.qp_num)
-}
-unsafe extern "C" fn read_src_qp(cq: *mut ibv_cq_ex) -> u32 {
-    current(cq, |x| x.src_qp)
-}
-unsafe extern "C" fn read_wc_flags(cq: *mut ibv_cq_ex) -> std::ffi::c_uint {
-    current(cq, wc_flags)
-}
-unsafe extern "C" fn read_slid(_cq: *mut ibv_cq_ex) -> u32 {
-    0
-}
-unsafe extern "C" fn read_sl(cq: *mut ibv_cq_ex) -> u8 {
-    // SAFETY: the program's CQ.
-    let ud_sl = unsafe { cq_fast(cq.cast()) }.ud_sl;
-    current(cq, |x| sl_of(x, ud_sl))
-}
-unsafe extern "C" fn read_dlid_path_bits(_cq: *mut ibv_cq_ex) -> u8 {
-    0
+    });
+    ibv_wc_read_qp_num -> u32 = |cq| current(cq, |x| x.qp_num);
+    ibv_wc_read_src_qp -> u32 = |cq| current(cq, |x| x.src_qp);
+    ibv_wc_read_wc_flags -> std::ffi::c_uint = |cq| current(cq, wc_flags);
+    ibv_wc_read_slid -> u32 = |_cq| 0;
+    ibv_wc_read_sl -> u8 = |cq| {
+        // SAFETY: the program's CQ.
+        let ud_sl = unsafe { cq_fast(cq.cast()) }.ud_sl;
+        current(cq, |x| sl_of(x, ud_sl))
+    };
+    ibv_wc_read_dlid_path_bits -> u8 = |_cq| 0;
 }
 
 fn set_ex_ops(ex: &mut ibv_cq_ex) {
-    ex.start_poll = Some(start_poll);
-    ex.next_poll = Some(next_poll);
-    ex.end_poll = Some(end_poll);
-    ex.read_opcode = Some(read_opcode);
-    ex.read_vendor_err = Some(read_vendor_err);
-    ex.read_byte_len = Some(read_byte_len);
-    ex.read_imm_data = Some(read_imm_data);
-    ex.read_qp_num = Some(read_qp_num);
-    ex.read_src_qp = Some(read_src_qp);
-    ex.read_wc_flags = Some(read_wc_flags);
-    ex.read_slid = Some(read_slid);
-    ex.read_sl = Some(read_sl);
-    ex.read_dlid_path_bits = Some(read_dlid_path_bits);
+    ex.start_poll = Some(ibv_start_poll);
+    ex.next_poll = Some(ibv_next_poll);
+    ex.end_poll = Some(ibv_end_poll);
+    ex.read_opcode = Some(ibv_wc_read_opcode);
+    ex.read_vendor_err = Some(ibv_wc_read_vendor_err);
+    ex.read_byte_len = Some(ibv_wc_read_byte_len);
+    ex.read_imm_data = Some(ibv_wc_read_imm_data);
+    ex.read_qp_num = Some(ibv_wc_read_qp_num);
+    ex.read_src_qp = Some(ibv_wc_read_src_qp);
+    ex.read_wc_flags = Some(ibv_wc_read_wc_flags);
+    ex.read_slid = Some(ibv_wc_read_slid);
+    ex.read_sl = Some(ibv_wc_read_sl);
+    ex.read_dlid_path_bits = Some(ibv_wc_read_dlid_path_bits);
 }

@@ -3,29 +3,12 @@
 //! `ibv_get_device_list` returns them, and what they answer about
 //! themselves.
 
-use crate::ffi::{arg, guard, int_result, note, ptr_result, set_errno, Fail};
+use crate::ffi::{arg, entry, int_result, note, ptr_result, set_errno, Fail};
 use crate::native::{self, Mode};
+use crate::objects::Dev;
 use crate::sys::*;
 use std::ffi::{c_char, c_int, CStr};
 use std::sync::OnceLock;
-
-/// A soft device: the `ibv_device` a program sees, first, then ours.
-#[repr(C)]
-pub struct Dev {
-    pub dev: ibv_device,
-    pub rx: rxe_verbs::Device,
-    /// The node GUID, as the program reads it (big-endian).
-    pub guid_be: u64,
-    /// The one engine every context of this device in the process shares
-    /// (a second bind of the address would fail).
-    pub open: parking_lot::Mutex<std::sync::Weak<crate::context::DevOpen>>,
-}
-
-// SAFETY: the raw pointers in `dev` are never set (the obsolete ops
-// table); everything else is Send + Sync.
-unsafe impl Send for Dev {}
-// SAFETY: as above; `dev` is never written after creation.
-unsafe impl Sync for Dev {}
 
 fn copy_name(dst: &mut [c_char], s: &str) {
     let room = dst.len() - 1;
@@ -78,12 +61,12 @@ pub fn dev_of(p: *const ibv_device) -> Result<&'static Dev, Fail> {
         .ok_or_else(|| Fail::inval("device", "not a device of ibv_get_device_list"))
 }
 
-/// `ibv_get_device_list`: the soft devices (unless `RXE_PROVIDER=native`),
-/// then the system library's (with `RXE_PROVIDER=auto|native`, see
-/// `native.rs`). The system library's own list stays allocated until the
-/// program frees ours, as its devices' references are held by it.
-pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut ibv_device {
-    guard("ibv_get_device_list", std::ptr::null_mut(), || {
+entry! {
+    /// `ibv_get_device_list`: the soft devices (unless `RXE_PROVIDER=native`),
+    /// then the system library's (with `RXE_PROVIDER=auto|native`, see
+    /// `native.rs`). The system library's own list stays allocated until the
+    /// program frees ours, as its devices' references are held by it.
+    pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *mut ibv_device {
         let mode = native::mode();
         let soft: &[Dev] = if mode == Mode::Native { &[] } else { devices() };
         let (native_list, natives) = match mode {
@@ -123,117 +106,168 @@ pub unsafe extern "C" fn ibv_get_device_list(num_devices: *mut c_int) -> *mut *m
             unsafe { *num_devices = n as c_int };
         }
         list
-    })
+    }
 }
 
-pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
-    guard("ibv_free_device_list", (), || {
+entry! {
+    pub unsafe extern "C" fn ibv_free_device_list(list: *mut *mut ibv_device) {
         native::free_list(list);
         // SAFETY: list came from ibv_get_device_list's calloc (or is NULL).
         unsafe { libc::free(list.cast()) }
-    })
+    }
 }
 
-pub unsafe extern "C" fn ibv_get_device_name(device: *mut ibv_device) -> *const c_char {
-    guard("ibv_get_device_name", std::ptr::null(), || {
+entry! {
+    pub unsafe extern "C" fn ibv_get_device_name(device: *mut ibv_device) -> *const c_char {
         let r = dev_of(device).map(|d| d.dev.name.as_ptr().cast_mut());
-        ptr_result("ibv_get_device_name", r)
-    })
+        ptr_result(VERB, r)
+    }
 }
 
-pub unsafe extern "C" fn ibv_get_device_guid(device: *mut ibv_device) -> u64 {
-    guard("ibv_get_device_guid", 0, || match dev_of(device) {
-        Ok(d) => d.guid_be,
-        Err(f) => {
-            note("ibv_get_device_guid", &f.why);
-            set_errno(f.errno);
-            0
+entry! {
+    pub unsafe extern "C" fn ibv_get_device_guid(device: *mut ibv_device) -> u64 {
+        match dev_of(device) {
+            Ok(d) => d.guid_be,
+            Err(f) => {
+                note(VERB, &f.why);
+                set_errno(f.errno);
+                0
+            }
         }
-    })
+    }
 }
 
-pub unsafe extern "C" fn ibv_get_device_index(device: *mut ibv_device) -> c_int {
-    guard("ibv_get_device_index", -1, || match dev_of(device) {
-        Ok(d) => devices()
-            .iter()
-            .position(|x| std::ptr::eq(x, d))
-            .unwrap_or(0) as c_int,
-        Err(_) => -1,
-    })
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn ibv_get_device_index(device: *mut ibv_device) -> c_int {
+        match dev_of(device) {
+            Ok(d) => devices()
+                .iter()
+                .position(|x| std::ptr::eq(x, d))
+                .unwrap_or(0) as c_int,
+            Err(_) => -1,
+        }
+    }
 }
 
-pub unsafe extern "C" fn ibv_node_type_str(node_type: c_int) -> *const c_char {
-    let s: &CStr = match node_type {
-        IBV_NODE_CA => c"InfiniBand channel adapter",
-        IBV_NODE_SWITCH => c"InfiniBand switch",
-        IBV_NODE_ROUTER => c"InfiniBand router",
-        IBV_NODE_RNIC => c"iWARP NIC",
-        IBV_NODE_USNIC => c"usNIC",
-        IBV_NODE_USNIC_UDP => c"usNIC UDP",
-        IBV_NODE_UNSPECIFIED => c"unspecified",
-        _ => c"unknown",
-    };
-    s.as_ptr()
+entry! {
+    data;
+    pub unsafe extern "C" fn ibv_node_type_str(node_type: c_int) -> *const c_char {
+        let s: &CStr = match node_type {
+            IBV_NODE_CA => c"InfiniBand channel adapter",
+            IBV_NODE_SWITCH => c"InfiniBand switch",
+            IBV_NODE_ROUTER => c"InfiniBand router",
+            IBV_NODE_RNIC => c"iWARP NIC",
+            IBV_NODE_USNIC => c"usNIC",
+            IBV_NODE_USNIC_UDP => c"usNIC UDP",
+            IBV_NODE_UNSPECIFIED => c"unspecified",
+            _ => c"unknown",
+        };
+        s.as_ptr()
+    }
 }
 
-pub unsafe extern "C" fn ibv_port_state_str(state: c_int) -> *const c_char {
-    let s: &CStr = match state as u32 {
-        IBV_PORT_NOP => c"no state change (NOP)",
-        IBV_PORT_DOWN => c"down",
-        IBV_PORT_INIT => c"init",
-        IBV_PORT_ARMED => c"armed",
-        IBV_PORT_ACTIVE => c"active",
-        IBV_PORT_ACTIVE_DEFER => c"active defer",
-        _ => c"unknown",
-    };
-    s.as_ptr()
+entry! {
+    data;
+    pub unsafe extern "C" fn ibv_port_state_str(state: c_int) -> *const c_char {
+        let s: &CStr = match state as u32 {
+            IBV_PORT_NOP => c"no state change (NOP)",
+            IBV_PORT_DOWN => c"down",
+            IBV_PORT_INIT => c"init",
+            IBV_PORT_ARMED => c"armed",
+            IBV_PORT_ACTIVE => c"active",
+            IBV_PORT_ACTIVE_DEFER => c"active defer",
+            _ => c"unknown",
+        };
+        s.as_ptr()
+    }
 }
 
-/// The sysfs of a soft device does not exist: these say so the way
-/// libibverbs does when a file is missing.
-pub unsafe extern "C" fn ibv_get_sysfs_path() -> *const c_char {
-    c"/sys".as_ptr()
+entry! {
+    data;
+    /// The sysfs of a soft device does not exist: these say so the way
+    /// libibverbs does when a file is missing.
+    pub unsafe extern "C" fn ibv_get_sysfs_path() -> *const c_char {
+        c"/sys".as_ptr()
+    }
 }
 
-pub unsafe extern "C" fn ibv_read_sysfs_file(
-    _dir: *const c_char,
-    _file: *const c_char,
-    _buf: *mut c_char,
-    _size: usize,
-) -> c_int {
-    set_errno(libc::ENOENT);
-    -1
+entry! {
+    data;
+    on_panic = -1;
+    pub unsafe extern "C" fn ibv_read_sysfs_file(
+        _dir: *const c_char,
+        _file: *const c_char,
+        _buf: *mut c_char,
+        _size: usize,
+    ) -> c_int {
+        set_errno(libc::ENOENT);
+        -1
+    }
 }
 
-pub unsafe extern "C" fn ibv_read_ibdev_sysfs_file(
-    _buf: *mut c_char,
-    _size: usize,
-    _sysfs_dev: *mut std::ffi::c_void,
-    _fnfmt: *const c_char,
-) -> c_int {
-    set_errno(libc::ENOENT);
-    -1
+entry! {
+    data;
+    on_panic = -1;
+    pub unsafe extern "C" fn ibv_read_ibdev_sysfs_file(
+        _buf: *mut c_char,
+        _size: usize,
+        _sysfs_dev: *mut std::ffi::c_void,
+        _fnfmt: *const c_char,
+    ) -> c_int {
+        set_errno(libc::ENOENT);
+        -1
+    }
 }
 
-/// `ibv_fork_init`: nothing to do. The soft stack reads and writes
-/// registered memory with the CPU in this process, never by DMA into
-/// pinned pages, so a fork cannot make the parent's regions stale (what
-/// `ibv_fork_init` guards against). The child inherits no working RDMA
-/// resources, as the man page says.
-pub unsafe extern "C" fn ibv_fork_init() -> c_int {
-    0
+entry! {
+    /// `ibv_fork_init`: the system library's when native devices are asked
+    /// for (it must protect their pinned memory across fork), else nothing
+    /// to do. The soft stack reads and writes registered memory with the
+    /// CPU in this process, never by DMA into pinned pages, so a fork cannot
+    /// make the parent's regions stale (what `ibv_fork_init` guards
+    /// against). The child inherits no working RDMA resources, as the man
+    /// page says.
+    pub unsafe extern "C" fn ibv_fork_init() -> c_int {
+        match native::lib().and_then(|l| l.fork_init) {
+            // SAFETY: the system library's ibv_fork_init.
+            Some(f) => native::bridged(|| unsafe { f() }),
+            None => 0,
+        }
+    }
 }
 
-pub unsafe extern "C" fn ibv_is_fork_initialized() -> ibv_fork_status {
-    IBV_FORK_UNNEEDED
+entry! {
+    on_panic = IBV_FORK_UNNEEDED;
+    /// The system library's answer when it is loaded; for the soft devices
+    /// fork protection is not needed (see `ibv_fork_init`).
+    pub unsafe extern "C" fn ibv_is_fork_initialized() -> ibv_fork_status {
+        match native::lib().and_then(|l| l.is_fork_initialized) {
+            // SAFETY: the system library's ibv_is_fork_initialized.
+            Some(f) => native::bridged(|| unsafe { f() }),
+            None => IBV_FORK_UNNEEDED,
+        }
+    }
 }
 
-pub unsafe extern "C" fn ibv_dontfork_range(_base: *mut std::ffi::c_void, _size: usize) -> c_int {
-    0
+entry! {
+    data;
+    pub unsafe extern "C" fn ibv_dontfork_range(
+        _base: *mut std::ffi::c_void,
+        _size: usize,
+    ) -> c_int {
+        0
+    }
 }
 
-pub unsafe extern "C" fn ibv_dofork_range(_base: *mut std::ffi::c_void, _size: usize) -> c_int {
-    0
+entry! {
+    data;
+    pub unsafe extern "C" fn ibv_dofork_range(
+        _base: *mut std::ffi::c_void,
+        _size: usize,
+    ) -> c_int {
+        0
+    }
 }
 
 /// `rdma_rxe`-like identity of a device for `ibv_query_device`.
@@ -338,18 +372,19 @@ pub fn check_port(port_num: u8) -> Result<(), Fail> {
     Ok(())
 }
 
-pub unsafe extern "C" fn ibv_get_pkey_index(
-    context: *mut ibv_context,
-    port_num: u8,
-    pkey: u16,
-) -> c_int {
-    guard("ibv_get_pkey_index", -1, || {
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn ibv_get_pkey_index(
+        context: *mut ibv_context,
+        port_num: u8,
+        pkey: u16,
+    ) -> c_int {
         // SAFETY: the program's context pointer.
         let r = unsafe { arg(context, "context") }.and_then(|_| check_port(port_num));
         match r {
             Ok(()) if u16::from_be(pkey) & 0x7fff == 0x7fff => 0,
             Ok(()) => -1,
-            Err(f) => int_result("ibv_get_pkey_index", Err(f)).min(-1),
+            Err(f) => int_result(VERB, Err(f)).min(-1),
         }
-    })
+    }
 }

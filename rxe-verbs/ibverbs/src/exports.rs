@@ -104,15 +104,22 @@ macro_rules! export {
         const EXPORTS: &[(&str, bool)] = &[$(($name, export!(@forwards $($via)?)),)*];
 
         $( export!(@stub $m $f $name $($via)?); )*
+
+        // Each function was written inside `entry!` (`ffi.rs`), which puts
+        // a module of its name next to it: one written without it, whose
+        // panics would unwind into C, is refused here.
+        $( const _: () = $m::$f::GUARDED; )*
     };
 }
 
 /// The system library's function behind each forwarding export (0: none,
-/// the stub jumps to ours). Written once, when `native.rs` loads the
-/// library and before any of its objects reaches the program.
+/// the stub jumps to ours). Written once, by [`resolve_forwards`] when
+/// `native.rs` loads the library and before any of its objects reaches
+/// the program.
 static FORWARD: [AtomicUsize; EXPORTS.len()] = [const { AtomicUsize::new(0) }; EXPORTS.len()];
 
-/// Fills [`FORWARD`] from the system library just loaded: each forwarding
+/// Fills [`FORWARD`] from the system library just loaded (`lib.rs` hands
+/// this function to `native.rs`, which calls it): each forwarding
 /// export's `name` at its `VERSION` (or unversioned, for a library built
 /// without versions). A verb the library lacks stays with ours.
 pub fn resolve_forwards(lib: &crate::native::Lib) {
@@ -294,7 +301,7 @@ export! {
     compat::ibv_reg_mr_1_0 => "ibv_reg_mr@IBVERBS_1.0",
     compat::ibv_resize_cq_1_0 => "ibv_resize_cq@IBVERBS_1.0",
     strings::mult_to_ibv_rate => "mult_to_ibv_rate@@IBVERBS_1.0",
-    native::ibv_ack_async_event => "ibv_ack_async_event@@IBVERBS_1.1",
+    context::ibv_ack_async_event => "ibv_ack_async_event@@IBVERBS_1.1",
     cq::ibv_ack_cq_events => "ibv_ack_cq_events@@IBVERBS_1.1" via obj,
     mem::ibv_alloc_pd => "ibv_alloc_pd@@IBVERBS_1.1" via ctx,
     mcast::ibv_attach_mcast => "ibv_attach_mcast@@IBVERBS_1.1" via obj,
@@ -315,7 +322,7 @@ export! {
     device::ibv_dofork_range => "ibv_dofork_range@@IBVERBS_1.1" via always,
     device::ibv_dontfork_range => "ibv_dontfork_range@@IBVERBS_1.1" via always,
     strings::ibv_event_type_str => "ibv_event_type_str@@IBVERBS_1.1",
-    native::ibv_fork_init => "ibv_fork_init@@IBVERBS_1.1",
+    device::ibv_fork_init => "ibv_fork_init@@IBVERBS_1.1",
     device::ibv_free_device_list => "ibv_free_device_list@@IBVERBS_1.1",
     context::ibv_get_async_event => "ibv_get_async_event@@IBVERBS_1.1" via ctx,
     cq::ibv_get_cq_event => "ibv_get_cq_event@@IBVERBS_1.1" via obj,
@@ -347,7 +354,7 @@ export! {
     mem::ibv_reg_mr_iova => "ibv_reg_mr_iova@@IBVERBS_1.7" via obj,
     mem::ibv_reg_mr_iova2 => "ibv_reg_mr_iova2@@IBVERBS_1.8" via obj,
     device::ibv_get_device_index => "ibv_get_device_index@@IBVERBS_1.9" via dev,
-    native::ibv_import_device => "ibv_import_device@@IBVERBS_1.10",
+    import::ibv_import_device => "ibv_import_device@@IBVERBS_1.10",
     unsupported::ibv_import_mr => "ibv_import_mr@@IBVERBS_1.10" via obj,
     unsupported::ibv_import_pd => "ibv_import_pd@@IBVERBS_1.10" via ctx,
     unsupported::ibv_query_ece => "ibv_query_ece@@IBVERBS_1.10" via obj,
@@ -358,7 +365,7 @@ export! {
     context::_ibv_query_gid_table => "_ibv_query_gid_table@@IBVERBS_1.11" via ctx,
     unsupported::ibv_reg_dmabuf_mr => "ibv_reg_dmabuf_mr@@IBVERBS_1.12" via obj,
     unsupported::ibv_import_dm => "ibv_import_dm@@IBVERBS_1.13" via ctx,
-    native::ibv_is_fork_initialized => "ibv_is_fork_initialized@@IBVERBS_1.13",
+    device::ibv_is_fork_initialized => "ibv_is_fork_initialized@@IBVERBS_1.13",
     unsupported::ibv_unimport_dm => "ibv_unimport_dm@@IBVERBS_1.13" via obj,
     unsupported::ibv_query_qp_data_in_order => "ibv_query_qp_data_in_order@@IBVERBS_1.14" via obj,
     unsupported::__ioctl_final_num_attrs => "__ioctl_final_num_attrs@@IBVERBS_PRIVATE_34",
@@ -459,7 +466,7 @@ export! {
     cm_channel::rdma_get_cm_event => "rdma_get_cm_event@@RDMACM_1.0",
     cm_id::rdma_get_devices => "rdma_get_devices@@RDMACM_1.0",
     cm_id::rdma_get_dst_port => "rdma_get_dst_port@@RDMACM_1.0",
-    cm_id::rdma_get_request => "rdma_get_request@@RDMACM_1.0",
+    cm_connect::rdma_get_request => "rdma_get_request@@RDMACM_1.0",
     cm_id::rdma_get_src_port => "rdma_get_src_port@@RDMACM_1.0",
     cm_addrinfo::rdma_getaddrinfo => "rdma_getaddrinfo@@RDMACM_1.0",
     cm_mcast::rdma_join_multicast => "rdma_join_multicast@@RDMACM_1.0",

@@ -13,7 +13,8 @@
 //! provider has no `import_context` (and neither can another process
 //! share a soft device's engine through a descriptor).
 
-use crate::ffi::{note, set_errno};
+use crate::ffi::{entry, note, set_errno};
+use crate::native;
 use parking_lot::Mutex;
 use std::collections::HashSet;
 use std::ffi::c_int;
@@ -63,8 +64,21 @@ fn fail(errno: c_int, why: &str) -> *mut crate::sys::ibv_context {
     std::ptr::null_mut()
 }
 
+entry! {
+    /// `ibv_import_device(cmd_fd)`: a kernel device's file descriptor goes to
+    /// the system library when it is loaded (`native.rs`); a soft device's
+    /// is ours.
+    pub unsafe extern "C" fn ibv_import_device(cmd_fd: c_int) -> *mut crate::sys::ibv_context {
+        match native::lib().and_then(|l| l.import_device) {
+            // SAFETY: the system library's ibv_import_device.
+            Some(f) if !is_cmd_fd(cmd_fd) => native::bridged(|| unsafe { f(cmd_fd) }),
+            _ => import_device(cmd_fd),
+        }
+    }
+}
+
 /// `ibv_import_device` for a descriptor no system library is asked about.
-pub fn import_device(cmd_fd: c_int) -> *mut crate::sys::ibv_context {
+fn import_device(cmd_fd: c_int) -> *mut crate::sys::ibv_context {
     if is_cmd_fd(cmd_fd) {
         return fail(
             libc::EOPNOTSUPP,

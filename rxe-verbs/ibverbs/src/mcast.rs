@@ -7,8 +7,9 @@
 //! (multicast GID, UD QP: EINVAL; the group limits: ENOMEM) are the
 //! engine's. The LID is ignored on RoCE.
 
-use crate::ffi::{guard, int_result, Fail};
-use crate::qp::qp_of;
+use crate::ffi::{entry, int_result, Fail};
+use crate::handle;
+use crate::objects::Qp;
 use crate::sys::*;
 use std::ffi::c_int;
 
@@ -21,12 +22,16 @@ fn gid_at(gid: *const ibv_gid) -> Result<[u8; 16], Fail> {
     Ok(unsafe { (*gid).raw })
 }
 
-/// # Safety
-/// `qp` is a QP of this library or NULL; `gid` points at a GID or is NULL.
-pub unsafe extern "C" fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
-    guard("ibv_attach_mcast", libc::EIO, || {
+entry! {
+    /// # Safety
+    /// `qp` is a QP of this library or NULL; `gid` points at a GID or is NULL.
+    pub unsafe extern "C" fn ibv_attach_mcast(
+        qp: *mut ibv_qp,
+        gid: *const ibv_gid,
+        lid: u16,
+    ) -> c_int {
         let r = (|| {
-            let q = qp_of(qp)?;
+            let q = handle::get::<Qp>(qp, "qp")?;
             let g = gid_at(gid)?;
             let mut list = q.mcast.lock();
             if list.contains(&(g, lid)) {
@@ -36,16 +41,20 @@ pub unsafe extern "C" fn ibv_attach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, 
             list.push((g, lid));
             Ok(())
         })();
-        int_result("ibv_attach_mcast", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
-/// # Safety
-/// As [`ibv_attach_mcast`].
-pub unsafe extern "C" fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, lid: u16) -> c_int {
-    guard("ibv_detach_mcast", libc::EIO, || {
+entry! {
+    /// # Safety
+    /// As [`ibv_attach_mcast`].
+    pub unsafe extern "C" fn ibv_detach_mcast(
+        qp: *mut ibv_qp,
+        gid: *const ibv_gid,
+        lid: u16,
+    ) -> c_int {
         let r = (|| {
-            let q = qp_of(qp)?;
+            let q = handle::get::<Qp>(qp, "qp")?;
             let g = gid_at(gid)?;
             let mut list = q.mcast.lock();
             // As Linux 6.1's uverbs: the device first, then the list. The
@@ -63,6 +72,6 @@ pub unsafe extern "C" fn ibv_detach_mcast(qp: *mut ibv_qp, gid: *const ibv_gid, 
             list.remove(i);
             Ok(())
         })();
-        int_result("ibv_detach_mcast", r)
-    })
+        int_result(VERB, r)
+    }
 }

@@ -8,41 +8,18 @@
 //! deregisters, and what it sees while an operation is in flight is
 //! unspecified.
 
-use crate::context::{ctx_of, ibv_ctx, Ctx, DevOpen};
-use crate::ffi::{guard, int_result, ptr_result, Fail};
-use crate::live::{self, Kind};
+use crate::ffi::{entry, int_result, ptr_result, Fail};
+use crate::handle::{self};
+use crate::objects::{ibv_ctx, Ctx, Mr, Pd};
 use crate::sys::*;
-use rxe_verbs::{AtomicOp, ForeignRegion, ProtectionDomain, RegionMemory};
+use rxe_verbs::{AtomicOp, RegionMemory};
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-/// A protection domain: the program's `ibv_pd`, then ours.
-#[repr(C)]
-pub struct Pd {
-    pub pd: ibv_pd,
-    pub rx: ProtectionDomain,
-    pub open: Arc<DevOpen>,
-    /// Objects created in the PD and not yet destroyed: deallocating it
-    /// before them is EBUSY, as the kernel answers.
-    pub users: AtomicUsize,
-}
-
-/// Our PD behind a program's pointer, checked to be live.
-pub fn pd_of<'a>(p: *mut ibv_pd) -> Result<&'a Pd, Fail> {
-    if p.is_null() {
-        return Err(Fail::inval("pd", "NULL"));
-    }
-    if !live::is(Kind::Pd, p as usize) {
-        return Err(Fail::inval("pd", "not an allocated protection domain"));
-    }
-    // SAFETY: a live Pd is a Box<Pd> at this address.
-    Ok(unsafe { &*(p as *const Pd) })
-}
-
-pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
-    guard("ibv_alloc_pd", std::ptr::null_mut(), || {
-        let r = ctx_of(context).and_then(|c: &Ctx| {
+entry! {
+    pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd {
+        let r = handle::get::<Ctx>(context, "context").and_then(|c: &Ctx| {
             let rx = c.open.rx.alloc_pd()?;
             let pd = Box::into_raw(Box::new(Pd {
                 pd: ibv_pd {
@@ -55,16 +32,16 @@ pub unsafe extern "C" fn ibv_alloc_pd(context: *mut ibv_context) -> *mut ibv_pd 
             }));
             // SAFETY: just allocated.
             unsafe { (*pd).pd.handle = pd as usize as u32 };
-            live::add(Kind::Pd, pd as usize);
+            handle::add(pd);
             Ok(pd.cast::<ibv_pd>())
         });
-        ptr_result("ibv_alloc_pd", r)
-    })
+        ptr_result(VERB, r)
+    }
 }
 
-pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
-    guard("ibv_dealloc_pd", libc::EIO, || {
-        let r = pd_of(pd).and_then(|p| {
+entry! {
+    pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
+        let r = handle::get::<Pd>(pd, "pd").and_then(|p| {
             let n = p.users.load(Ordering::Acquire);
             if n > 0 {
                 return Err(Fail::new(
@@ -72,13 +49,13 @@ pub unsafe extern "C" fn ibv_dealloc_pd(pd: *mut ibv_pd) -> c_int {
                     format!("{n} objects still use the protection domain"),
                 ));
             }
-            live::remove(Kind::Pd, pd as usize);
+            handle::remove(pd.cast::<Pd>());
             // SAFETY: was a live Box<Pd>.
             drop(unsafe { Box::from_raw(pd.cast::<Pd>()) });
             Ok(())
         });
-        int_result("ibv_dealloc_pd", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
 /// The program's bytes at `[base, base + len)`, reached by copies.
@@ -136,18 +113,6 @@ impl RegionMemory for ProgramMemory {
             }
         })
     }
-}
-
-/// A memory region: the program's `ibv_mr`, then ours.
-#[repr(C)]
-pub struct Mr {
-    pub mr: ibv_mr,
-    pub reg: Option<ForeignRegion>,
-    pub pd: *const Pd,
-    /// The access flags as the program gave them.
-    pub access: c_uint,
-    /// The I/O virtual address the region was registered at.
-    pub iova: u64,
 }
 
 /// The access flags a region may have; the optional ones (relaxed
@@ -269,7 +234,7 @@ fn reg_mr(
     iova: u64,
     access: c_uint,
 ) -> Result<*mut ibv_mr, Fail> {
-    let p = pd_of(pd)?;
+    let p = handle::get::<Pd>(pd, "pd")?;
     let acc = access_of(access, "access")?;
     // As the kernel's ib_umem_get: no empty regions, and the pages must be
     // there (and writable, for a region the device may write).
@@ -305,97 +270,93 @@ fn reg_mr(
         iova,
     }));
     p.users.fetch_add(1, Ordering::AcqRel);
-    live::add(Kind::Mr, mr as usize);
+    handle::add(mr);
     Ok(mr.cast())
 }
 
-pub unsafe extern "C" fn ibv_reg_mr(
-    pd: *mut ibv_pd,
-    addr: *mut c_void,
-    length: usize,
-    access: c_int,
-) -> *mut ibv_mr {
-    guard("ibv_reg_mr", std::ptr::null_mut(), || {
+entry! {
+    pub unsafe extern "C" fn ibv_reg_mr(
+        pd: *mut ibv_pd,
+        addr: *mut c_void,
+        length: usize,
+        access: c_int,
+    ) -> *mut ibv_mr {
         ptr_result(
-            "ibv_reg_mr",
+            VERB,
             reg_mr(pd, addr, length, addr as u64, access as c_uint),
         )
-    })
+    }
 }
 
-pub unsafe extern "C" fn ibv_reg_mr_iova(
-    pd: *mut ibv_pd,
-    addr: *mut c_void,
-    length: usize,
-    iova: u64,
-    access: c_int,
-) -> *mut ibv_mr {
-    guard("ibv_reg_mr_iova", std::ptr::null_mut(), || {
+entry! {
+    pub unsafe extern "C" fn ibv_reg_mr_iova(
+        pd: *mut ibv_pd,
+        addr: *mut c_void,
+        length: usize,
+        iova: u64,
+        access: c_int,
+    ) -> *mut ibv_mr {
         ptr_result(
-            "ibv_reg_mr_iova",
+            VERB,
             reg_mr(pd, addr, length, iova, access as c_uint),
         )
-    })
+    }
 }
 
-pub unsafe extern "C" fn ibv_reg_mr_iova2(
-    pd: *mut ibv_pd,
-    addr: *mut c_void,
-    length: usize,
-    iova: u64,
-    access: c_uint,
-) -> *mut ibv_mr {
-    guard("ibv_reg_mr_iova2", std::ptr::null_mut(), || {
-        ptr_result("ibv_reg_mr_iova2", reg_mr(pd, addr, length, iova, access))
-    })
+entry! {
+    pub unsafe extern "C" fn ibv_reg_mr_iova2(
+        pd: *mut ibv_pd,
+        addr: *mut c_void,
+        length: usize,
+        iova: u64,
+        access: c_uint,
+    ) -> *mut ibv_mr {
+        ptr_result(VERB, reg_mr(pd, addr, length, iova, access))
+    }
 }
 
-pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
-    guard("ibv_dereg_mr", libc::EIO, || {
+entry! {
+    pub unsafe extern "C" fn ibv_dereg_mr(mr: *mut ibv_mr) -> c_int {
         let r = (|| {
-            if mr.is_null() || !live::is(Kind::Mr, mr as usize) {
-                return Err(Fail::inval("mr", "not a registered memory region"));
-            }
             // SAFETY: a live Mr is a Box<Mr> at this address.
-            let m = unsafe { &mut *mr.cast::<Mr>() };
+            let m = unsafe { &mut *handle::check::<Mr>(mr, "mr")? };
             if let Some(reg) = m.reg.take() {
                 if let Err((reg, e)) = reg.deregister() {
                     m.reg = Some(reg);
                     return Err(e.into());
                 }
             }
-            live::remove(Kind::Mr, mr as usize);
+            handle::remove(mr.cast::<Mr>());
             // SAFETY: the PD outlives its regions (dealloc is EBUSY while they exist).
             unsafe { (*m.pd).users.fetch_sub(1, Ordering::AcqRel) };
             // SAFETY: was a live Box<Mr>.
             drop(unsafe { Box::from_raw(mr.cast::<Mr>()) });
             Ok(())
         })();
-        int_result("ibv_dereg_mr", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
-pub unsafe extern "C" fn ibv_rereg_mr(
-    mr: *mut ibv_mr,
-    flags: c_int,
-    pd: *mut ibv_pd,
-    addr: *mut c_void,
-    length: usize,
-    access: c_int,
-) -> c_int {
-    guard("ibv_rereg_mr", IBV_REREG_MR_ERR_INPUT, || {
-        if flags == 0 && access == 0 && !mr.is_null() && live::is(Kind::Mr, mr as usize) {
+entry! {
+    on_panic = IBV_REREG_MR_ERR_INPUT;
+    pub unsafe extern "C" fn ibv_rereg_mr(
+        mr: *mut ibv_mr,
+        flags: c_int,
+        pd: *mut ibv_pd,
+        addr: *mut c_void,
+        length: usize,
+        access: c_int,
+    ) -> c_int {
+        if flags == 0 && access == 0 && handle::check::<Mr>(mr, "mr").is_ok() {
             // The kernel's uverbs refuses a re-registration that changes
             // nothing: the command fails with EINVAL (after libibverbs'
             // own checks of its arguments, which come first below).
-            crate::ffi::note("ibv_rereg_mr", "flags: 0 changes nothing");
+            crate::ffi::note(VERB, "flags: 0 changes nothing");
             crate::ffi::set_errno(libc::EINVAL);
             return IBV_REREG_MR_ERR_CMD;
         }
         let r = (|| {
-            if mr.is_null() || !live::is(Kind::Mr, mr as usize) {
-                return Err(Fail::inval("mr", "not a registered memory region"));
-            }
+            let m = handle::check::<Mr>(mr, "mr")?;
             let flags = flags as u32;
             if flags & !IBV_REREG_MR_FLAGS_SUPPORTED != 0 {
                 return Err(Fail::inval("flags", format!("{flags:#x} has unknown bits")));
@@ -414,7 +375,7 @@ pub unsafe extern "C" fn ibv_rereg_mr(
                 ));
             }
             // SAFETY: a live Mr is a Box<Mr> at this address.
-            let m = unsafe { &mut *mr.cast::<Mr>() };
+            let m = unsafe { &mut *m };
             let new_pd = if flags & IBV_REREG_MR_CHANGE_PD != 0 {
                 pd
             } else {
@@ -437,7 +398,7 @@ pub unsafe extern "C" fn ibv_rereg_mr(
             let fresh = reg_mr(new_pd, new_addr, new_len, new_iova, new_access)?;
             // SAFETY: just made by reg_mr.
             let f = unsafe { Box::from_raw(fresh.cast::<Mr>()) };
-            live::remove(Kind::Mr, fresh as usize);
+            handle::remove(fresh.cast::<Mr>());
             if let Some(old) = m.reg.take() {
                 if let Err((old, e)) = old.deregister() {
                     m.reg = Some(old);
@@ -470,7 +431,7 @@ pub unsafe extern "C" fn ibv_rereg_mr(
         match r {
             Ok(()) => 0,
             Err(f) => {
-                crate::ffi::note("ibv_rereg_mr", &f.why);
+                crate::ffi::note(VERB, &f.why);
                 crate::ffi::set_errno(f.errno);
                 if f.errno == libc::EINVAL {
                     IBV_REREG_MR_ERR_INPUT
@@ -479,5 +440,5 @@ pub unsafe extern "C" fn ibv_rereg_mr(
                 }
             }
         }
-    })
+    }
 }

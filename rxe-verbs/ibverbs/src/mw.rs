@@ -12,41 +12,19 @@
 //! chooses (only its low 8 bits count); its `mw->rkey` is left alone, and
 //! the bind must name the window's current rkey, as the kernel requires.
 
-use crate::ffi::{guard, int_result, ptr_result, Fail};
-use crate::live::{self, Kind};
-use crate::mem::{access_of, pd_of, Mr, Pd};
-use crate::qp::qp_of;
+use crate::ffi::{entry, int_result, ptr_result, Fail};
+use crate::handle::{self};
+use crate::objects::{Mw, Pd, Qp};
 use crate::sys::*;
+use crate::wr::bind_of;
 use parking_lot::Mutex;
-use rxe_verbs::{inc_rkey, MemoryWindow, MwBind, MwType, SendFlags, SendOpcode, SendWr};
+use rxe_verbs::{inc_rkey, MwType, SendFlags, SendOpcode, SendWr};
 use std::ffi::c_int;
 use std::sync::atomic::Ordering;
 
-/// A memory window: the program's `ibv_mw`, then ours.
-#[repr(C)]
-pub struct Mw {
-    pub mw: ibv_mw,
-    /// The engine's window; dropping it frees the window under its current
-    /// key.
-    pub rx: Mutex<Option<MemoryWindow>>,
-    pub pd: *const Pd,
-}
-
-/// Our window behind a program's pointer, checked to be live.
-pub fn mw_of<'a>(p: *mut ibv_mw) -> Result<&'a Mw, Fail> {
-    if p.is_null() {
-        return Err(Fail::inval("mw", "NULL"));
-    }
-    if !live::is(Kind::Mw, p as usize) {
-        return Err(Fail::inval("mw", "not an allocated memory window"));
-    }
-    // SAFETY: a live Mw is a Box<Mw> at this address.
-    Ok(unsafe { &*(p as *const Mw) })
-}
-
-unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, mw_type: ibv_mw_type) -> *mut ibv_mw {
-    guard("ibv_alloc_mw", std::ptr::null_mut(), || {
-        let r = pd_of(pd).and_then(|p| {
+entry! {
+    unsafe extern "C" fn ibv_alloc_mw(pd: *mut ibv_pd, mw_type: ibv_mw_type) -> *mut ibv_mw {
+        let r = handle::get::<Pd>(pd, "pd").and_then(|p| {
             let t = match mw_type {
                 IBV_MW_TYPE_1 => MwType::Type1,
                 IBV_MW_TYPE_2 => MwType::Type2,
@@ -67,86 +45,38 @@ unsafe extern "C" fn alloc_mw(pd: *mut ibv_pd, mw_type: ibv_mw_type) -> *mut ibv
             // SAFETY: just allocated.
             unsafe { (*mw).mw.handle = mw as usize as u32 };
             p.users.fetch_add(1, Ordering::AcqRel);
-            live::add(Kind::Mw, mw as usize);
+            handle::add(mw);
             Ok(mw.cast::<ibv_mw>())
         });
-        ptr_result("ibv_alloc_mw", r)
-    })
+        ptr_result(VERB, r)
+    }
 }
 
-unsafe extern "C" fn dealloc_mw(mw: *mut ibv_mw) -> c_int {
-    guard("ibv_dealloc_mw", libc::EIO, || {
-        let r = mw_of(mw).map(|m| {
-            live::remove(Kind::Mw, mw as usize);
+entry! {
+    unsafe extern "C" fn ibv_dealloc_mw(mw: *mut ibv_mw) -> c_int {
+        let r = handle::get::<Mw>(mw, "mw").map(|m| {
+            handle::remove(mw.cast::<Mw>());
             drop(m.rx.lock().take());
             // SAFETY: the PD outlives its windows (dealloc is EBUSY while they exist).
             unsafe { (*m.pd).users.fetch_sub(1, Ordering::AcqRel) };
             // SAFETY: was a live Box<Mw>.
             drop(unsafe { Box::from_raw(mw.cast::<Mw>()) });
         });
-        int_result("ibv_dealloc_mw", r)
-    })
-}
-
-/// The engine's bind of window `mw` to what `info` says, taking the key
-/// part of `new_rkey`.
-///
-/// # Safety
-/// `info` points to the program's bind information.
-pub unsafe fn bind_of(
-    mw: *mut ibv_mw,
-    new_rkey: u32,
-    info: *const ibv_mw_bind_info,
-) -> Result<MwBind, Fail> {
-    let m = mw_of(mw)?;
-    if info.is_null() {
-        return Err(Fail::inval("bind_info", "NULL"));
+        int_result(VERB, r)
     }
-    // SAFETY: the caller's contract.
-    let info = unsafe { &*info };
-    let access = access_of(info.mw_access_flags, "bind_info.mw_access_flags")?;
-    let mr_lkey = if info.mr.is_null() {
-        if info.addr != 0 || info.length != 0 {
-            return Err(Fail::inval(
-                "bind_info.mr",
-                "NULL with a nonzero addr or length",
-            ));
-        }
-        0
-    } else {
-        if !live::is(Kind::Mr, info.mr as usize) {
-            return Err(Fail::inval(
-                "bind_info.mr",
-                "not a registered memory region",
-            ));
-        }
-        // SAFETY: a live Mr is a Box<Mr> at this address.
-        let r = unsafe { &*info.mr.cast::<Mr>() };
-        if r.mr.pd != m.mw.pd {
-            return Err(Fail::new(
-                libc::EPERM,
-                "bind_info.mr: the region and the window are in different protection domains",
-            ));
-        }
-        r.mr.lkey
-    };
-    Ok(MwBind {
-        mw_rkey: m.mw.rkey,
-        new_rkey,
-        mr_lkey,
-        addr: info.addr,
-        length: info.length,
-        access,
-    })
 }
 
-/// `ibv_bind_mw` (type 1): a `BIND_MW` work request with the window's next
-/// rkey, which becomes `mw->rkey` once it is posted.
-unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, b: *mut ibv_mw_bind) -> c_int {
-    guard("ibv_bind_mw", libc::EIO, || {
+entry! {
+    /// `ibv_bind_mw` (type 1): a `BIND_MW` work request with the window's next
+    /// rkey, which becomes `mw->rkey` once it is posted.
+    unsafe extern "C" fn ibv_bind_mw(
+        qp: *mut ibv_qp,
+        mw: *mut ibv_mw,
+        b: *mut ibv_mw_bind,
+    ) -> c_int {
         let r = (|| {
-            let q = qp_of(qp)?;
-            let m = mw_of(mw)?;
+            let q = handle::get::<Qp>(qp, "qp")?;
+            let m = handle::get::<Mw>(mw, "mw")?;
             if b.is_null() {
                 return Err(Fail::inval("mw_bind", "NULL"));
             }
@@ -181,13 +111,13 @@ unsafe extern "C" fn bind_mw(qp: *mut ibv_qp, mw: *mut ibv_mw, b: *mut ibv_mw_bi
             unsafe { (*mw).rkey = new_rkey };
             Ok(())
         })();
-        int_result("ibv_bind_mw", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
 /// The window verbs of a context's `ops` table.
 pub fn fill_ops(v: &mut verbs_context) {
-    v.context.ops.alloc_mw = Some(alloc_mw);
-    v.context.ops.dealloc_mw = Some(dealloc_mw);
-    v.context.ops.bind_mw = Some(bind_mw);
+    v.context.ops.alloc_mw = Some(ibv_alloc_mw);
+    v.context.ops.dealloc_mw = Some(ibv_dealloc_mw);
+    v.context.ops.bind_mw = Some(ibv_bind_mw);
 }

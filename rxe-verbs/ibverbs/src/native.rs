@@ -26,7 +26,7 @@
 //! stubs find no forwarding address and jump straight to this library's
 //! functions.
 
-use crate::ffi::{guard, note, set_errno};
+use crate::ffi::{note, set_errno};
 use crate::sys::*;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -111,10 +111,12 @@ pub struct Lib {
     handle: *mut c_void,
     get_device_list: GetList,
     free_device_list: FreeList,
-    fork_init: Option<unsafe extern "C" fn() -> c_int>,
-    is_fork_initialized: Option<unsafe extern "C" fn() -> ibv_fork_status>,
-    import_device: Option<unsafe extern "C" fn(c_int) -> *mut ibv_context>,
-    ack_async_event: Option<unsafe extern "C" fn(*mut ibv_async_event)>,
+    /// The verbs written by hand that ask the system library first
+    /// (`device.rs`, `import.rs`, `context.rs`), if it has them.
+    pub fork_init: Option<unsafe extern "C" fn() -> c_int>,
+    pub is_fork_initialized: Option<unsafe extern "C" fn() -> ibv_fork_status>,
+    pub import_device: Option<unsafe extern "C" fn(c_int) -> *mut ibv_context>,
+    pub ack_async_event: Option<unsafe extern "C" fn(*mut ibv_async_event)>,
 }
 
 // SAFETY: the handle is never closed and only used with dlsym/dlvsym,
@@ -128,17 +130,22 @@ impl Lib {
     /// `name` (a library built without versions, such as the tests' fake);
     /// 0 if it has neither.
     pub fn sym(&self, name: &str, version: &str) -> usize {
-        let (Ok(n), Ok(v)) = (CString::new(name), CString::new(version)) else {
-            return 0;
-        };
-        // SAFETY: a live handle from dlmopen; valid C strings.
-        let p = unsafe { libc::dlvsym(self.handle, n.as_ptr(), v.as_ptr()) };
-        if !p.is_null() {
-            return p as usize;
-        }
-        // SAFETY: as above.
-        unsafe { libc::dlsym(self.handle, n.as_ptr()) as usize }
+        sym(self.handle, name, version)
     }
+}
+
+/// [`Lib::sym`] on the handle of `dlmopen`.
+fn sym(handle: *mut c_void, name: &str, version: &str) -> usize {
+    let (Ok(n), Ok(v)) = (CString::new(name), CString::new(version)) else {
+        return 0;
+    };
+    // SAFETY: a live handle from dlmopen; valid C strings.
+    let p = unsafe { libc::dlvsym(handle, n.as_ptr(), v.as_ptr()) };
+    if !p.is_null() {
+        return p as usize;
+    }
+    // SAFETY: as above.
+    unsafe { libc::dlsym(handle, n.as_ptr()) as usize }
 }
 
 /// The namespace's `__errno_location`, once loaded (0 before).
@@ -173,7 +180,7 @@ pub extern "C" fn rxe_errno_out() {
 }
 
 /// `f()` with the program's `errno` bridged in and out.
-fn bridged<R>(f: impl FnOnce() -> R) -> R {
+pub fn bridged<R>(f: impl FnOnce() -> R) -> R {
     rxe_errno_in();
     let r = f();
     rxe_errno_out();
@@ -256,6 +263,17 @@ pub fn is_native_object(p: *const c_void) -> bool {
 // ------------------------------------------------------------ loading --
 
 static LIB: OnceLock<Option<Lib>> = OnceLock::new();
+
+/// What fills the exports' forwarding table from the library just loaded
+/// (`exports::resolve_forwards`), handed over by `lib.rs` when the loader
+/// maps this library; never set under `cargo test`, which has no exports.
+static FORWARDS: OnceLock<fn(&Lib)> = OnceLock::new();
+
+/// Takes the function that fills the forwarding table (once, before any
+/// verb can load the system library).
+pub fn set_forwarder(f: fn(&Lib)) {
+    let _ = FORWARDS.set(f);
+}
 
 /// The system library if it is loaded (never loads it).
 pub fn loaded() -> Option<&'static Lib> {
@@ -377,18 +395,8 @@ fn load() -> Result<Lib, String> {
     if handle.is_null() {
         return Err(format!("cannot load {path}: {}", dlerror_string()));
     }
-    let mut lib = Lib {
-        path: path.clone(),
-        handle,
-        get_device_list: no_list,
-        free_device_list: no_free,
-        fork_init: None,
-        is_fork_initialized: None,
-        import_device: None,
-        ack_async_event: None,
-    };
-    let get = lib.sym("ibv_get_device_list", "IBVERBS_1.1");
-    let free = lib.sym("ibv_free_device_list", "IBVERBS_1.1");
+    let get = sym(handle, "ibv_get_device_list", "IBVERBS_1.1");
+    let free = sym(handle, "ibv_free_device_list", "IBVERBS_1.1");
     if get == 0 || free == 0 {
         return Err(format!(
             "{path} is not libibverbs (no ibv_get_device_list/ibv_free_device_list)"
@@ -397,19 +405,24 @@ fn load() -> Result<Lib, String> {
     // SAFETY (all transmutes below): each address is the exported function
     // of that name and version, whose C prototype in verbs.h is the type
     // of the field it goes to.
-    unsafe {
-        lib.get_device_list = std::mem::transmute::<usize, GetList>(get);
-        lib.free_device_list = std::mem::transmute::<usize, FreeList>(free);
-        lib.fork_init = opt(lib.sym("ibv_fork_init", "IBVERBS_1.1"));
-        lib.is_fork_initialized = opt(lib.sym("ibv_is_fork_initialized", "IBVERBS_1.13"));
-        lib.import_device = opt(lib.sym("ibv_import_device", "IBVERBS_1.10"));
-        lib.ack_async_event = opt(lib.sym("ibv_ack_async_event", "IBVERBS_1.1"));
-    }
+    let lib = unsafe {
+        Lib {
+            path: path.clone(),
+            handle,
+            get_device_list: std::mem::transmute::<usize, GetList>(get),
+            free_device_list: std::mem::transmute::<usize, FreeList>(free),
+            fork_init: opt(sym(handle, "ibv_fork_init", "IBVERBS_1.1")),
+            is_fork_initialized: opt(sym(handle, "ibv_is_fork_initialized", "IBVERBS_1.13")),
+            import_device: opt(sym(handle, "ibv_import_device", "IBVERBS_1.10")),
+            ack_async_event: opt(sym(handle, "ibv_ack_async_event", "IBVERBS_1.1")),
+        }
+    };
     // SAFETY: dlsym with a live handle and a valid C string.
     let errno_fn = unsafe { libc::dlsym(handle, c"__errno_location".as_ptr()) };
     NS_ERRNO.store(errno_fn as usize, Ordering::Relaxed);
-    #[cfg(not(test))]
-    crate::exports::resolve_forwards(&lib);
+    if let Some(fill) = FORWARDS.get() {
+        fill(&lib);
+    }
     Ok(lib)
 }
 
@@ -422,12 +435,6 @@ unsafe fn opt<F: Copy>(addr: usize) -> Option<F> {
     // SAFETY: the caller's contract; F is a function pointer type.
     (addr != 0).then(|| unsafe { std::mem::transmute_copy::<usize, F>(&addr) })
 }
-
-unsafe extern "C" fn no_list(_: *mut c_int) -> *mut *mut ibv_device {
-    std::ptr::null_mut()
-}
-
-unsafe extern "C" fn no_free(_: *mut *mut ibv_device) {}
 
 // ------------------------------------------------------- device lists --
 
@@ -488,81 +495,6 @@ pub fn free_list(ours: *mut *mut ibv_device) {
         // SAFETY: the list its ibv_get_device_list returned, freed once.
         bridged(|| unsafe { (l.free_device_list)(list as *mut *mut ibv_device) });
     }
-}
-
-// ------------------------------------------------ verbs written by hand --
-
-/// `ibv_fork_init`: the system library's when native devices are asked
-/// for (it must protect their pinned memory across fork), else ours.
-pub unsafe extern "C" fn ibv_fork_init() -> c_int {
-    guard("ibv_fork_init", libc::EIO, || {
-        match lib().and_then(|l| l.fork_init) {
-            // SAFETY: the system library's ibv_fork_init.
-            Some(f) => bridged(|| unsafe { f() }),
-            // SAFETY: ours takes no argument.
-            None => unsafe { crate::device::ibv_fork_init() },
-        }
-    })
-}
-
-pub unsafe extern "C" fn ibv_is_fork_initialized() -> ibv_fork_status {
-    guard("ibv_is_fork_initialized", IBV_FORK_UNNEEDED, || {
-        match lib().and_then(|l| l.is_fork_initialized) {
-            // SAFETY: the system library's ibv_is_fork_initialized.
-            Some(f) => bridged(|| unsafe { f() }),
-            // SAFETY: ours takes no argument.
-            None => unsafe { crate::device::ibv_is_fork_initialized() },
-        }
-    })
-}
-
-/// `ibv_import_device(cmd_fd)`: a kernel device's file descriptor goes to
-/// the system library when it is loaded; a soft device's is ours
-/// ([`crate::import`]).
-pub unsafe extern "C" fn ibv_import_device(cmd_fd: c_int) -> *mut ibv_context {
-    guard("ibv_import_device", std::ptr::null_mut(), || {
-        match lib().and_then(|l| l.import_device) {
-            // SAFETY: the system library's ibv_import_device.
-            Some(f) if !crate::import::is_cmd_fd(cmd_fd) => bridged(|| unsafe { f(cmd_fd) }),
-            _ => crate::import::import_device(cmd_fd),
-        }
-    })
-}
-
-/// `ibv_ack_async_event`: the object the event names (by its type) says
-/// whose event it is. Port and device events name no object; neither
-/// library does anything for them.
-pub unsafe extern "C" fn ibv_ack_async_event(event: *mut ibv_async_event) {
-    guard("ibv_ack_async_event", (), || {
-        if let (Some(l), false) = (loaded(), event.is_null()) {
-            // SAFETY: the program's event as ibv_get_async_event filled it;
-            // the union member the type says is set.
-            let obj: *const c_void = unsafe {
-                let e = &*event;
-                match e.event_type {
-                    IBV_EVENT_CQ_ERR => e.element.cq.cast(),
-                    IBV_EVENT_SRQ_LIMIT_REACHED | IBV_EVENT_SRQ_ERR => e.element.srq.cast(),
-                    IBV_EVENT_WQ_FATAL => e.element.wq.cast(),
-                    IBV_EVENT_PORT_ACTIVE
-                    | IBV_EVENT_PORT_ERR
-                    | IBV_EVENT_LID_CHANGE
-                    | IBV_EVENT_PKEY_CHANGE
-                    | IBV_EVENT_SM_CHANGE
-                    | IBV_EVENT_CLIENT_REREGISTER
-                    | IBV_EVENT_GID_CHANGE
-                    | IBV_EVENT_DEVICE_FATAL => std::ptr::null(),
-                    _ => e.element.qp.cast(),
-                }
-            };
-            if let (Some(f), true) = (l.ack_async_event, is_native_object(obj)) {
-                // SAFETY: the system library's ibv_ack_async_event on its event.
-                bridged(|| unsafe { f(event) });
-                return;
-            }
-        }
-        // SAFETY: the program's event, for our objects.
-        unsafe { crate::context::ibv_ack_async_event(event) }
-    })
 }
 
 /// `ibv_get_device_list` under `RXE_PROVIDER=native` when the system

@@ -1,64 +1,20 @@
 //! Queue pairs (classic and extended, with the `ibv_wr_*` posting of
 //! `ibv_qp_ex`), shared receive queues and address handles.
 
-use crate::context::{ctx_of, ibv_ctx, CtxEvents, DevOpen, EventCount, Route};
-use crate::cq::{cq_of, Cq};
-use crate::ffi::{guard, guard_data, int_result, note, ptr_result, set_errno, Fail};
-use crate::live::{self, Kind};
-use crate::mem::{access_of, pd_of, Pd};
+use crate::event_count::EventCount;
+use crate::ffi::{entry, int_result, note, ptr_result, set_errno, Fail};
+use crate::handle::{self};
+use crate::mem::access_of;
+use crate::objects::{ibv_ctx, Ah, Batch, Cq, Ctx, CtxEvents, Pd, Qp, Route, SendLimits, Srq};
 use crate::sys::*;
-use crate::wr::{ah_attr_of, av_of, send_wr, sges, SendLimits};
+use crate::wr::{ah_attr_of, av_of, send_wr, sges};
 use parking_lot::Mutex;
 use rxe_core::psn::Psn;
 use rxe_core::types::*;
-use rxe_verbs::{AddressHandle, QueuePair, SharedReceiveQueue};
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
-
-/// A queue pair: the program's `ibv_qp_ex` (whose start is the `ibv_qp`),
-/// then ours.
-#[repr(C)]
-pub struct Qp {
-    /// What the program sees, and writes (`wr_id`, `wr_flags`, `qp_context`).
-    pub qp: UnsafeCell<ibv_qp_ex>,
-    pub rx: QueuePair,
-    pub open: Arc<DevOpen>,
-    pub limits: SendLimits,
-    pub max_send_wr: u32,
-    pub max_recv_wr: u32,
-    pub max_recv_sge: u32,
-    pub sq_sig_all: bool,
-    pub pd: *const Pd,
-    pub send_cq: *const Cq,
-    pub recv_cq: *const Cq,
-    pub srq: *const Srq,
-    pub async_events: Arc<EventCount>,
-    /// The work requests of an `ibv_wr_start` ... `ibv_wr_complete` batch.
-    pub batch: Mutex<Batch>,
-    /// The `ibv_qp_attr_mask` bits some `ibv_modify_qp` has set:
-    /// `ibv_query_qp` shows the others as the kernel's rxe does, as zeroes.
-    pub applied: AtomicU32,
-    /// The multicast groups attached, as (GID, LID) ([`crate::mcast`]).
-    pub mcast: Mutex<Vec<([u8; 16], u16)>>,
-}
-
-/// An extended-posting batch: the WRs so far, or the first error.
-#[derive(Debug, Default)]
-pub struct Batch {
-    wrs: Vec<SendWr>,
-    error: Option<(i32, String)>,
-    open: bool,
-}
-
-pub fn qp_of<'a>(p: *mut ibv_qp) -> Result<&'a Qp, Fail> {
-    if p.is_null() || !live::is(Kind::Qp, p as usize) {
-        return Err(Fail::inval("qp", "not a queue pair"));
-    }
-    // SAFETY: a live Qp is a Box<Qp> at this address.
-    Ok(unsafe { &*(p as *const Qp) })
-}
 
 /// # Safety
 /// `p` must be a QP this library created and the program has not destroyed.
@@ -106,14 +62,14 @@ struct QpArgs {
 }
 
 fn create_qp(pd: *mut ibv_pd, a: QpArgs) -> Result<*mut Qp, Fail> {
-    let p = pd_of(pd)?;
+    let p = handle::get::<Pd>(pd, "pd")?;
     let qp_type = qp_type_of(a.qp_type)?;
-    let scq = cq_of(a.send_cq).map_err(|_| Fail::inval("send_cq", "not a completion queue"))?;
-    let rcq = cq_of(a.recv_cq).map_err(|_| Fail::inval("recv_cq", "not a completion queue"))?;
+    let scq = handle::get::<Cq>(a.send_cq, "send_cq")?;
+    let rcq = handle::get::<Cq>(a.recv_cq, "recv_cq")?;
     let srq = if a.srq.is_null() {
         None
     } else {
-        Some(srq_of(a.srq)?)
+        Some(handle::get::<Srq>(a.srq, "srq")?)
     };
     if srq.is_some() && qp_type == QpType::Uc {
         // The kernel's rxe allows it; so does the engine.
@@ -187,7 +143,7 @@ fn create_qp(pd: *mut ibv_pd, a: QpArgs) -> Result<*mut Qp, Fail> {
     if let Some(s) = srq {
         s.users.fetch_add(1, Ordering::AcqRel);
     }
-    let c = ctx_of(p.pd.context)?;
+    let c = handle::get::<Ctx>(p.pd.context, "context")?;
     p.open.routes.lock().qps.insert(
         qpn,
         Route {
@@ -197,15 +153,15 @@ fn create_qp(pd: *mut ibv_pd, a: QpArgs) -> Result<*mut Qp, Fail> {
             disarm: None,
         },
     );
-    live::add(Kind::Qp, q as usize);
+    handle::add(q);
     Ok(q)
 }
 
-pub unsafe extern "C" fn ibv_create_qp(
-    pd: *mut ibv_pd,
-    attr: *mut ibv_qp_init_attr,
-) -> *mut ibv_qp {
-    guard("ibv_create_qp", std::ptr::null_mut(), || {
+entry! {
+    pub unsafe extern "C" fn ibv_create_qp(
+        pd: *mut ibv_pd,
+        attr: *mut ibv_qp_init_attr,
+    ) -> *mut ibv_qp {
         let r = (|| {
             // SAFETY: the program's attributes.
             let a = unsafe { attr.as_mut() }.ok_or_else(|| Fail::inval("qp_init_attr", "NULL"))?;
@@ -222,17 +178,17 @@ pub unsafe extern "C" fn ibv_create_qp(
                 },
             )
         })();
-        ptr_result("ibv_create_qp", r.map(|q| q.cast::<ibv_qp>()))
-    })
+        ptr_result(VERB, r.map(|q| q.cast::<ibv_qp>()))
+    }
 }
 
-unsafe extern "C" fn create_qp_ex(
-    context: *mut ibv_context,
-    attr: *mut ibv_qp_init_attr_ex,
-) -> *mut ibv_qp {
-    guard("ibv_create_qp_ex", std::ptr::null_mut(), || {
+entry! {
+    unsafe extern "C" fn ibv_create_qp_ex(
+        context: *mut ibv_context,
+        attr: *mut ibv_qp_init_attr_ex,
+    ) -> *mut ibv_qp {
         let r = (|| {
-            let _ = ctx_of(context)?;
+            let _ = handle::get::<Ctx>(context, "context")?;
             // SAFETY: the program's attributes.
             let a =
                 unsafe { attr.as_mut() }.ok_or_else(|| Fail::inval("qp_init_attr_ex", "NULL"))?;
@@ -290,18 +246,18 @@ unsafe extern "C" fn create_qp_ex(
             )?;
             Ok(q)
         })();
-        ptr_result("ibv_create_qp_ex", r.map(|q| q.cast::<ibv_qp>()))
-    })
+        ptr_result(VERB, r.map(|q| q.cast::<ibv_qp>()))
+    }
 }
 
-pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
-    guard("ibv_qp_to_qp_ex", std::ptr::null_mut(), || {
-        ptr_result("ibv_qp_to_qp_ex", qp_of(qp).map(|_| qp.cast::<ibv_qp_ex>()))
-    })
+entry! {
+    pub unsafe extern "C" fn ibv_qp_to_qp_ex(qp: *mut ibv_qp) -> *mut ibv_qp_ex {
+        ptr_result(VERB, handle::get::<Qp>(qp, "qp").map(|_| qp.cast::<ibv_qp_ex>()))
+    }
 }
 
 fn modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> Result<(), Fail> {
-    let q = qp_of(qp)?;
+    let q = handle::get::<Qp>(qp, "qp")?;
     // SAFETY: the program's attributes.
     let a = unsafe { attr.as_ref() }.ok_or_else(|| Fail::inval("attr", "NULL"))?;
     let mask = mask as u32;
@@ -391,24 +347,24 @@ fn modify_qp(qp: *mut ibv_qp, attr: *mut ibv_qp_attr, mask: c_int) -> Result<(),
     Ok(())
 }
 
-pub unsafe extern "C" fn ibv_modify_qp(
-    qp: *mut ibv_qp,
-    attr: *mut ibv_qp_attr,
-    attr_mask: c_int,
-) -> c_int {
-    guard("ibv_modify_qp", libc::EIO, || {
-        int_result("ibv_modify_qp", modify_qp(qp, attr, attr_mask))
-    })
+entry! {
+    pub unsafe extern "C" fn ibv_modify_qp(
+        qp: *mut ibv_qp,
+        attr: *mut ibv_qp_attr,
+        attr_mask: c_int,
+    ) -> c_int {
+        int_result(VERB, modify_qp(qp, attr, attr_mask))
+    }
 }
 
-pub unsafe extern "C" fn ibv_query_qp(
-    qp: *mut ibv_qp,
-    attr: *mut ibv_qp_attr,
-    _attr_mask: c_int,
-    init_attr: *mut ibv_qp_init_attr,
-) -> c_int {
-    guard("ibv_query_qp", libc::EIO, || {
-        let r = qp_of(qp).and_then(|q| {
+entry! {
+    pub unsafe extern "C" fn ibv_query_qp(
+        qp: *mut ibv_qp,
+        attr: *mut ibv_qp_attr,
+        _attr_mask: c_int,
+        init_attr: *mut ibv_qp_init_attr,
+    ) -> c_int {
+        let r = handle::get::<Qp>(qp, "qp").and_then(|q| {
             if attr.is_null() || init_attr.is_null() {
                 return Err(Fail::inval(
                     if attr.is_null() { "attr" } else { "init_attr" },
@@ -482,13 +438,13 @@ pub unsafe extern "C" fn ibv_query_qp(
             }
             Ok(())
         });
-        int_result("ibv_query_qp", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
-pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
-    guard("ibv_destroy_qp", libc::EIO, || {
-        let r = qp_of(qp).and_then(|q| {
+entry! {
+    pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
+        let r = handle::get::<Qp>(qp, "qp").and_then(|q| {
             if !q.mcast.lock().is_empty() {
                 // As the kernel's uverbs: detach first.
                 return Err(Fail::new(
@@ -504,7 +460,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
                 r.forget();
             }
             q.async_events.wait_all_acked();
-            live::remove(Kind::Qp, qp as usize);
+            handle::remove(qp.cast::<Qp>());
             // SAFETY: the PD, CQs and SRQ outlive their QPs (destroying them
             // is EBUSY while QPs use them).
             unsafe {
@@ -518,8 +474,8 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
             // SAFETY: was a live Box<Qp>.
             drop(unsafe { Box::from_raw(qp.cast::<Qp>()) });
         });
-        int_result("ibv_destroy_qp", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
 /// `ibv_ack_async_event` for a QP event.
@@ -527,7 +483,7 @@ pub unsafe extern "C" fn ibv_destroy_qp(qp: *mut ibv_qp) -> c_int {
 /// # Safety
 /// `qp` is what `ibv_get_async_event` handed out.
 pub unsafe fn ack_qp_async(qp: *mut ibv_qp) {
-    if let Ok(q) = qp_of(qp) {
+    if let Ok(q) = handle::get::<Qp>(qp, "qp") {
         q.async_events.acked(1);
     }
 }
@@ -574,12 +530,13 @@ unsafe fn report_post<T>(
     f.errno
 }
 
-unsafe extern "C" fn post_send(
-    qp: *mut ibv_qp,
-    wr: *mut ibv_send_wr,
-    bad_wr: *mut *mut ibv_send_wr,
-) -> c_int {
-    guard_data("ibv_post_send", libc::EIO, || {
+entry! {
+    data;
+    unsafe extern "C" fn ibv_post_send(
+        qp: *mut ibv_qp,
+        wr: *mut ibv_send_wr,
+        bad_wr: *mut *mut ibv_send_wr,
+    ) -> c_int {
         if qp.is_null() {
             return libc::EINVAL;
         }
@@ -608,8 +565,8 @@ unsafe extern "C" fn post_send(
         }
         let posted = q.rx.post_send(&list);
         // SAFETY: the program's list and output slot.
-        unsafe { report_post("ibv_post_send", posted, &ptrs, wr, failed, bad_wr) }
-    })
+        unsafe { report_post(VERB, posted, &ptrs, wr, failed, bad_wr) }
+    }
 }
 
 /// Receive WRs from a program's list: at most `max + 1` of them, stopping
@@ -667,12 +624,13 @@ unsafe fn post_recv_list(
     unsafe { report_post(verb, posted, &ptrs, wr, failed, bad_wr) }
 }
 
-unsafe extern "C" fn post_recv(
-    qp: *mut ibv_qp,
-    wr: *mut ibv_recv_wr,
-    bad_wr: *mut *mut ibv_recv_wr,
-) -> c_int {
-    guard_data("ibv_post_recv", libc::EIO, || {
+entry! {
+    data;
+    unsafe extern "C" fn ibv_post_recv(
+        qp: *mut ibv_qp,
+        wr: *mut ibv_recv_wr,
+        bad_wr: *mut *mut ibv_recv_wr,
+    ) -> c_int {
         if qp.is_null() {
             return libc::EINVAL;
         }
@@ -680,7 +638,7 @@ unsafe extern "C" fn post_recv(
         let q = unsafe { qp_fast(qp) };
         if !q.srq.is_null() {
             note(
-                "ibv_post_recv",
+                VERB,
                 "the QP uses a shared receive queue: post to it",
             );
             // SAFETY: the program's output slot.
@@ -690,7 +648,7 @@ unsafe extern "C" fn post_recv(
         // SAFETY: the program's list and slot.
         unsafe {
             post_recv_list(
-                "ibv_post_recv",
+                VERB,
                 wr,
                 bad_wr,
                 q.max_recv_wr,
@@ -698,42 +656,18 @@ unsafe extern "C" fn post_recv(
                 |l| q.rx.post_recv(l),
             )
         }
-    })
+    }
 }
 
 // ---- shared receive queues -------------------------------------------------
 
-/// A shared receive queue: the program's `ibv_srq`, then ours.
-#[repr(C)]
-pub struct Srq {
-    pub srq: ibv_srq,
-    pub rx: SharedReceiveQueue,
-    pub open: Arc<DevOpen>,
-    pub pd: *const Pd,
-    /// `max_wr` and `max_sge` as created (`srq_limit` is in `limit`).
-    pub attr: Mutex<ibv_srq_attr>,
-    /// The armed limit: set by `ibv_modify_srq`, 0 again once the limit
-    /// event fired (the engine disarms it then, as the kernel does).
-    pub limit: Arc<AtomicU32>,
-    pub async_events: Arc<EventCount>,
-    pub users: AtomicUsize,
-}
-
-pub fn srq_of<'a>(p: *mut ibv_srq) -> Result<&'a Srq, Fail> {
-    if p.is_null() || !live::is(Kind::Srq, p as usize) {
-        return Err(Fail::inval("srq", "not a shared receive queue"));
-    }
-    // SAFETY: a live Srq is a Box<Srq> at this address.
-    Ok(unsafe { &*(p as *const Srq) })
-}
-
-pub unsafe extern "C" fn ibv_create_srq(
-    pd: *mut ibv_pd,
-    init: *mut ibv_srq_init_attr,
-) -> *mut ibv_srq {
-    guard("ibv_create_srq", std::ptr::null_mut(), || {
+entry! {
+    pub unsafe extern "C" fn ibv_create_srq(
+        pd: *mut ibv_pd,
+        init: *mut ibv_srq_init_attr,
+    ) -> *mut ibv_srq {
         let r = (|| {
-            let p = pd_of(pd)?;
+            let p = handle::get::<Pd>(pd, "pd")?;
             // SAFETY: the program's attributes.
             let a = unsafe { init.as_mut() }.ok_or_else(|| Fail::inval("srq_init_attr", "NULL"))?;
             let caps = p.open.rx.query_device().caps;
@@ -760,7 +694,7 @@ pub unsafe extern "C" fn ibv_create_srq(
             // kernel's create_srq answers.
             let (max_wr, max_sge) = rx.size().unwrap_or((a.attr.max_wr, a.attr.max_sge));
             a.attr.max_sge = max_sge;
-            let c = ctx_of(p.pd.context)?;
+            let c = handle::get::<Ctx>(p.pd.context, "context")?;
             let async_events = Arc::new(EventCount::default());
             let limit = Arc::new(AtomicU32::new(a.attr.srq_limit));
             let id = rx.id();
@@ -798,20 +732,20 @@ pub unsafe extern "C" fn ibv_create_srq(
                     disarm: Some(limit.clone()),
                 },
             );
-            live::add(Kind::Srq, s as usize);
+            handle::add(s);
             Ok(s.cast::<ibv_srq>())
         })();
-        ptr_result("ibv_create_srq", r)
-    })
+        ptr_result(VERB, r)
+    }
 }
 
-pub unsafe extern "C" fn ibv_modify_srq(
-    srq: *mut ibv_srq,
-    attr: *mut ibv_srq_attr,
-    mask: c_int,
-) -> c_int {
-    guard("ibv_modify_srq", libc::EIO, || {
-        let r = srq_of(srq).and_then(|s| {
+entry! {
+    pub unsafe extern "C" fn ibv_modify_srq(
+        srq: *mut ibv_srq,
+        attr: *mut ibv_srq_attr,
+        mask: c_int,
+    ) -> c_int {
+        let r = handle::get::<Srq>(srq, "srq").and_then(|s| {
             // SAFETY: the program's attributes.
             let a = unsafe { attr.as_ref() }.ok_or_else(|| Fail::inval("srq_attr", "NULL"))?;
             // Other mask bits are ignored, as the kernel's rxe_modify_srq does.
@@ -845,13 +779,13 @@ pub unsafe extern "C" fn ibv_modify_srq(
             }
             Ok(())
         });
-        int_result("ibv_modify_srq", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
-pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
-    guard("ibv_query_srq", libc::EIO, || {
-        let r = srq_of(srq).and_then(|s| {
+entry! {
+    pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_attr) -> c_int {
+        let r = handle::get::<Srq>(srq, "srq").and_then(|s| {
             if attr.is_null() {
                 return Err(Fail::inval("srq_attr", "NULL"));
             }
@@ -864,13 +798,13 @@ pub unsafe extern "C" fn ibv_query_srq(srq: *mut ibv_srq, attr: *mut ibv_srq_att
             };
             Ok(())
         });
-        int_result("ibv_query_srq", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
-pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
-    guard("ibv_destroy_srq", libc::EIO, || {
-        let r = srq_of(srq).and_then(|s| {
+entry! {
+    pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
+        let r = handle::get::<Srq>(srq, "srq").and_then(|s| {
             let n = s.users.load(Ordering::Acquire);
             if n > 0 {
                 return Err(Fail::new(
@@ -883,65 +817,50 @@ pub unsafe extern "C" fn ibv_destroy_srq(srq: *mut ibv_srq) -> c_int {
                 r.forget();
             }
             s.async_events.wait_all_acked();
-            live::remove(Kind::Srq, srq as usize);
+            handle::remove(srq.cast::<Srq>());
             // SAFETY: the PD outlives its SRQs.
             unsafe { (*s.pd).users.fetch_sub(1, Ordering::AcqRel) };
             // SAFETY: was a live Box<Srq>.
             drop(unsafe { Box::from_raw(srq.cast::<Srq>()) });
             Ok(())
         });
-        int_result("ibv_destroy_srq", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
 /// # Safety
 /// `srq` is what `ibv_get_async_event` handed out.
 pub unsafe fn ack_srq_async(srq: *mut ibv_srq) {
-    if let Ok(s) = srq_of(srq) {
+    if let Ok(s) = handle::get::<Srq>(srq, "srq") {
         s.async_events.acked(1);
     }
 }
 
-unsafe extern "C" fn post_srq_recv(
-    srq: *mut ibv_srq,
-    wr: *mut ibv_recv_wr,
-    bad_wr: *mut *mut ibv_recv_wr,
-) -> c_int {
-    guard_data("ibv_post_srq_recv", libc::EIO, || {
-        let s = match srq_of(srq) {
+entry! {
+    data;
+    unsafe extern "C" fn ibv_post_srq_recv(
+        srq: *mut ibv_srq,
+        wr: *mut ibv_recv_wr,
+        bad_wr: *mut *mut ibv_recv_wr,
+    ) -> c_int {
+        let s = match handle::get::<Srq>(srq, "srq") {
             Ok(s) => s,
             Err(_) => return libc::EINVAL,
         };
         let a = *s.attr.lock();
         // SAFETY: the program's list and slot.
         unsafe {
-            post_recv_list("ibv_post_srq_recv", wr, bad_wr, a.max_wr, a.max_sge, |l| {
+            post_recv_list(VERB, wr, bad_wr, a.max_wr, a.max_sge, |l| {
                 s.rx.post_recv(l)
             })
         }
-    })
+    }
 }
 
 // ---- address handles ---------------------------------------------------------
 
-/// An address handle: the program's `ibv_ah`, then ours.
-#[repr(C)]
-pub struct Ah {
-    pub ah: ibv_ah,
-    pub rx: AddressHandle,
-    pub pd: *const Pd,
-}
-
-pub fn ah_of<'a>(p: *mut ibv_ah) -> Result<&'a Ah, Fail> {
-    if p.is_null() || !live::is(Kind::Ah, p as usize) {
-        return Err(Fail::inval("ah", "not an address handle"));
-    }
-    // SAFETY: a live Ah is a Box<Ah> at this address.
-    Ok(unsafe { &*(p as *const Ah) })
-}
-
 fn create_ah(pd: *mut ibv_pd, attr: *const ibv_ah_attr) -> Result<*mut ibv_ah, Fail> {
-    let p = pd_of(pd)?;
+    let p = handle::get::<Pd>(pd, "pd")?;
     // SAFETY: the program's attributes.
     let a = unsafe { attr.as_ref() }.ok_or_else(|| Fail::inval("attr", "NULL"))?;
     if a.port_num == 0 {
@@ -960,27 +879,27 @@ fn create_ah(pd: *mut ibv_pd, attr: *const ibv_ah_attr) -> Result<*mut ibv_ah, F
         pd: std::ptr::from_ref(p),
     }));
     p.users.fetch_add(1, Ordering::AcqRel);
-    live::add(Kind::Ah, ah as usize);
+    handle::add(ah);
     Ok(ah.cast())
 }
 
-pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
-    guard("ibv_create_ah", std::ptr::null_mut(), || {
-        ptr_result("ibv_create_ah", create_ah(pd, attr))
-    })
+entry! {
+    pub unsafe extern "C" fn ibv_create_ah(pd: *mut ibv_pd, attr: *mut ibv_ah_attr) -> *mut ibv_ah {
+        ptr_result(VERB, create_ah(pd, attr))
+    }
 }
 
-pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
-    guard("ibv_destroy_ah", libc::EIO, || {
-        let r = ah_of(ah).map(|a| {
-            live::remove(Kind::Ah, ah as usize);
+entry! {
+    pub unsafe extern "C" fn ibv_destroy_ah(ah: *mut ibv_ah) -> c_int {
+        let r = handle::get::<Ah>(ah, "ah").map(|a| {
+            handle::remove(ah.cast::<Ah>());
             // SAFETY: the PD outlives its AHs.
             unsafe { (*a.pd).users.fetch_sub(1, Ordering::AcqRel) };
             // SAFETY: was a live Box<Ah>.
             drop(unsafe { Box::from_raw(ah.cast::<Ah>()) });
         });
-        int_result("ibv_destroy_ah", r)
-    })
+        int_result(VERB, r)
+    }
 }
 
 /// The sender's GID from the 40 bytes a UD receive starts with: an IPv6
@@ -1005,16 +924,17 @@ fn grh_source(g: &[u8; 40]) -> Option<(std::net::Ipv6Addr, u8, u8, u32)> {
     None
 }
 
-pub unsafe extern "C" fn ibv_init_ah_from_wc(
-    context: *mut ibv_context,
-    port_num: u8,
-    wc: *mut ibv_wc,
-    grh: *mut ibv_grh,
-    ah_attr: *mut ibv_ah_attr,
-) -> c_int {
-    guard("ibv_init_ah_from_wc", -1, || {
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn ibv_init_ah_from_wc(
+        context: *mut ibv_context,
+        port_num: u8,
+        wc: *mut ibv_wc,
+        grh: *mut ibv_grh,
+        ah_attr: *mut ibv_ah_attr,
+    ) -> c_int {
         let r = (|| {
-            let _ = ctx_of(context)?;
+            let _ = handle::get::<Ctx>(context, "context")?;
             crate::device::check_port(port_num)?;
             // SAFETY: the program's completion.
             let w = unsafe { wc.as_ref() }.ok_or_else(|| Fail::inval("wc", "NULL"))?;
@@ -1047,18 +967,18 @@ pub unsafe extern "C" fn ibv_init_ah_from_wc(
             unsafe { ah_attr.write(a) };
             Ok(())
         })();
-        crate::ffi::minus_one_result("ibv_init_ah_from_wc", r)
-    })
+        crate::ffi::minus_one_result(VERB, r)
+    }
 }
 
-pub unsafe extern "C" fn ibv_create_ah_from_wc(
-    pd: *mut ibv_pd,
-    wc: *mut ibv_wc,
-    grh: *mut ibv_grh,
-    port_num: u8,
-) -> *mut ibv_ah {
-    guard("ibv_create_ah_from_wc", std::ptr::null_mut(), || {
-        let r = pd_of(pd).and_then(|p| {
+entry! {
+    pub unsafe extern "C" fn ibv_create_ah_from_wc(
+        pd: *mut ibv_pd,
+        wc: *mut ibv_wc,
+        grh: *mut ibv_grh,
+        port_num: u8,
+    ) -> *mut ibv_ah {
+        let r = handle::get::<Pd>(pd, "pd").and_then(|p| {
             // SAFETY: plain data.
             let mut a: ibv_ah_attr = unsafe { std::mem::zeroed() };
             // SAFETY: forwards the program's pointers.
@@ -1072,23 +992,22 @@ pub unsafe extern "C" fn ibv_create_ah_from_wc(
             }
             create_ah(pd, &a)
         });
-        ptr_result("ibv_create_ah_from_wc", r)
-    })
+        ptr_result(VERB, r)
+    }
 }
 
 // ---- extended posting: ibv_wr_* ------------------------------------------------
 
-/// The QP of an `ibv_qp_ex` pointer and its open batch.
+/// The QP of an `ibv_qp_ex` pointer and its open batch (for the
+/// `ibv_wr_*` verbs, inside their own guard).
 ///
 /// # Safety
 /// `qp` is the program's extended QP.
 unsafe fn with_batch(qp: *mut ibv_qp_ex, f: impl FnOnce(&Qp, &mut Batch)) {
-    guard_data("ibv_wr", (), || {
-        // SAFETY: the caller's contract.
-        let q = unsafe { qp_fast(qp.cast()) };
-        let mut b = q.batch.lock();
-        f(q, &mut b);
-    })
+    // SAFETY: the caller's contract.
+    let q = unsafe { qp_fast(qp.cast()) };
+    let mut b = q.batch.lock();
+    f(q, &mut b);
 }
 
 /// Starts a new WR of the batch with the QP's `wr_id` and `wr_flags`.
@@ -1118,77 +1037,83 @@ fn new_wr(q: &Qp, b: &mut Batch, opcode: SendOpcode) -> Option<usize> {
 
 macro_rules! wr_op {
     ($name:ident ( $($a:ident : $t:ty),* ) => $op:expr, |$w:ident| $body:block) => {
-        unsafe extern "C" fn $name(qp: *mut ibv_qp_ex $(, $a: $t)*) {
-            // SAFETY: the program's extended QP.
-            unsafe {
-                with_batch(qp, |q, b| {
-                    if let Some(i) = new_wr(q, b, $op) {
-                        let $w = &mut b.wrs[i];
-                        $body
-                    }
-                })
+        entry! {
+            data;
+            unsafe extern "C" fn $name(qp: *mut ibv_qp_ex $(, $a: $t)*) {
+                // SAFETY: the program's extended QP.
+                unsafe {
+                    with_batch(qp, |q, b| {
+                        if let Some(i) = new_wr(q, b, $op) {
+                            let $w = &mut b.wrs[i];
+                            $body
+                        }
+                    })
+                }
             }
         }
     };
 }
 
-wr_op!(wr_send() => SendOpcode::Send, |_w| {});
-wr_op!(wr_send_imm(imm: __be32) => SendOpcode::SendWithImm, |w| { w.imm_data = u32::from_be(imm); });
-wr_op!(wr_send_inv(rkey: u32) => SendOpcode::SendWithInv, |w| { w.invalidate_rkey = rkey; });
-wr_op!(wr_local_inv(rkey: u32) => SendOpcode::LocalInv, |w| { w.invalidate_rkey = rkey; });
-wr_op!(wr_rdma_write(rkey: u32, remote_addr: u64) => SendOpcode::RdmaWrite, |w| {
+wr_op!(ibv_wr_send() => SendOpcode::Send, |_w| {});
+wr_op!(ibv_wr_send_imm(imm: __be32) => SendOpcode::SendWithImm, |w| { w.imm_data = u32::from_be(imm); });
+wr_op!(ibv_wr_send_inv(rkey: u32) => SendOpcode::SendWithInv, |w| { w.invalidate_rkey = rkey; });
+wr_op!(ibv_wr_local_inv(rkey: u32) => SendOpcode::LocalInv, |w| { w.invalidate_rkey = rkey; });
+wr_op!(ibv_wr_rdma_write(rkey: u32, remote_addr: u64) => SendOpcode::RdmaWrite, |w| {
     w.rkey = rkey;
     w.remote_addr = remote_addr;
 });
-wr_op!(wr_rdma_write_imm(rkey: u32, remote_addr: u64, imm: __be32) => SendOpcode::RdmaWriteWithImm, |w| {
+wr_op!(ibv_wr_rdma_write_imm(rkey: u32, remote_addr: u64, imm: __be32) => SendOpcode::RdmaWriteWithImm, |w| {
     w.rkey = rkey;
     w.remote_addr = remote_addr;
     w.imm_data = u32::from_be(imm);
 });
-wr_op!(wr_rdma_read(rkey: u32, remote_addr: u64) => SendOpcode::RdmaRead, |w| {
+wr_op!(ibv_wr_rdma_read(rkey: u32, remote_addr: u64) => SendOpcode::RdmaRead, |w| {
     w.rkey = rkey;
     w.remote_addr = remote_addr;
 });
-wr_op!(wr_atomic_cmp_swp(rkey: u32, remote_addr: u64, compare: u64, swap: u64) => SendOpcode::AtomicCmpSwap, |w| {
+wr_op!(ibv_wr_atomic_cmp_swp(rkey: u32, remote_addr: u64, compare: u64, swap: u64) => SendOpcode::AtomicCmpSwap, |w| {
     w.rkey = rkey;
     w.remote_addr = remote_addr;
     w.compare_add = compare;
     w.swap = swap;
 });
-wr_op!(wr_atomic_fetch_add(rkey: u32, remote_addr: u64, add: u64) => SendOpcode::AtomicFetchAdd, |w| {
+wr_op!(ibv_wr_atomic_fetch_add(rkey: u32, remote_addr: u64, add: u64) => SendOpcode::AtomicFetchAdd, |w| {
     w.rkey = rkey;
     w.remote_addr = remote_addr;
     w.compare_add = add;
 });
-/// `ibv_wr_atomic_write`: the 8 bytes at `atomic_wr` are read now (as
-/// rdma-core's rxe provider copies them into the WQE) and go as the
-/// request's inline payload.
-unsafe extern "C" fn wr_atomic_write(
-    qp: *mut ibv_qp_ex,
-    rkey: u32,
-    remote_addr: u64,
-    atomic_wr: *const c_void,
-) {
-    // SAFETY: the program's extended QP, and its 8 bytes at `atomic_wr`
-    // (checked for NULL).
-    unsafe {
-        with_batch(qp, |q, b| {
-            if atomic_wr.is_null() {
-                b.error.get_or_insert((
-                    libc::EINVAL,
-                    "ibv_wr_atomic_write: atomic_wr is NULL".into(),
-                ));
-                return;
-            }
-            let mut v = [0u8; 8];
-            std::ptr::copy_nonoverlapping(atomic_wr.cast::<u8>(), v.as_mut_ptr(), 8);
-            if let Some(i) = new_wr(q, b, SendOpcode::AtomicWrite) {
-                let w = &mut b.wrs[i];
-                w.rkey = rkey;
-                w.remote_addr = remote_addr;
-                w.inline_data = Some(v.to_vec());
-            }
-        })
+entry! {
+    data;
+    /// `ibv_wr_atomic_write`: the 8 bytes at `atomic_wr` are read now (as
+    /// rdma-core's rxe provider copies them into the WQE) and go as the
+    /// request's inline payload.
+    unsafe extern "C" fn ibv_wr_atomic_write(
+        qp: *mut ibv_qp_ex,
+        rkey: u32,
+        remote_addr: u64,
+        atomic_wr: *const c_void,
+    ) {
+        // SAFETY: the program's extended QP, and its 8 bytes at `atomic_wr`
+        // (checked for NULL).
+        unsafe {
+            with_batch(qp, |q, b| {
+                if atomic_wr.is_null() {
+                    b.error.get_or_insert((
+                        libc::EINVAL,
+                        "ibv_wr_atomic_write: atomic_wr is NULL".into(),
+                    ));
+                    return;
+                }
+                let mut v = [0u8; 8];
+                std::ptr::copy_nonoverlapping(atomic_wr.cast::<u8>(), v.as_mut_ptr(), 8);
+                if let Some(i) = new_wr(q, b, SendOpcode::AtomicWrite) {
+                    let w = &mut b.wrs[i];
+                    w.rkey = rkey;
+                    w.remote_addr = remote_addr;
+                    w.inline_data = Some(v.to_vec());
+                }
+            })
+        }
     }
 }
 
@@ -1209,194 +1134,228 @@ fn last_wr(
     }
 }
 
-unsafe extern "C" fn wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
-    // SAFETY: the program's extended QP.
-    unsafe {
-        with_batch(qp, |q, b| {
-            last_wr(q, b, "ibv_wr_set_sge", |_, w| {
-                w.sg_list = vec![Sge { addr, length, lkey }];
-                Ok(())
+entry! {
+    data;
+    unsafe extern "C" fn ibv_wr_set_sge(qp: *mut ibv_qp_ex, lkey: u32, addr: u64, length: u32) {
+        // SAFETY: the program's extended QP.
+        unsafe {
+            with_batch(qp, |q, b| {
+                last_wr(q, b, "ibv_wr_set_sge", |_, w| {
+                    w.sg_list = vec![Sge { addr, length, lkey }];
+                    Ok(())
+                })
             })
-        })
+        }
     }
 }
 
-unsafe extern "C" fn wr_set_sge_list(qp: *mut ibv_qp_ex, num_sge: usize, sg: *const ibv_sge) {
-    // SAFETY: the program's extended QP.
-    unsafe {
-        with_batch(qp, |q, b| {
-            last_wr(q, b, "ibv_wr_set_sge_list", |q, w| {
-                let n = i32::try_from(num_sge).map_err(|_| Fail::inval("num_sge", "too large"))?;
-                // SAFETY: the program's list of num_sge entries.
-                w.sg_list = sges(sg, n, q.limits.max_sge)?;
-                Ok(())
+entry! {
+    data;
+    unsafe extern "C" fn ibv_wr_set_sge_list(
+        qp: *mut ibv_qp_ex,
+        num_sge: usize,
+        sg: *const ibv_sge,
+    ) {
+        // SAFETY: the program's extended QP.
+        unsafe {
+            with_batch(qp, |q, b| {
+                last_wr(q, b, "ibv_wr_set_sge_list", |q, w| {
+                    let n = i32::try_from(num_sge)
+                        .map_err(|_| Fail::inval("num_sge", "too large"))?;
+                    // SAFETY: the program's list of num_sge entries.
+                    w.sg_list = sges(sg, n, q.limits.max_sge)?;
+                    Ok(())
+                })
             })
-        })
+        }
     }
 }
 
-unsafe extern "C" fn wr_set_inline_data(qp: *mut ibv_qp_ex, addr: *mut c_void, length: usize) {
-    let buf = ibv_data_buf { addr, length };
-    // SAFETY: forwards to the list form with one buffer.
-    unsafe { wr_set_inline_data_list(qp, 1, &buf) }
+entry! {
+    data;
+    unsafe extern "C" fn ibv_wr_set_inline_data(
+        qp: *mut ibv_qp_ex,
+        addr: *mut c_void,
+        length: usize,
+    ) {
+        let buf = ibv_data_buf { addr, length };
+        // SAFETY: forwards to the list form with one buffer.
+        unsafe { ibv_wr_set_inline_data_list(qp, 1, &buf) }
+    }
 }
 
-unsafe extern "C" fn wr_set_inline_data_list(
-    qp: *mut ibv_qp_ex,
-    num_buf: usize,
-    bufs: *const ibv_data_buf,
-) {
-    // SAFETY: the program's extended QP.
-    unsafe {
-        with_batch(qp, |q, b| {
-            last_wr(q, b, "ibv_wr_set_inline_data", |q, w| {
-                if num_buf > 0 && bufs.is_null() {
-                    return Err(Fail::inval("buf_list", "NULL"));
-                }
-                let list = if num_buf == 0 {
-                    &[][..]
-                } else {
-                    // SAFETY: the program's num_buf buffers.
-                    std::slice::from_raw_parts(bufs, num_buf)
-                };
-                let total: usize = list.iter().map(|d| d.length).sum();
-                if total > q.limits.max_inline as usize {
-                    return Err(Fail::inval(
-                        "inline data",
-                        format!(
-                            "{total} bytes, more than max_inline_data {}",
-                            q.limits.max_inline
-                        ),
-                    ));
-                }
-                let mut out = Vec::with_capacity(total);
-                for d in list.iter().filter(|d| d.length > 0) {
-                    if d.addr.is_null() {
-                        return Err(Fail::inval("inline data", "addr is NULL"));
+entry! {
+    data;
+    unsafe extern "C" fn ibv_wr_set_inline_data_list(
+        qp: *mut ibv_qp_ex,
+        num_buf: usize,
+        bufs: *const ibv_data_buf,
+    ) {
+        // SAFETY: the program's extended QP.
+        unsafe {
+            with_batch(qp, |q, b| {
+                last_wr(q, b, "ibv_wr_set_inline_data", |q, w| {
+                    if num_buf > 0 && bufs.is_null() {
+                        return Err(Fail::inval("buf_list", "NULL"));
                     }
-                    // SAFETY: the program's buffer of d.length bytes.
-                    out.extend_from_slice(std::slice::from_raw_parts(
-                        d.addr as *const u8,
-                        d.length,
-                    ));
-                }
-                w.inline_data = Some(out);
-                w.flags |= SendFlags::INLINE;
-                Ok(())
+                    let list = if num_buf == 0 {
+                        &[][..]
+                    } else {
+                        // SAFETY: the program's num_buf buffers.
+                        std::slice::from_raw_parts(bufs, num_buf)
+                    };
+                    let total: usize = list.iter().map(|d| d.length).sum();
+                    if total > q.limits.max_inline as usize {
+                        return Err(Fail::inval(
+                            "inline data",
+                            format!(
+                                "{total} bytes, more than max_inline_data {}",
+                                q.limits.max_inline
+                            ),
+                        ));
+                    }
+                    let mut out = Vec::with_capacity(total);
+                    for d in list.iter().filter(|d| d.length > 0) {
+                        if d.addr.is_null() {
+                            return Err(Fail::inval("inline data", "addr is NULL"));
+                        }
+                        // SAFETY: the program's buffer of d.length bytes.
+                        out.extend_from_slice(std::slice::from_raw_parts(
+                            d.addr as *const u8,
+                            d.length,
+                        ));
+                    }
+                    w.inline_data = Some(out);
+                    w.flags |= SendFlags::INLINE;
+                    Ok(())
+                })
             })
-        })
+        }
     }
 }
 
-unsafe extern "C" fn wr_set_ud_addr(
-    qp: *mut ibv_qp_ex,
-    ah: *mut ibv_ah,
-    remote_qpn: u32,
-    remote_qkey: u32,
-) {
-    // SAFETY: the program's extended QP.
-    unsafe {
-        with_batch(qp, |q, b| {
-            last_wr(q, b, "ibv_wr_set_ud_addr", |_, w| {
-                let a = ah_of(ah)?;
-                w.ud = Some(UdDest {
-                    av: a.rx.av(),
-                    remote_qpn,
-                    remote_qkey,
-                });
-                Ok(())
+entry! {
+    data;
+    unsafe extern "C" fn ibv_wr_set_ud_addr(
+        qp: *mut ibv_qp_ex,
+        ah: *mut ibv_ah,
+        remote_qpn: u32,
+        remote_qkey: u32,
+    ) {
+        // SAFETY: the program's extended QP.
+        unsafe {
+            with_batch(qp, |q, b| {
+                last_wr(q, b, "ibv_wr_set_ud_addr", |_, w| {
+                    let a = handle::get::<Ah>(ah, "ah")?;
+                    w.ud = Some(UdDest {
+                        av: a.rx.av(),
+                        remote_qpn,
+                        remote_qkey,
+                    });
+                    Ok(())
+                })
             })
-        })
+        }
     }
 }
 
-unsafe extern "C" fn wr_bind_mw(
-    qp: *mut ibv_qp_ex,
-    mw: *mut ibv_mw,
-    rkey: u32,
-    info: *const ibv_mw_bind_info,
-) {
-    // SAFETY: the program's extended QP.
-    unsafe {
-        with_batch(qp, |q, b| {
-            let Some(i) = new_wr(q, b, SendOpcode::BindMw) else {
-                return;
-            };
-            // SAFETY: the program's bind information.
-            match crate::mw::bind_of(mw, rkey, info) {
-                Ok(bind) => b.wrs[i].bind = Some(bind),
-                Err(e) => {
-                    b.error.get_or_insert((e.errno, e.why));
+entry! {
+    data;
+    unsafe extern "C" fn ibv_wr_bind_mw(
+        qp: *mut ibv_qp_ex,
+        mw: *mut ibv_mw,
+        rkey: u32,
+        info: *const ibv_mw_bind_info,
+    ) {
+        // SAFETY: the program's extended QP.
+        unsafe {
+            with_batch(qp, |q, b| {
+                let Some(i) = new_wr(q, b, SendOpcode::BindMw) else {
+                    return;
+                };
+                // SAFETY: the program's bind information.
+                match crate::wr::bind_of(mw, rkey, info) {
+                    Ok(bind) => b.wrs[i].bind = Some(bind),
+                    Err(e) => {
+                        b.error.get_or_insert((e.errno, e.why));
+                    }
                 }
-            }
-        })
+            })
+        }
     }
 }
 
-unsafe extern "C" fn wr_start(qp: *mut ibv_qp_ex) {
-    // SAFETY: the program's extended QP.
-    unsafe {
-        with_batch(qp, |_, b| {
-            *b = Batch {
-                open: true,
-                ..Batch::default()
-            };
-        })
+entry! {
+    data;
+    unsafe extern "C" fn ibv_wr_start(qp: *mut ibv_qp_ex) {
+        // SAFETY: the program's extended QP.
+        unsafe {
+            with_batch(qp, |_, b| {
+                *b = Batch {
+                    open: true,
+                    ..Batch::default()
+                };
+            })
+        }
     }
 }
 
-unsafe extern "C" fn wr_abort(qp: *mut ibv_qp_ex) {
-    // SAFETY: the program's extended QP.
-    unsafe { with_batch(qp, |_, b| *b = Batch::default()) }
+entry! {
+    data;
+    unsafe extern "C" fn ibv_wr_abort(qp: *mut ibv_qp_ex) {
+        // SAFETY: the program's extended QP.
+        unsafe { with_batch(qp, |_, b| *b = Batch::default()) }
+    }
 }
 
-unsafe extern "C" fn wr_complete(qp: *mut ibv_qp_ex) -> c_int {
-    guard_data("ibv_wr_complete", libc::EIO, || {
+entry! {
+    data;
+    unsafe extern "C" fn ibv_wr_complete(qp: *mut ibv_qp_ex) -> c_int {
         // SAFETY: the program's extended QP.
         let q = unsafe { qp_fast(qp.cast()) };
         let b = std::mem::take(&mut *q.batch.lock());
         if let Some((errno, why)) = b.error {
-            note("ibv_wr_complete", &why);
+            note(VERB, &why);
             set_errno(errno);
             return errno;
         }
         if !b.open {
-            note("ibv_wr_complete", "no ibv_wr_start");
+            note(VERB, "no ibv_wr_start");
             return libc::EINVAL;
         }
         match q.rx.post_send(&b.wrs) {
             Ok(()) => 0,
-            Err(e) => int_result("ibv_wr_complete", Err(Fail::from(e))),
+            Err(e) => int_result(VERB, Err(Fail::from(e))),
         }
-    })
+    }
 }
 
 fn set_wr_ops(ex: &mut ibv_qp_ex) {
-    ex.wr_send = Some(wr_send);
-    ex.wr_send_imm = Some(wr_send_imm);
-    ex.wr_send_inv = Some(wr_send_inv);
-    ex.wr_local_inv = Some(wr_local_inv);
-    ex.wr_rdma_write = Some(wr_rdma_write);
-    ex.wr_rdma_write_imm = Some(wr_rdma_write_imm);
-    ex.wr_rdma_read = Some(wr_rdma_read);
-    ex.wr_atomic_cmp_swp = Some(wr_atomic_cmp_swp);
-    ex.wr_atomic_fetch_add = Some(wr_atomic_fetch_add);
-    ex.wr_atomic_write = Some(wr_atomic_write);
-    ex.wr_bind_mw = Some(wr_bind_mw);
-    ex.wr_set_sge = Some(wr_set_sge);
-    ex.wr_set_sge_list = Some(wr_set_sge_list);
-    ex.wr_set_inline_data = Some(wr_set_inline_data);
-    ex.wr_set_inline_data_list = Some(wr_set_inline_data_list);
-    ex.wr_set_ud_addr = Some(wr_set_ud_addr);
-    ex.wr_start = Some(wr_start);
-    ex.wr_complete = Some(wr_complete);
-    ex.wr_abort = Some(wr_abort);
+    ex.wr_send = Some(ibv_wr_send);
+    ex.wr_send_imm = Some(ibv_wr_send_imm);
+    ex.wr_send_inv = Some(ibv_wr_send_inv);
+    ex.wr_local_inv = Some(ibv_wr_local_inv);
+    ex.wr_rdma_write = Some(ibv_wr_rdma_write);
+    ex.wr_rdma_write_imm = Some(ibv_wr_rdma_write_imm);
+    ex.wr_rdma_read = Some(ibv_wr_rdma_read);
+    ex.wr_atomic_cmp_swp = Some(ibv_wr_atomic_cmp_swp);
+    ex.wr_atomic_fetch_add = Some(ibv_wr_atomic_fetch_add);
+    ex.wr_atomic_write = Some(ibv_wr_atomic_write);
+    ex.wr_bind_mw = Some(ibv_wr_bind_mw);
+    ex.wr_set_sge = Some(ibv_wr_set_sge);
+    ex.wr_set_sge_list = Some(ibv_wr_set_sge_list);
+    ex.wr_set_inline_data = Some(ibv_wr_set_inline_data);
+    ex.wr_set_inline_data_list = Some(ibv_wr_set_inline_data_list);
+    ex.wr_set_ud_addr = Some(ibv_wr_set_ud_addr);
+    ex.wr_start = Some(ibv_wr_start);
+    ex.wr_complete = Some(ibv_wr_complete);
+    ex.wr_abort = Some(ibv_wr_abort);
 }
 
 /// The hot verbs of a context's `ops` table that are about QPs and SRQs.
 pub fn fill_ops(v: &mut verbs_context) {
-    v.context.ops.post_send = Some(post_send);
-    v.context.ops.post_recv = Some(post_recv);
-    v.context.ops.post_srq_recv = Some(post_srq_recv);
-    v.create_qp_ex = Some(create_qp_ex);
+    v.context.ops.post_send = Some(ibv_post_send);
+    v.context.ops.post_recv = Some(ibv_post_recv);
+    v.context.ops.post_srq_recv = Some(ibv_post_srq_recv);
+    v.create_qp_ex = Some(ibv_create_qp_ex);
 }

@@ -8,8 +8,11 @@
 //! `RXE_DEBUG=1`. The provider-registration calls do nothing: this library
 //! loads no providers, so a provider library that registers itself from
 //! its constructor is simply never asked for a device.
+//!
+//! They reach no engine, so they leave the packets a poll deferred queued
+//! (`data;` in [`entry!`]), as they did before they had a guard.
 
-use crate::ffi::{note, set_errno};
+use crate::ffi::{entry, note, set_errno};
 use crate::sys::*;
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
@@ -19,132 +22,200 @@ fn refuse(verb: &str, why: &str) -> c_int {
     libc::EOPNOTSUPP
 }
 
-pub unsafe extern "C" fn ibv_import_pd(_context: *mut ibv_context, _pd_handle: u32) -> *mut ibv_pd {
-    refuse("ibv_import_pd", "importing objects of another process");
-    std::ptr::null_mut()
+entry! {
+    data;
+    pub unsafe extern "C" fn ibv_import_pd(
+        _context: *mut ibv_context,
+        _pd_handle: u32,
+    ) -> *mut ibv_pd {
+        refuse(VERB, "importing objects of another process");
+        std::ptr::null_mut()
+    }
 }
 
-pub unsafe extern "C" fn ibv_unimport_pd(_pd: *mut ibv_pd) {
-    refuse("ibv_unimport_pd", "no object is ever imported");
+entry! {
+    data;
+    pub unsafe extern "C" fn ibv_unimport_pd(_pd: *mut ibv_pd) {
+        refuse(VERB, "no object is ever imported");
+    }
 }
 
-pub unsafe extern "C" fn ibv_import_mr(_pd: *mut ibv_pd, _mr_handle: u32) -> *mut ibv_mr {
-    refuse("ibv_import_mr", "importing objects of another process");
-    std::ptr::null_mut()
+entry! {
+    data;
+    pub unsafe extern "C" fn ibv_import_mr(_pd: *mut ibv_pd, _mr_handle: u32) -> *mut ibv_mr {
+        refuse(VERB, "importing objects of another process");
+        std::ptr::null_mut()
+    }
 }
 
-pub unsafe extern "C" fn ibv_unimport_mr(_mr: *mut ibv_mr) {
-    refuse("ibv_unimport_mr", "no object is ever imported");
+entry! {
+    data;
+    pub unsafe extern "C" fn ibv_unimport_mr(_mr: *mut ibv_mr) {
+        refuse(VERB, "no object is ever imported");
+    }
 }
 
-pub unsafe extern "C" fn ibv_import_dm(_context: *mut ibv_context, _dm_handle: u32) -> *mut ibv_dm {
-    refuse("ibv_import_dm", "device memory");
-    std::ptr::null_mut()
+entry! {
+    data;
+    pub unsafe extern "C" fn ibv_import_dm(
+        _context: *mut ibv_context,
+        _dm_handle: u32,
+    ) -> *mut ibv_dm {
+        refuse(VERB, "device memory");
+        std::ptr::null_mut()
+    }
 }
 
-pub unsafe extern "C" fn ibv_unimport_dm(_dm: *mut ibv_dm) {
-    refuse("ibv_unimport_dm", "device memory");
+entry! {
+    data;
+    pub unsafe extern "C" fn ibv_unimport_dm(_dm: *mut ibv_dm) {
+        refuse(VERB, "device memory");
+    }
 }
 
-pub unsafe extern "C" fn ibv_set_ece(_qp: *mut ibv_qp, _ece: *mut ibv_ece) -> c_int {
-    refuse("ibv_set_ece", "enhanced connection establishment")
+entry! {
+    data;
+    pub unsafe extern "C" fn ibv_set_ece(_qp: *mut ibv_qp, _ece: *mut ibv_ece) -> c_int {
+        refuse(VERB, "enhanced connection establishment")
+    }
 }
 
-pub unsafe extern "C" fn ibv_query_ece(_qp: *mut ibv_qp, _ece: *mut ibv_ece) -> c_int {
-    refuse("ibv_query_ece", "enhanced connection establishment")
+entry! {
+    data;
+    pub unsafe extern "C" fn ibv_query_ece(_qp: *mut ibv_qp, _ece: *mut ibv_ece) -> c_int {
+        refuse(VERB, "enhanced connection establishment")
+    }
 }
 
-pub unsafe extern "C" fn ibv_reg_dmabuf_mr(
-    _pd: *mut ibv_pd,
-    _offset: u64,
-    _length: usize,
-    _iova: u64,
-    _fd: c_int,
-    _access: c_int,
-) -> *mut ibv_mr {
-    refuse(
-        "ibv_reg_dmabuf_mr",
-        "dma-buf memory (there is no device to map it for)",
-    );
-    std::ptr::null_mut()
+entry! {
+    data;
+    pub unsafe extern "C" fn ibv_reg_dmabuf_mr(
+        _pd: *mut ibv_pd,
+        _offset: u64,
+        _length: usize,
+        _iova: u64,
+        _fd: c_int,
+        _access: c_int,
+    ) -> *mut ibv_mr {
+        refuse(
+            VERB,
+            "dma-buf memory (there is no device to map it for)",
+        );
+        std::ptr::null_mut()
+    }
 }
 
-pub unsafe extern "C" fn ibv_resolve_eth_l2_from_gid(
-    _context: *mut ibv_context,
-    _attr: *mut ibv_ah_attr,
-    _eth_mac: *mut u8,
-    _vid: *mut u16,
-) -> c_int {
-    // A provider-internal helper (returns -1 with errno): the soft stack
-    // sends over UDP sockets and never needs the peer's MAC address.
-    refuse(
-        "ibv_resolve_eth_l2_from_gid",
-        "layer-2 resolution (the stack sends through UDP sockets)",
-    );
-    -1
+entry! {
+    data;
+    on_panic = -1;
+    pub unsafe extern "C" fn ibv_resolve_eth_l2_from_gid(
+        _context: *mut ibv_context,
+        _attr: *mut ibv_ah_attr,
+        _eth_mac: *mut u8,
+        _vid: *mut u16,
+    ) -> c_int {
+        // A provider-internal helper (returns -1 with errno): the soft stack
+        // sends over UDP sockets and never needs the peer's MAC address.
+        refuse(
+            VERB,
+            "layer-2 resolution (the stack sends through UDP sockets)",
+        );
+        -1
+    }
 }
 
-/// 0: data placement in order is not promised (the safe answer the man
-/// page allows for any device).
-pub unsafe extern "C" fn ibv_query_qp_data_in_order(
-    _qp: *mut ibv_qp,
-    _op: ibv_wr_opcode,
-    _flags: u32,
-) -> c_int {
-    0
+entry! {
+    data;
+    /// 0: data placement in order is not promised (the safe answer the man
+    /// page allows for any device).
+    pub unsafe extern "C" fn ibv_query_qp_data_in_order(
+        _qp: *mut ibv_qp,
+        _op: ibv_wr_opcode,
+        _flags: u32,
+    ) -> c_int {
+        0
+    }
 }
 
-pub unsafe extern "C" fn verbs_register_driver_34(_ops: *const c_void) {}
-
-pub unsafe extern "C" fn verbs_set_ops(_vctx: *mut verbs_context, _ops: *const c_void) {}
-
-pub unsafe extern "C" fn verbs_uninit_context(_vctx: *mut verbs_context) {}
-
-pub unsafe extern "C" fn verbs_init_cq(
-    _cq: *mut ibv_cq,
-    _context: *mut ibv_context,
-    _channel: *mut ibv_comp_channel,
-    _cq_context: *mut c_void,
-) {
+entry! {
+    data;
+    pub unsafe extern "C" fn verbs_register_driver_34(_ops: *const c_void) {}
 }
 
-pub unsafe extern "C" fn __verbs_log(_ctx: *mut c_void, _level: u32, _fmt: *const c_char) {}
-
-pub unsafe extern "C" fn __ioctl_final_num_attrs(num_attrs: c_uint, _link: *mut c_void) -> c_uint {
-    num_attrs
+entry! {
+    data;
+    pub unsafe extern "C" fn verbs_set_ops(_vctx: *mut verbs_context, _ops: *const c_void) {}
 }
 
-pub unsafe extern "C" fn _verbs_init_and_alloc_context(
-    _device: *mut ibv_device,
-    _cmd_fd: c_int,
-    _alloc_size: usize,
-    _context_offset: usize,
-    _driver_id: u32,
-) -> *mut c_void {
-    refuse(
-        "_verbs_init_and_alloc_context",
-        "rdma-core provider libraries",
-    );
-    std::ptr::null_mut()
+entry! {
+    data;
+    pub unsafe extern "C" fn verbs_uninit_context(_vctx: *mut verbs_context) {}
 }
 
-pub unsafe extern "C" fn verbs_open_device(
-    _device: *mut ibv_device,
-    _private: *mut c_void,
-) -> *mut ibv_context {
-    refuse("verbs_open_device", "rdma-core provider libraries");
-    std::ptr::null_mut()
+entry! {
+    data;
+    pub unsafe extern "C" fn verbs_init_cq(
+        _cq: *mut ibv_cq,
+        _context: *mut ibv_context,
+        _channel: *mut ibv_comp_channel,
+        _cq_context: *mut c_void,
+    ) {
+    }
+}
+
+entry! {
+    data;
+    pub unsafe extern "C" fn __verbs_log(_ctx: *mut c_void, _level: u32, _fmt: *const c_char) {}
+}
+
+entry! {
+    data;
+    pub unsafe extern "C" fn __ioctl_final_num_attrs(
+        num_attrs: c_uint,
+        _link: *mut c_void,
+    ) -> c_uint {
+        num_attrs
+    }
+}
+
+entry! {
+    data;
+    pub unsafe extern "C" fn _verbs_init_and_alloc_context(
+        _device: *mut ibv_device,
+        _cmd_fd: c_int,
+        _alloc_size: usize,
+        _context_offset: usize,
+        _driver_id: u32,
+    ) -> *mut c_void {
+        refuse(
+            VERB,
+            "rdma-core provider libraries",
+        );
+        std::ptr::null_mut()
+    }
+}
+
+entry! {
+    data;
+    pub unsafe extern "C" fn verbs_open_device(
+        _device: *mut ibv_device,
+        _private: *mut c_void,
+    ) -> *mut ibv_context {
+        refuse(VERB, "rdma-core provider libraries");
+        std::ptr::null_mut()
+    }
 }
 
 /// rdma-core's kernel-command helpers, for provider libraries: each
 /// returns EOPNOTSUPP (there is no kernel device to command).
 macro_rules! kernel_commands {
     ($($name:ident),* $(,)?) => {
-        $(
+        $(entry! {
+            data;
             pub unsafe extern "C" fn $name() -> c_int {
-                refuse(stringify!($name), "rdma-core provider libraries (no kernel device)")
+                refuse(VERB, "rdma-core provider libraries (no kernel device)")
             }
-        )*
+        })*
     };
 }
 

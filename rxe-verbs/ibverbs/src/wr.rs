@@ -1,10 +1,14 @@
 //! Work requests and completions between rdma-core's structs and the
 //! engine's: `ibv_send_wr` and `ibv_recv_wr` lists in, `ibv_wc` out, and
-//! the address vectors of `ibv_ah_attr`.
+//! the address vectors of `ibv_ah_attr`, and memory window binds.
 
 use crate::ffi::Fail;
+use crate::handle;
+use crate::mem::access_of;
+use crate::objects::{Ah, Mr, Mw, SendLimits};
 use crate::sys::*;
 use rxe_core::types::*;
+use rxe_verbs::MwBind;
 use std::ffi::c_uint;
 use std::net::Ipv6Addr;
 
@@ -200,12 +204,49 @@ pub unsafe fn inline_bytes(s: &[Sge], max: u32) -> Result<Vec<u8>, Fail> {
     Ok(out)
 }
 
-/// What the engine needs to know of the QP a WR goes to.
-#[derive(Debug, Clone, Copy)]
-pub struct SendLimits {
-    pub qp_type: QpType,
-    pub max_sge: u32,
-    pub max_inline: u32,
+/// The engine's bind of window `mw` to what `info` says, taking the key
+/// part of `new_rkey`.
+///
+/// # Safety
+/// `info` points to the program's bind information.
+pub unsafe fn bind_of(
+    mw: *mut ibv_mw,
+    new_rkey: u32,
+    info: *const ibv_mw_bind_info,
+) -> Result<MwBind, Fail> {
+    let m = handle::get::<Mw>(mw, "mw")?;
+    if info.is_null() {
+        return Err(Fail::inval("bind_info", "NULL"));
+    }
+    // SAFETY: the caller's contract.
+    let info = unsafe { &*info };
+    let access = access_of(info.mw_access_flags, "bind_info.mw_access_flags")?;
+    let mr_lkey = if info.mr.is_null() {
+        if info.addr != 0 || info.length != 0 {
+            return Err(Fail::inval(
+                "bind_info.mr",
+                "NULL with a nonzero addr or length",
+            ));
+        }
+        0
+    } else {
+        let r = handle::get::<Mr>(info.mr, "bind_info.mr")?;
+        if r.mr.pd != m.mw.pd {
+            return Err(Fail::new(
+                libc::EPERM,
+                "bind_info.mr: the region and the window are in different protection domains",
+            ));
+        }
+        r.mr.lkey
+    };
+    Ok(MwBind {
+        mw_rkey: m.mw.rkey,
+        new_rkey,
+        mr_lkey,
+        addr: info.addr,
+        length: info.length,
+        access,
+    })
 }
 
 /// One `ibv_send_wr` as the engine's [`SendWr`].
@@ -248,7 +289,7 @@ pub unsafe fn send_wr(w: &ibv_send_wr, q: SendLimits) -> Result<SendWr, Fail> {
         // SAFETY: the union member of a bind; its pointers are checked.
         let b = unsafe { &w.__bindgen_anon_2.bind_mw };
         // SAFETY: the program's bind information, inside its WR.
-        wr.bind = Some(unsafe { crate::mw::bind_of(b.mw, b.rkey, &b.bind_info) }?);
+        wr.bind = Some(unsafe { bind_of(b.mw, b.rkey, &b.bind_info) }?);
         return Ok(wr);
     }
     // SAFETY: the caller's contract.
@@ -311,8 +352,7 @@ pub unsafe fn send_wr(w: &ibv_send_wr, q: SendLimits) -> Result<SendWr, Fail> {
         }
         if q.qp_type == QpType::Ud {
             let ud = w.wr.ud;
-            let ah = crate::qp::ah_of(ud.ah)
-                .map_err(|_| Fail::inval("wr.ud.ah", "not an address handle"))?;
+            let ah = handle::get::<Ah>(ud.ah, "wr.ud.ah")?;
             wr.ud = Some(UdDest {
                 av: ah.rx.av(),
                 remote_qpn: ud.remote_qpn,

@@ -11,9 +11,11 @@
 //! value). RoCE has no path records to look up, so `ai_route` stays empty.
 //! Everything is allocated with `malloc`, and `rdma_freeaddrinfo` frees it.
 
-use super::id::{self, id_of, SavedQpAttr};
-use super::{entry, init};
-use crate::ffi::{guard, note, Fail};
+use super::id;
+use super::object::{CmId, SavedQpAttr};
+use super::{init, minus_one};
+use crate::ffi::{entry, note, Fail};
+use crate::handle;
 use crate::sys::*;
 use std::ffi::{c_char, c_int};
 
@@ -141,14 +143,15 @@ fn from_getaddrinfo(
     r.map_err(GaiError::Errno)
 }
 
-pub unsafe extern "C" fn rdma_getaddrinfo(
-    node: *const c_char,
-    service: *const c_char,
-    hints: *const rdma_addrinfo,
-    res: *mut *mut rdma_addrinfo,
-) -> c_int {
-    guard("rdma_getaddrinfo", -1, || {
-        let fail = |f: Fail| super::ret("rdma_getaddrinfo", Err(f));
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_getaddrinfo(
+        node: *const c_char,
+        service: *const c_char,
+        hints: *const rdma_addrinfo,
+        res: *mut *mut rdma_addrinfo,
+    ) -> c_int {
+        let fail = |f: Fail| super::ret(VERB, Err(f));
         if node.is_null() && service.is_null() && hints.is_null() {
             return fail(Fail::inval("node, service, hints", "all NULL"));
         }
@@ -203,7 +206,7 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
                         // SAFETY: gai_strerror returns a static string.
                         let why = unsafe { std::ffi::CStr::from_ptr(libc::gai_strerror(code)) };
                         note(
-                            "rdma_getaddrinfo",
+                            VERB,
                             format!("getaddrinfo: {}", why.to_string_lossy()),
                         );
                         code
@@ -211,7 +214,7 @@ pub unsafe extern "C" fn rdma_getaddrinfo(
                 }
             }
         }
-    })
+    }
 }
 
 fn free_list(mut res: *mut rdma_addrinfo) {
@@ -232,8 +235,10 @@ fn free_list(mut res: *mut rdma_addrinfo) {
     }
 }
 
-pub unsafe extern "C" fn rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
-    guard("rdma_freeaddrinfo", (), || free_list(res))
+entry! {
+    pub unsafe extern "C" fn rdma_freeaddrinfo(res: *mut rdma_addrinfo) {
+        free_list(res)
+    }
 }
 
 /// librdmacm's `rdma_create_ep`: a synchronous id for `res`, bound (passive)
@@ -277,7 +282,7 @@ fn create_ep(
         if let Some(a) = unsafe { qp_init_attr.as_ref() } {
             let mut a = *a;
             a.qp_type = r.ai_qp_type as ibv_qp_type;
-            id_of(cid)?.lock().qp_init_attr = Some(SavedQpAttr(a));
+            handle::get::<CmId>(cid, "id")?.lock().qp_init_attr = Some(SavedQpAttr(a));
         }
     } else {
         // SAFETY: the new id and the program's addresses.
@@ -300,7 +305,7 @@ fn create_ep(
             // SAFETY: the program's ai_connect_len bytes.
             let data =
                 unsafe { std::slice::from_raw_parts(r.ai_connect.cast::<u8>(), r.ai_connect_len) };
-            id_of(cid)?.lock().connect = data.to_vec();
+            handle::get::<CmId>(cid, "id")?.lock().connect = data.to_vec();
         }
     }
     // SAFETY: checked non-NULL; the program's output.
@@ -308,17 +313,20 @@ fn create_ep(
     Ok(())
 }
 
-pub unsafe extern "C" fn rdma_create_ep(
-    id: *mut *mut rdma_cm_id,
-    res: *mut rdma_addrinfo,
-    pd: *mut ibv_pd,
-    qp_init_attr: *mut ibv_qp_init_attr,
-) -> c_int {
-    entry("rdma_create_ep", || create_ep(id, res, pd, qp_init_attr))
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_create_ep(
+        id: *mut *mut rdma_cm_id,
+        res: *mut rdma_addrinfo,
+        pd: *mut ibv_pd,
+        qp_init_attr: *mut ibv_qp_init_attr,
+    ) -> c_int {
+        minus_one(VERB, || create_ep(id, res, pd, qp_init_attr))
+    }
 }
 
 fn destroy_ep(id: *mut rdma_cm_id) {
-    if id_of(id).is_err() {
+    if handle::get::<CmId>(id, "id").is_err() {
         note("rdma_destroy_ep", "id: NULL or not an rdma_cm_id");
         return;
     }
@@ -337,6 +345,8 @@ fn destroy_ep(id: *mut rdma_cm_id) {
     }
 }
 
-pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
-    guard("rdma_destroy_ep", (), || destroy_ep(id))
+entry! {
+    pub unsafe extern "C" fn rdma_destroy_ep(id: *mut rdma_cm_id) {
+        destroy_ep(id)
+    }
 }

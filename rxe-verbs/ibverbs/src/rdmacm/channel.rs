@@ -10,12 +10,12 @@
 //! `rdma_destroy_id` and `rdma_migrate_id` wait for those, as librdmacm's
 //! do.
 
-use super::{entry, init};
-use crate::context::EventCount;
+use super::{init, minus_one};
+use crate::event_count::EventCount;
 use crate::event_queue::EventQueue;
 use crate::events::EventPipe;
-use crate::ffi::{guard, ptr_result, Fail};
-use crate::live::{self, Kind};
+use crate::ffi::{entry, ptr_result, Fail};
+use crate::handle::{self, Handle, Kind};
 use crate::sys::*;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -92,6 +92,13 @@ pub struct Channel {
     q: EventQueue<Pending, EventPipe>,
 }
 
+impl Handle for Channel {
+    const KIND: Kind = Kind::CmChannel;
+    type C = rdma_event_channel;
+    const NOT_LIVE: &'static str = "not an event channel of rdma_create_event_channel";
+    const NULL: &'static str = "NULL";
+}
+
 /// The channels not destroyed, by address: the program's reference.
 fn channels() -> &'static Mutex<HashMap<usize, Arc<Channel>>> {
     static C: OnceLock<Mutex<HashMap<usize, Arc<Channel>>>> = OnceLock::new();
@@ -109,7 +116,7 @@ impl Channel {
         });
         let addr = c.ptr() as usize;
         channels().lock().insert(addr, c.clone());
-        live::add(Kind::CmChannel, addr);
+        handle::add(Arc::as_ptr(&c));
         Ok(c)
     }
 
@@ -122,7 +129,7 @@ impl Channel {
     /// it is no longer a channel the program can name).
     pub fn unregister(&self) {
         let addr = self.ptr() as usize;
-        live::remove(Kind::CmChannel, addr);
+        handle::remove(std::ptr::from_ref(self));
         channels().lock().remove(&addr);
     }
 
@@ -185,6 +192,13 @@ pub struct CmEvent {
     count: Arc<EventCount>,
 }
 
+impl Handle for CmEvent {
+    const KIND: Kind = Kind::CmEvent;
+    type C = rdma_cm_event;
+    const NOT_LIVE: &'static str = "not an event of rdma_get_cm_event, or acknowledged already";
+    const NULL: &'static str = "NULL";
+}
+
 /// Takes the next event of `ch` and gives it to the program.
 pub fn get_event(ch: &Channel) -> Result<*mut rdma_cm_event, Fail> {
     let p = ch.take()?;
@@ -238,86 +252,90 @@ pub fn get_event(ch: &Channel) -> Result<*mut rdma_cm_event, Fail> {
         }
     }
     let raw = Box::into_raw(e);
-    live::add(Kind::CmEvent, raw as usize);
+    handle::add(raw);
     Ok(raw.cast())
 }
 
 /// Acknowledges (frees) an event the program took.
 pub fn ack_event(event: *mut rdma_cm_event) -> Result<(), Fail> {
-    if event.is_null() {
-        return Err(Fail::inval("event", "NULL"));
-    }
-    if !live::remove(Kind::CmEvent, event as usize) {
-        return Err(Fail::inval(
-            "event",
-            "not an event of rdma_get_cm_event, or acknowledged already",
-        ));
+    let e = handle::check::<CmEvent>(event, "event")?;
+    if !handle::remove(e) {
+        return Err(Fail::inval("event", CmEvent::NOT_LIVE));
     }
     // SAFETY: a live event is a Box<CmEvent> at this address, now ours.
-    let e = unsafe { Box::from_raw(event.cast::<CmEvent>()) };
+    let e = unsafe { Box::from_raw(e) };
     e.count.acked(1);
     Ok(())
 }
 
-pub unsafe extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
-    guard("rdma_create_event_channel", std::ptr::null_mut(), || {
+entry! {
+    pub unsafe extern "C" fn rdma_create_event_channel() -> *mut rdma_event_channel {
         let r = init().and_then(|()| Channel::create()).map(|c| c.ptr());
-        ptr_result("rdma_create_event_channel", r)
-    })
+        ptr_result(VERB, r)
+    }
 }
 
-/// Closes the descriptor's owner and frees the channel. Its ids should be
-/// gone (librdmacm says so); any that remain keep working on it, but the
-/// program can no longer name it.
-pub unsafe extern "C" fn rdma_destroy_event_channel(channel: *mut rdma_event_channel) {
-    guard("rdma_destroy_event_channel", (), || {
+entry! {
+    /// Closes the descriptor's owner and frees the channel. Its ids should be
+    /// gone (librdmacm says so); any that remain keep working on it, but the
+    /// program can no longer name it.
+    pub unsafe extern "C" fn rdma_destroy_event_channel(channel: *mut rdma_event_channel) {
         match channel_of(channel) {
             Ok(c) => c.unregister(),
-            Err(f) => crate::ffi::note("rdma_destroy_event_channel", &f.why),
+            Err(f) => crate::ffi::note(VERB, &f.why),
         }
-    })
+    }
 }
 
-pub unsafe extern "C" fn rdma_get_cm_event(
-    channel: *mut rdma_event_channel,
-    event: *mut *mut rdma_cm_event,
-) -> c_int {
-    entry("rdma_get_cm_event", || {
-        init()?;
-        let c = channel_of(channel)?;
-        if event.is_null() {
-            return Err(Fail::inval("event", "NULL"));
-        }
-        let e = get_event(&c)?;
-        // SAFETY: checked non-NULL; the program's output.
-        unsafe { event.write(e) };
-        Ok(())
-    })
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_get_cm_event(
+        channel: *mut rdma_event_channel,
+        event: *mut *mut rdma_cm_event,
+    ) -> c_int {
+        minus_one(VERB, || {
+            init()?;
+            let c = channel_of(channel)?;
+            if event.is_null() {
+                return Err(Fail::inval("event", "NULL"));
+            }
+            let e = get_event(&c)?;
+            // SAFETY: checked non-NULL; the program's output.
+            unsafe { event.write(e) };
+            Ok(())
+        })
+    }
 }
 
-pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int {
-    entry("rdma_ack_cm_event", || ack_event(event))
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_ack_cm_event(event: *mut rdma_cm_event) -> c_int {
+        minus_one(VERB, || ack_event(event))
+    }
 }
 
-pub unsafe extern "C" fn rdma_event_str(event: rdma_cm_event_type) -> *const c_char {
-    let s: &CStr = match event {
-        RDMA_CM_EVENT_ADDR_RESOLVED => c"RDMA_CM_EVENT_ADDR_RESOLVED",
-        RDMA_CM_EVENT_ADDR_ERROR => c"RDMA_CM_EVENT_ADDR_ERROR",
-        RDMA_CM_EVENT_ROUTE_RESOLVED => c"RDMA_CM_EVENT_ROUTE_RESOLVED",
-        RDMA_CM_EVENT_ROUTE_ERROR => c"RDMA_CM_EVENT_ROUTE_ERROR",
-        RDMA_CM_EVENT_CONNECT_REQUEST => c"RDMA_CM_EVENT_CONNECT_REQUEST",
-        RDMA_CM_EVENT_CONNECT_RESPONSE => c"RDMA_CM_EVENT_CONNECT_RESPONSE",
-        RDMA_CM_EVENT_CONNECT_ERROR => c"RDMA_CM_EVENT_CONNECT_ERROR",
-        RDMA_CM_EVENT_UNREACHABLE => c"RDMA_CM_EVENT_UNREACHABLE",
-        RDMA_CM_EVENT_REJECTED => c"RDMA_CM_EVENT_REJECTED",
-        RDMA_CM_EVENT_ESTABLISHED => c"RDMA_CM_EVENT_ESTABLISHED",
-        RDMA_CM_EVENT_DISCONNECTED => c"RDMA_CM_EVENT_DISCONNECTED",
-        RDMA_CM_EVENT_DEVICE_REMOVAL => c"RDMA_CM_EVENT_DEVICE_REMOVAL",
-        RDMA_CM_EVENT_MULTICAST_JOIN => c"RDMA_CM_EVENT_MULTICAST_JOIN",
-        RDMA_CM_EVENT_MULTICAST_ERROR => c"RDMA_CM_EVENT_MULTICAST_ERROR",
-        RDMA_CM_EVENT_ADDR_CHANGE => c"RDMA_CM_EVENT_ADDR_CHANGE",
-        RDMA_CM_EVENT_TIMEWAIT_EXIT => c"RDMA_CM_EVENT_TIMEWAIT_EXIT",
-        _ => c"UNKNOWN EVENT",
-    };
-    s.as_ptr()
+entry! {
+    data;
+    pub unsafe extern "C" fn rdma_event_str(event: rdma_cm_event_type) -> *const c_char {
+        let s: &CStr = match event {
+            RDMA_CM_EVENT_ADDR_RESOLVED => c"RDMA_CM_EVENT_ADDR_RESOLVED",
+            RDMA_CM_EVENT_ADDR_ERROR => c"RDMA_CM_EVENT_ADDR_ERROR",
+            RDMA_CM_EVENT_ROUTE_RESOLVED => c"RDMA_CM_EVENT_ROUTE_RESOLVED",
+            RDMA_CM_EVENT_ROUTE_ERROR => c"RDMA_CM_EVENT_ROUTE_ERROR",
+            RDMA_CM_EVENT_CONNECT_REQUEST => c"RDMA_CM_EVENT_CONNECT_REQUEST",
+            RDMA_CM_EVENT_CONNECT_RESPONSE => c"RDMA_CM_EVENT_CONNECT_RESPONSE",
+            RDMA_CM_EVENT_CONNECT_ERROR => c"RDMA_CM_EVENT_CONNECT_ERROR",
+            RDMA_CM_EVENT_UNREACHABLE => c"RDMA_CM_EVENT_UNREACHABLE",
+            RDMA_CM_EVENT_REJECTED => c"RDMA_CM_EVENT_REJECTED",
+            RDMA_CM_EVENT_ESTABLISHED => c"RDMA_CM_EVENT_ESTABLISHED",
+            RDMA_CM_EVENT_DISCONNECTED => c"RDMA_CM_EVENT_DISCONNECTED",
+            RDMA_CM_EVENT_DEVICE_REMOVAL => c"RDMA_CM_EVENT_DEVICE_REMOVAL",
+            RDMA_CM_EVENT_MULTICAST_JOIN => c"RDMA_CM_EVENT_MULTICAST_JOIN",
+            RDMA_CM_EVENT_MULTICAST_ERROR => c"RDMA_CM_EVENT_MULTICAST_ERROR",
+            RDMA_CM_EVENT_ADDR_CHANGE => c"RDMA_CM_EVENT_ADDR_CHANGE",
+            RDMA_CM_EVENT_TIMEWAIT_EXIT => c"RDMA_CM_EVENT_TIMEWAIT_EXIT",
+            _ => c"UNKNOWN EVENT",
+        };
+        s.as_ptr()
+    }
 }

@@ -1,8 +1,8 @@
 //! The calls that need the connection manager's protocol (CM MADs on QP 1):
 //! `rdma_listen`, `rdma_connect`, `rdma_accept`, `rdma_reject`,
 //! `rdma_reject_ece`, `rdma_establish`, `rdma_disconnect`, `rdma_notify`,
-//! `rdma_init_qp_attr` of a connection, and the multicast calls (which
-//! fail: the engine has no multicast).
+//! and `rdma_get_request` (a synchronous listener's next request, with the
+//! QP of `rdma_create_ep`'s attributes).
 //!
 //! Each is carried out by rxe-verbs' connection manager
 //! (`rxe_verbs::cm`), with what librdmacm writes to the kernel's `rdma_ucm`
@@ -52,52 +52,31 @@
 //! The events of every rxe-verbs id of the process go to one
 //! `rxe_verbs::cm::EventChannel`, read by a thread of the library (the
 //! bridge) that turns each into the `rdma_cm_event` of the id it belongs
-//! to. Locks: the bridge's table of ids, then an id's state; a call never
-//! takes the table while it holds an id's state.
+//! to (the table of routes is `object.rs`'s). Locks: that table, then an
+//! id's state; a call never takes the table while it holds an id's state.
 
-use super::channel::{ConnParam as CParam, Param, Pending, UdParam};
-use super::id::{complete, create_on, id_of, set_passive, CmId, IdState, Phase};
-use super::{canonical, cma_devices, dev_by_addr, entry, CmaDev};
-use crate::ffi::{note, Fail};
-use crate::live::{self, Kind};
+use super::channel::{self, ConnParam as CParam, Param, Pending, UdParam};
+use super::id::{create_on, set_passive};
+use super::object::{complete, event_name, routes, unroute, CmId, Phase, SavedQpAttr};
+use super::{canonical, cma_devices, dev_by_addr, minus_one, CmaDev};
+use crate::ffi::{entry, note, Fail};
+use crate::handle;
 use crate::sys::*;
-use parking_lot::Mutex;
 use rxe_verbs::cm::{self as rcm, EventKind, PortSpace};
-use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::sync::OnceLock;
 use std::time::Duration;
 
-/// What an id has of the connection manager.
-#[derive(Debug, Default)]
-pub struct CmSide {
-    /// The connection's rxe-verbs id.
-    pub rx: Option<rcm::CmId>,
-    /// A listener's rxe-verbs ids, one per device.
-    pub listeners: Vec<rcm::CmId>,
-    /// The request's depths (initiator depth, responder resources), for
-    /// `rdma_accept` without parameters or with the maxima.
-    pub req_depths: (u8, u8),
-    /// `rdma_establish` was called: the ESTABLISHED that follows is not
-    /// reported (the kernel reports none for an RTU it sends).
-    pub quiet_established: bool,
-    /// The id was made for a connection request (the passive side).
-    pub passive: bool,
-    /// The id had a connection of the CM's (it listened, connected or
-    /// was made for a request): rdma_disconnect then succeeds, as the
-    /// kernel's does for any id with an IB CM id.
-    pub had_cm: bool,
-}
-
 // ---------------------------------------------------------------------------
 // The bridge: rxe-verbs' events to rdma_cm_events
 // ---------------------------------------------------------------------------
 
+/// The one event channel of the process's rxe-verbs ids, and the thread
+/// that reads it (which `rdma_cm_id` each id belongs to is
+/// [`routes`]).
 struct Bridge {
     ch: rcm::EventChannel,
-    /// Which `rdma_cm_id` (address) each rxe-verbs id belongs to.
-    ids: Mutex<HashMap<rcm::CmId, usize>>,
 }
 
 fn bridge() -> &'static Bridge {
@@ -105,7 +84,6 @@ fn bridge() -> &'static Bridge {
     static STARTED: std::sync::Once = std::sync::Once::new();
     let b = B.get_or_init(|| Bridge {
         ch: rcm::EventChannel::new(),
-        ids: Mutex::new(HashMap::new()),
     });
     STARTED.call_once(|| {
         let r = std::thread::Builder::new()
@@ -115,9 +93,8 @@ fn bridge() -> &'static Bridge {
                 loop {
                     if let Some(ev) = b.ch.get_event(Duration::from_secs(3600)) {
                         // No panic may end the thread: every later event would be lost.
-                        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                            dispatch(b, ev)
-                        }));
+                        let r =
+                            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dispatch(ev)));
                         if r.is_err() {
                             note("rdma_cm", "an event could not be delivered (panic)");
                         }
@@ -153,39 +130,14 @@ fn new_rx(owner: usize, ps: rdma_port_space) -> Result<rcm::CmId, Fail> {
     let rx = rcm::CmId::new(&b.ch, rps)?;
     // The library's own port table decides what may share a port.
     rx.set_reuse_addr(true);
-    b.ids.lock().insert(rx.clone(), owner);
+    routes().lock().insert(rx.clone(), owner);
     Ok(rx)
-}
-
-/// Stops routing `rx`'s events (and drops the table's reference).
-fn unroute(rx: &rcm::CmId) {
-    bridge().ids.lock().remove(rx);
-}
-
-/// An id is being destroyed: its rxe-verbs ids go (a connection being set
-/// up is rejected, an established one disconnected, a listener stops).
-pub fn forget(cm: &CmId) {
-    let side = std::mem::take(&mut cm.lock().cm);
-    if side.rx.is_none() && side.listeners.is_empty() {
-        return;
-    }
-    let mut ids = bridge().ids.lock();
-    for rx in side.rx.iter().chain(&side.listeners) {
-        ids.remove(rx);
-    }
-    drop(ids);
-    if let Some(rx) = &side.rx {
-        rx.destroy();
-    }
-    for l in &side.listeners {
-        l.destroy();
-    }
 }
 
 /// The device context (rxe-verbs) of a soft device, opened for the process.
 fn rx_ctx(d: &'static CmaDev) -> Result<rxe_verbs::Context, Fail> {
     let op = d.open()?;
-    let ctx = crate::context::ctx_of(op.ctx)?;
+    let ctx = crate::handle::get::<crate::objects::Ctx>(op.ctx, "context")?;
     Ok(ctx.open.rx.clone())
 }
 
@@ -219,22 +171,23 @@ fn conn_param(p: &rcm::ConnParam) -> CParam {
 /// The `rdma_cm_id` at `addr`, if it is still live. The bridge's table
 /// lock, held by the caller, keeps it from being freed meanwhile.
 fn live_id<'a>(addr: usize) -> Option<&'a CmId> {
-    if !live::is(Kind::CmId, addr) {
+    let obj = addr as *const CmId;
+    if !handle::is_live(obj) {
         return None;
     }
     // SAFETY: a live id is a Box<CmId> at this address; it is not freed
     // before `forget` takes the table lock the caller holds.
-    Some(unsafe { &*(addr as *const CmId) })
+    Some(unsafe { &*obj })
 }
 
-fn dispatch(b: &Bridge, ev: rcm::Event) {
+fn dispatch(ev: rcm::Event) {
     if std::env::var_os("RXE_TRACE_CM").is_some() {
         eprintln!(
             "rdma_cm trace: {:?} status {} for {:?}",
             ev.kind, ev.status, ev.id
         );
     }
-    let ids = b.ids.lock();
+    let ids = routes().lock();
     if ev.kind == EventKind::ConnectRequest {
         let Some(listener) = ev
             .listen_id
@@ -334,8 +287,8 @@ fn connect_request(listener: &CmId, ev: &rcm::Event) -> Result<(), Fail> {
         ch.clone()
     };
     let p = create_on(new_ch, sync, context, ps, qp_type)?;
-    let new = id_of(p)?;
-    bridge().ids.lock().insert(ev.id.clone(), new.addr());
+    let new = handle::get::<CmId>(p, "id")?;
+    routes().lock().insert(ev.id.clone(), new.addr());
     let mut st = new.lock();
     if let Err(f) = set_passive(new, &mut st, d, local, peer, like) {
         drop(st);
@@ -358,7 +311,7 @@ fn connect_request(listener: &CmId, ev: &rcm::Event) -> Result<(), Fail> {
     // marks it dead, then takes that lock before it withdraws the requests
     // queued for it, so none stays behind it.
     let lst = listener.lock();
-    if !live::is(Kind::CmId, listener.addr()) {
+    if !handle::is_live(std::ptr::from_ref(listener)) {
         drop(lst);
         let _ = super::id::destroy(p);
         return Err(Fail::inval("request", "its listener is being destroyed"));
@@ -372,60 +325,6 @@ fn connect_request(listener: &CmId, ev: &rcm::Event) -> Result<(), Fail> {
         count: listener.events.clone(),
     });
     Ok(())
-}
-
-// ---------------------------------------------------------------------------
-// rdma_init_qp_attr of a connection
-// ---------------------------------------------------------------------------
-
-/// The QP attributes of an id's connection for `state` (INIT, RTR and RTS
-/// once the REQ, or the REQ and REP, are known), or `None` while the id
-/// has no connection: then `rdma_init_qp_attr` gives the attributes of an
-/// id without one.
-pub fn conn_qp_attr(
-    cm: &CmId,
-    st: &IdState,
-    state: ibv_qp_state,
-) -> Option<Result<(ibv_qp_attr, c_int), Fail>> {
-    // A UD QP's attributes are the id's, resolved or not (the kernel's
-    // cma_ib_init_qp_attr: P_Key index, port, Q_Key).
-    if cm.kind().0 == IBV_QPT_UD {
-        return None;
-    }
-    let rx = st.cm.rx.as_ref()?;
-    let s = match state {
-        IBV_QPS_INIT => rxe_core::types::QpState::Init,
-        IBV_QPS_RTR => rxe_core::types::QpState::Rtr,
-        IBV_QPS_RTS => rxe_core::types::QpState::Rts,
-        _ => {
-            return Some(Err(Fail::inval(
-                "qp_attr->qp_state",
-                format!("{state} (INIT, RTR or RTS for a connection)"),
-            )))
-        }
-    };
-    Some(rx.init_qp_attr(s).map_err(Fail::from).map(|(x, m)| {
-        // SAFETY: ibv_qp_attr is plain data; all zeroes is valid.
-        let mut o: ibv_qp_attr = unsafe { std::mem::zeroed() };
-        o.qp_state = state;
-        o.pkey_index = x.pkey_index;
-        o.port_num = x.port;
-        o.qp_access_flags = x.access.bits();
-        if let Some(av) = &x.av {
-            o.ah_attr = crate::wr::ah_attr_of(av);
-        }
-        o.path_mtu = x.path_mtu as ibv_mtu;
-        o.dest_qp_num = x.dest_qpn;
-        o.rq_psn = x.rq_psn.value();
-        o.sq_psn = x.sq_psn.value();
-        o.max_dest_rd_atomic = x.max_dest_rd_atomic;
-        o.max_rd_atomic = x.max_rd_atomic;
-        o.min_rnr_timer = x.min_rnr_timer;
-        o.timeout = x.timeout;
-        o.retry_cnt = x.retry_cnt;
-        o.rnr_retry = x.rnr_retry;
-        (o, m.bits() as c_int)
-    }))
 }
 
 // ---------------------------------------------------------------------------
@@ -448,13 +347,13 @@ fn private_data(p: *const c_void, len: u8) -> Vec<u8> {
 }
 
 /// The id's QP (the library's), if it has one.
-fn qp_of_id<'a>(cm: &CmId) -> Result<Option<&'a crate::qp::Qp>, Fail> {
+fn qp_of_id<'a>(cm: &CmId) -> Result<Option<&'a crate::objects::Qp>, Fail> {
     // SAFETY: a live id; its qp field.
     let qp = unsafe { (*cm.c()).qp };
     if qp.is_null() {
         return Ok(None);
     }
-    crate::qp::qp_of(qp).map(Some)
+    crate::handle::get::<crate::objects::Qp>(qp, "qp").map(Some)
 }
 
 /// Moves the id's QP, if it has one, to ERR (librdmacm's
@@ -516,184 +415,190 @@ fn valid_param(
     Ok(())
 }
 
-pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_int {
-    entry("rdma_listen", || {
-        let cm = id_of(id)?;
-        let (_, ps) = cm.kind();
-        let (devs, port, loopback) =
-            {
-                let mut st = cm.lock();
-                if st.phase == Phase::Idle {
-                    super::id::bind(
-                        cm,
-                        &mut st,
-                        SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
-                    )?;
-                }
-                match st.phase {
-                    Phase::AddrBound => {}
-                    Phase::Listen => return Err(Fail::inval("id", "listening already")),
-                    _ => return Err(Fail::inval(
-                        "id",
-                        "not bound (or resolved, connecting or connected: listen on a bound id)",
-                    )),
-                }
-                super::id::check_listen(ps, cm.addr())?;
-                // An id bound to a loopback address no soft device has
-                // listens as on the kernel, for connections to that
-                // address only: no soft device carries them (the kernel
-                // loops them back inside; see docs/drop-in.md), so it
-                // hears none, and never one from another host.
-                let loopback =
-                    st.dev.is_none() && st.src.is_some_and(|a| canonical(a.ip()).is_loopback());
-                let devs: Vec<&'static CmaDev> = match st.dev {
-                    Some(d) => vec![d],
-                    None if loopback => Vec::new(),
-                    None => cma_devices().iter().collect(),
-                };
-                (devs, st.src.map_or(0, |a| a.port()), loopback)
-            };
-        let mut rxs = Vec::new();
-        let result = (|| {
-            for d in devs {
-                let ctx = match rx_ctx(d) {
-                    Ok(c) => c,
-                    // A device another program holds is left out of a
-                    // wildcard listen.
-                    Err(f) if cm.lock().dev.is_none() => {
-                        note(
-                            "rdma_listen",
-                            format!("{} is left out: {}", d.dev.rx.name(), f.why),
-                        );
-                        continue;
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_listen(id: *mut rdma_cm_id, _backlog: c_int) -> c_int {
+        minus_one(VERB, || {
+            let cm = handle::get::<CmId>(id, "id")?;
+            let (_, ps) = cm.kind();
+            let (devs, port, loopback) =
+                {
+                    let mut st = cm.lock();
+                    if st.phase == Phase::Idle {
+                        super::id::bind(
+                            cm,
+                            &mut st,
+                            SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
+                        )?;
                     }
-                    Err(f) => return Err(f),
+                    match st.phase {
+                        Phase::AddrBound => {}
+                        Phase::Listen => return Err(Fail::inval("id", "listening already")),
+                        _ => return Err(Fail::inval(
+                            "id",
+                            "not bound (or resolved, connecting or connected: listen on a bound id)",
+                        )),
+                    }
+                    super::id::check_listen(ps, cm.addr())?;
+                    // An id bound to a loopback address no soft device has
+                    // listens as on the kernel, for connections to that
+                    // address only: no soft device carries them (the kernel
+                    // loops them back inside; see docs/drop-in.md), so it
+                    // hears none, and never one from another host.
+                    let loopback =
+                        st.dev.is_none() && st.src.is_some_and(|a| canonical(a.ip()).is_loopback());
+                    let devs: Vec<&'static CmaDev> = match st.dev {
+                        Some(d) => vec![d],
+                        None if loopback => Vec::new(),
+                        None => cma_devices().iter().collect(),
+                    };
+                    (devs, st.src.map_or(0, |a| a.port()), loopback)
                 };
-                let rx = new_rx(cm.addr(), ps)?;
-                rxs.push(rx.clone());
-                rx.bind(&ctx, port)?;
-                rx.listen()?;
+            let mut rxs = Vec::new();
+            let result = (|| {
+                for d in devs {
+                    let ctx = match rx_ctx(d) {
+                        Ok(c) => c,
+                        // A device another program holds is left out of a
+                        // wildcard listen.
+                        Err(f) if cm.lock().dev.is_none() => {
+                            note(
+                                VERB,
+                                format!("{} is left out: {}", d.dev.rx.name(), f.why),
+                            );
+                            continue;
+                        }
+                        Err(f) => return Err(f),
+                    };
+                    let rx = new_rx(cm.addr(), ps)?;
+                    rxs.push(rx.clone());
+                    rx.bind(&ctx, port)?;
+                    rx.listen()?;
+                }
+                if rxs.is_empty() && !loopback {
+                    return Err(Fail::new(libc::ENODEV, "no soft device to listen on"));
+                }
+                Ok(())
+            })();
+            if let Err(f) = result {
+                for rx in &rxs {
+                    unroute(rx);
+                    rx.destroy();
+                }
+                return Err(f);
             }
-            if rxs.is_empty() && !loopback {
-                return Err(Fail::new(libc::ENODEV, "no soft device to listen on"));
-            }
+            let mut st = cm.lock();
+            st.phase = Phase::Listen;
+            st.cm.had_cm = true;
+            st.cm.listeners = rxs;
             Ok(())
-        })();
-        if let Err(f) = result {
-            for rx in &rxs {
-                unroute(rx);
-                rx.destroy();
-            }
-            return Err(f);
-        }
-        let mut st = cm.lock();
-        st.phase = Phase::Listen;
-        st.cm.had_cm = true;
-        st.cm.listeners = rxs;
-        Ok(())
-    })
+        })
+    }
 }
 
-pub unsafe extern "C" fn rdma_connect(
-    id: *mut rdma_cm_id,
-    conn_param: *mut rdma_conn_param,
-) -> c_int {
-    entry("rdma_connect", || {
-        let cm = id_of(id)?;
-        let (qp_type, ps) = cm.kind();
-        let p = read_param(conn_param);
-        let (d, src, dst, pre, tos, ack_timeout) = {
-            let st = cm.lock();
-            if st.phase != Phase::RouteResolved {
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_connect(
+        id: *mut rdma_cm_id,
+        conn_param: *mut rdma_conn_param,
+    ) -> c_int {
+        minus_one(VERB, || {
+            let cm = handle::get::<CmId>(id, "id")?;
+            let (qp_type, ps) = cm.kind();
+            let p = read_param(conn_param);
+            let (d, src, dst, pre, tos, ack_timeout) = {
+                let st = cm.lock();
+                if st.phase != Phase::RouteResolved {
+                    return Err(Fail::inval(
+                        "id",
+                        "its route is not resolved (rdma_resolve_addr, rdma_resolve_route first), or it is connecting already",
+                    ));
+                }
+                match (st.dev, st.src, st.dst) {
+                    (Some(d), Some(s), Some(t)) => {
+                        (d, s, t, st.connect.clone(), st.tos, st.ack_timeout)
+                    }
+                    _ => return Err(Fail::inval("id", "no device or addresses")),
+                }
+            };
+            let qp = qp_of_id(cm)?;
+            valid_param(cm, d, p, qp.is_some())?;
+            let op = d.open()?;
+            let mut data = pre;
+            if let Some(p) = p {
+                data.extend(private_data(p.private_data, p.private_data_len));
+            }
+            let (max, msg) = if qp_type == IBV_QPT_UD {
+                (rcm::SIDR_REQ_DATA_MAX, "SIDR_REQ")
+            } else {
+                (56, "REQ")
+            };
+            if data.len() > max {
                 return Err(Fail::inval(
-                    "id",
-                    "its route is not resolved (rdma_resolve_addr, rdma_resolve_route first), or it is connecting already",
+                    "conn_param->private_data_len",
+                    format!(
+                        "{} bytes: a {msg} carries at most {max} after rdma_cm's header",
+                        data.len()
+                    ),
                 ));
             }
-            match (st.dev, st.src, st.dst) {
-                (Some(d), Some(s), Some(t)) => {
-                    (d, s, t, st.connect.clone(), st.tos, st.ack_timeout)
-                }
-                _ => return Err(Fail::inval("id", "no device or addresses")),
-            }
-        };
-        let qp = qp_of_id(cm)?;
-        valid_param(cm, d, p, qp.is_some())?;
-        let op = d.open()?;
-        let mut data = pre;
-        if let Some(p) = p {
-            data.extend(private_data(p.private_data, p.private_data_len));
-        }
-        let (max, msg) = if qp_type == IBV_QPT_UD {
-            (rcm::SIDR_REQ_DATA_MAX, "SIDR_REQ")
-        } else {
-            (56, "REQ")
-        };
-        if data.len() > max {
-            return Err(Fail::inval(
-                "conn_param->private_data_len",
-                format!(
-                    "{} bytes: a {msg} carries at most {max} after rdma_cm's header",
-                    data.len()
-                ),
-            ));
-        }
-        let param = rcm::ConnParam {
-            private_data: data,
-            responder_resources: match p {
-                Some(p) if p.responder_resources != RDMA_MAX_RESP_RES as u8 => {
-                    p.responder_resources
-                }
-                _ => op.max_responder_resources,
-            },
-            initiator_depth: match p {
-                Some(p) if p.initiator_depth != RDMA_MAX_INIT_DEPTH as u8 => p.initiator_depth,
-                _ => op.max_initiator_depth,
-            },
-            retry_count: p.map_or(7, |p| p.retry_count.min(7)),
-            rnr_retry_count: p.map_or(7, |p| p.rnr_retry_count.min(7)),
-            srq: match qp {
-                // SAFETY: a live QP of this library; its srq field.
-                Some(q) => unsafe { !(*q.qp.get()).qp_base.srq.is_null() },
-                None => p.is_some_and(|p| p.srq != 0),
-            },
-            qp_num: p.map_or(0, |p| p.qp_num),
-            flow_control: p.is_some_and(|p| p.flow_control != 0),
-        };
-        let ctx = rx_ctx(d)?;
-        let rx = new_rx(cm.addr(), ps)?;
-        let r = (|| {
-            rx.set_tos(tos.unwrap_or(0));
-            if let Some(t) = ack_timeout {
-                rx.set_ack_timeout(t)?;
-            }
-            rx.bind(&ctx, src.port())?;
-            // a loopback destination from a device not on loopback is the
-            // device itself (see `to_self`)
-            let dst_ip = if super::id::to_self(d, dst.ip()) {
-                canonical(d.addr())
-            } else {
-                canonical(dst.ip())
+            let param = rcm::ConnParam {
+                private_data: data,
+                responder_resources: match p {
+                    Some(p) if p.responder_resources != RDMA_MAX_RESP_RES as u8 => {
+                        p.responder_resources
+                    }
+                    _ => op.max_responder_resources,
+                },
+                initiator_depth: match p {
+                    Some(p) if p.initiator_depth != RDMA_MAX_INIT_DEPTH as u8 => p.initiator_depth,
+                    _ => op.max_initiator_depth,
+                },
+                retry_count: p.map_or(7, |p| p.retry_count.min(7)),
+                rnr_retry_count: p.map_or(7, |p| p.rnr_retry_count.min(7)),
+                srq: match qp {
+                    // SAFETY: a live QP of this library; its srq field.
+                    Some(q) => unsafe { !(*q.qp.get()).qp_base.srq.is_null() },
+                    None => p.is_some_and(|p| p.srq != 0),
+                },
+                qp_num: p.map_or(0, |p| p.qp_num),
+                flow_control: p.is_some_and(|p| p.flow_control != 0),
             };
-            let dst = SocketAddr::new(dst_ip, dst.port());
-            match qp {
-                Some(q) => rx.connect(&ctx, dst, &q.rx, &param),
-                None => rx.connect_without_qp(&ctx, dst, &param),
+            let ctx = rx_ctx(d)?;
+            let rx = new_rx(cm.addr(), ps)?;
+            let r = (|| {
+                rx.set_tos(tos.unwrap_or(0));
+                if let Some(t) = ack_timeout {
+                    rx.set_ack_timeout(t)?;
+                }
+                rx.bind(&ctx, src.port())?;
+                // a loopback destination from a device not on loopback is the
+                // device itself (see `to_self`)
+                let dst_ip = if super::id::to_self(d, dst.ip()) {
+                    canonical(d.addr())
+                } else {
+                    canonical(dst.ip())
+                };
+                let dst = SocketAddr::new(dst_ip, dst.port());
+                match qp {
+                    Some(q) => rx.connect(&ctx, dst, &q.rx, &param),
+                    None => rx.connect_without_qp(&ctx, dst, &param),
+                }
+            })();
+            if let Err(e) = r {
+                unroute(&rx);
+                rx.destroy();
+                return Err(Fail::from(e));
             }
-        })();
-        if let Err(e) = r {
-            unroute(&rx);
-            rx.destroy();
-            return Err(Fail::from(e));
-        }
-        {
-            let mut st = cm.lock();
-            st.cm.rx = Some(rx);
-            st.cm.had_cm = true;
-            st.phase = Phase::Connect;
-        }
-        complete(cm)
-    })
+            {
+                let mut st = cm.lock();
+                st.cm.rx = Some(rx);
+                st.cm.had_cm = true;
+                st.phase = Phase::Connect;
+            }
+            complete(cm)
+        })
+    }
 }
 
 /// The rxe-verbs id of an id's connection.
@@ -706,68 +611,73 @@ fn conn_rx(cm: &CmId) -> Result<rcm::CmId, Fail> {
     })
 }
 
-pub unsafe extern "C" fn rdma_accept(
-    id: *mut rdma_cm_id,
-    conn_param: *mut rdma_conn_param,
-) -> c_int {
-    entry("rdma_accept", || {
-        let cm = id_of(id)?;
-        let (qp_type, _) = cm.kind();
-        if qp_type == IBV_QPT_UD {
-            return accept_ud(cm, read_param(conn_param));
-        }
-        let rx = conn_rx(cm)?;
-        let (d, (req_init, req_resp)) = {
-            let st = cm.lock();
-            (
-                st.dev.ok_or_else(|| Fail::inval("id", "no device"))?,
-                st.cm.req_depths,
-            )
-        };
-        let p = read_param(conn_param);
-        let qp = qp_of_id(cm)?;
-        valid_param(cm, d, p, qp.is_some())?;
-        let op = d.open()?;
-        let data = p.map_or(Vec::new(), |p| {
-            private_data(p.private_data, p.private_data_len)
-        });
-        if data.len() > 196 {
-            return Err(Fail::inval(
-                "conn_param->private_data_len",
-                format!("{} bytes: a REP carries at most 196", data.len()),
-            ));
-        }
-        let resp = match p {
-            Some(p) if p.responder_resources != RDMA_MAX_RESP_RES as u8 => p.responder_resources,
-            _ => req_init.min(op.max_responder_resources),
-        };
-        let init = match p {
-            Some(p) if p.initiator_depth != RDMA_MAX_INIT_DEPTH as u8 => p.initiator_depth,
-            _ => req_resp.min(op.max_initiator_depth),
-        };
-        let param = rcm::ConnParam {
-            private_data: data,
-            responder_resources: resp,
-            initiator_depth: init,
-            retry_count: p.map_or(7, |p| p.retry_count.min(7)),
-            rnr_retry_count: p.map_or(7, |p| p.rnr_retry_count.min(7)),
-            srq: match qp {
-                // SAFETY: a live QP of this library; its srq field.
-                Some(q) => unsafe { !(*q.qp.get()).qp_base.srq.is_null() },
-                None => p.is_some_and(|p| p.srq != 0),
-            },
-            qp_num: p.map_or(0, |p| p.qp_num),
-            flow_control: p.is_some_and(|p| p.flow_control != 0),
-        };
-        {
-            let st = cm.lock();
-            if let Some(t) = st.ack_timeout {
-                rx.set_ack_timeout(t)?;
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_accept(
+        id: *mut rdma_cm_id,
+        conn_param: *mut rdma_conn_param,
+    ) -> c_int {
+        minus_one(VERB, || {
+            let cm = handle::get::<CmId>(id, "id")?;
+            let (qp_type, _) = cm.kind();
+            if qp_type == IBV_QPT_UD {
+                return accept_ud(cm, read_param(conn_param));
             }
-        }
-        rx.accept(qp.map(|q| &q.rx), &param)?;
-        complete(cm)
-    })
+            let rx = conn_rx(cm)?;
+            let (d, (req_init, req_resp)) = {
+                let st = cm.lock();
+                (
+                    st.dev.ok_or_else(|| Fail::inval("id", "no device"))?,
+                    st.cm.req_depths,
+                )
+            };
+            let p = read_param(conn_param);
+            let qp = qp_of_id(cm)?;
+            valid_param(cm, d, p, qp.is_some())?;
+            let op = d.open()?;
+            let data = p.map_or(Vec::new(), |p| {
+                private_data(p.private_data, p.private_data_len)
+            });
+            if data.len() > 196 {
+                return Err(Fail::inval(
+                    "conn_param->private_data_len",
+                    format!("{} bytes: a REP carries at most 196", data.len()),
+                ));
+            }
+            let resp = match p {
+                Some(p) if p.responder_resources != RDMA_MAX_RESP_RES as u8 => {
+                    p.responder_resources
+                }
+                _ => req_init.min(op.max_responder_resources),
+            };
+            let init = match p {
+                Some(p) if p.initiator_depth != RDMA_MAX_INIT_DEPTH as u8 => p.initiator_depth,
+                _ => req_resp.min(op.max_initiator_depth),
+            };
+            let param = rcm::ConnParam {
+                private_data: data,
+                responder_resources: resp,
+                initiator_depth: init,
+                retry_count: p.map_or(7, |p| p.retry_count.min(7)),
+                rnr_retry_count: p.map_or(7, |p| p.rnr_retry_count.min(7)),
+                srq: match qp {
+                    // SAFETY: a live QP of this library; its srq field.
+                    Some(q) => unsafe { !(*q.qp.get()).qp_base.srq.is_null() },
+                    None => p.is_some_and(|p| p.srq != 0),
+                },
+                qp_num: p.map_or(0, |p| p.qp_num),
+                flow_control: p.is_some_and(|p| p.flow_control != 0),
+            };
+            {
+                let st = cm.lock();
+                if let Some(t) = st.ack_timeout {
+                    rx.set_ack_timeout(t)?;
+                }
+            }
+            rx.accept(qp.map(|q| &q.rx), &param)?;
+            complete(cm)
+        })
+    }
 }
 
 /// `rdma_accept` on a UD id: the SIDR_REP, with the id's QP (or
@@ -815,91 +725,175 @@ fn reject(cm: &CmId, data: *const c_void, len: u8) -> Result<(), Fail> {
     Ok(())
 }
 
-pub unsafe extern "C" fn rdma_reject(
-    id: *mut rdma_cm_id,
-    private_data: *const c_void,
-    private_data_len: u8,
-) -> c_int {
-    entry("rdma_reject", || {
-        reject(id_of(id)?, private_data, private_data_len)
-    })
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_reject(
+        id: *mut rdma_cm_id,
+        private_data: *const c_void,
+        private_data_len: u8,
+    ) -> c_int {
+        minus_one(VERB, || {
+            reject(handle::get::<CmId>(id, "id")?, private_data, private_data_len)
+        })
+    }
 }
 
-/// As `rdma_reject` (the REJ's reason is 28, consumer defined, not ECE's 35).
-pub unsafe extern "C" fn rdma_reject_ece(
-    id: *mut rdma_cm_id,
-    private_data: *const c_void,
-    private_data_len: u8,
-) -> c_int {
-    entry("rdma_reject_ece", || {
-        reject(id_of(id)?, private_data, private_data_len)
-    })
+entry! {
+    on_panic = -1;
+    /// As `rdma_reject` (the REJ's reason is 28, consumer defined, not ECE's 35).
+    pub unsafe extern "C" fn rdma_reject_ece(
+        id: *mut rdma_cm_id,
+        private_data: *const c_void,
+        private_data_len: u8,
+    ) -> c_int {
+        minus_one(VERB, || {
+            reject(handle::get::<CmId>(id, "id")?, private_data, private_data_len)
+        })
+    }
 }
 
-pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
-    entry("rdma_establish", || {
-        let cm = id_of(id)?;
-        // SAFETY: a live id.
-        if unsafe { !(*id).qp.is_null() } {
-            return Err(Fail::inval(
-                "id",
-                "has a QP (rdma_establish is for ids that connect without one)",
-            ));
-        }
-        let rx = conn_rx(cm)?;
-        cm.lock().cm.quiet_established = true;
-        if let Err(e) = rx.establish() {
-            cm.lock().cm.quiet_established = false;
-            return Err(e.into());
-        }
-        Ok(())
-    })
-}
-
-pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
-    entry("rdma_disconnect", || {
-        let cm = id_of(id)?;
-        let (rx, had_cm, has_dev) = {
-            let st = cm.lock();
-            (st.cm.rx.clone(), st.cm.had_cm, st.dev.is_some())
-        };
-        if !has_dev {
-            return Err(Fail::inval(
-                "id",
-                "has no device (librdmacm's ucma_shutdown)",
-            ));
-        }
-        // librdmacm moves the id's QP to ERR first (the rxe-verbs id does
-        // too, for a QP it moved; this covers one the program moved).
-        qp_to_err(cm);
-        match rx {
-            // UD ids have no connection to end: the kernel's answer is 0.
-            Some(rx) if cm.kind().0 != IBV_QPT_UD => rx.disconnect()?,
-            // A listener, an id whose connection ended or a UD id: the
-            // kernel sends a DREQ (or DREP) its CM refuses and answers 0;
-            // an id that never had a CM connection gets EINVAL.
-            _ if had_cm => {}
-            _ => {
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_establish(id: *mut rdma_cm_id) -> c_int {
+        minus_one(VERB, || {
+            let cm = handle::get::<CmId>(id, "id")?;
+            // SAFETY: a live id.
+            if unsafe { !(*id).qp.is_null() } {
                 return Err(Fail::inval(
                     "id",
-                    "has no connection (a connection request's id, or one rdma_connect or rdma_listen was called on)",
-                ))
+                    "has a QP (rdma_establish is for ids that connect without one)",
+                ));
             }
-        }
-        complete(cm)
-    })
+            let rx = conn_rx(cm)?;
+            cm.lock().cm.quiet_established = true;
+            if let Err(e) = rx.establish() {
+                cm.lock().cm.quiet_established = false;
+                return Err(e.into());
+            }
+            Ok(())
+        })
+    }
 }
 
-pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, event: ibv_event_type) -> c_int {
-    entry("rdma_notify", || {
-        let cm = id_of(id)?;
-        let rx = conn_rx(cm)?;
-        match event {
-            IBV_EVENT_COMM_EST => Ok(rx.notify_established()?),
-            e => Err(Fail::inval(
-                "event",
-                format!("{e} (IBV_EVENT_COMM_EST is the event rdma_notify takes)"),
-            )),
-        }
-    })
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_disconnect(id: *mut rdma_cm_id) -> c_int {
+        minus_one(VERB, || {
+            let cm = handle::get::<CmId>(id, "id")?;
+            let (rx, had_cm, has_dev) = {
+                let st = cm.lock();
+                (st.cm.rx.clone(), st.cm.had_cm, st.dev.is_some())
+            };
+            if !has_dev {
+                return Err(Fail::inval(
+                    "id",
+                    "has no device (librdmacm's ucma_shutdown)",
+                ));
+            }
+            // librdmacm moves the id's QP to ERR first (the rxe-verbs id does
+            // too, for a QP it moved; this covers one the program moved).
+            qp_to_err(cm);
+            match rx {
+                // UD ids have no connection to end: the kernel's answer is 0.
+                Some(rx) if cm.kind().0 != IBV_QPT_UD => rx.disconnect()?,
+                // A listener, an id whose connection ended or a UD id: the
+                // kernel sends a DREQ (or DREP) its CM refuses and answers 0;
+                // an id that never had a CM connection gets EINVAL.
+                _ if had_cm => {}
+                _ => {
+                    return Err(Fail::inval(
+                        "id",
+                        "has no connection (a connection request's id, or one rdma_connect or rdma_listen was called on)",
+                    ))
+                }
+            }
+            complete(cm)
+        })
+    }
+}
+
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_notify(id: *mut rdma_cm_id, event: ibv_event_type) -> c_int {
+        minus_one(VERB, || {
+            let cm = handle::get::<CmId>(id, "id")?;
+            let rx = conn_rx(cm)?;
+            match event {
+                IBV_EVENT_COMM_EST => Ok(rx.notify_established()?),
+                e => Err(Fail::inval(
+                    "event",
+                    format!("{e} (IBV_EVENT_COMM_EST is the event rdma_notify takes)"),
+                )),
+            }
+        })
+    }
+}
+
+entry! {
+    on_panic = -1;
+    /// librdmacm's `rdma_get_request`: the next connection request on a
+    /// synchronous listening id, with the QP of `rdma_create_ep`'s attributes
+    /// made on it. Requests come with the CM protocol; until then the call
+    /// waits on the id's channel (or fails with EAGAIN if it is non-blocking).
+    pub unsafe extern "C" fn rdma_get_request(
+        listen: *mut rdma_cm_id,
+        id: *mut *mut rdma_cm_id,
+    ) -> c_int {
+        minus_one(VERB, || {
+            let cm = handle::get::<CmId>(listen, "id")?;
+            if id.is_null() {
+                return Err(Fail::inval("id", "NULL"));
+            }
+            let (sync, ch, saved) = {
+                let st = cm.lock();
+                (st.sync, st.channel.clone(), st.qp_init_attr)
+            };
+            if !sync {
+                return Err(Fail::inval(
+                    "listen",
+                    "not a synchronous id (created without a channel, or by rdma_create_ep)",
+                ));
+            }
+            let c = cm.c();
+            // SAFETY: the id is live; `event` is the library's field.
+            let prev = unsafe { std::mem::replace(&mut (*c).event, std::ptr::null_mut()) };
+            if !prev.is_null() {
+                let _ = channel::ack_event(prev);
+            }
+            let e = channel::get_event(&ch)?;
+            // SAFETY: an event just made.
+            let (event, status, new) = unsafe { ((*e).event, (*e).status, (*e).id) };
+            let fail = |f: Fail| {
+                // SAFETY: the listening id is live.
+                unsafe { (*c).event = e };
+                Err(f)
+            };
+            if event == RDMA_CM_EVENT_REJECTED {
+                return fail(Fail::new(libc::ECONNREFUSED, "rejected"));
+            }
+            if status != 0 {
+                return fail(Fail::new(status.abs(), format!("event status {status}")));
+            }
+            if event != RDMA_CM_EVENT_CONNECT_REQUEST {
+                return fail(Fail::inval("listen", format!("got {}", event_name(event))));
+            }
+            if let Some(SavedQpAttr(mut attr)) = saved {
+                // SAFETY: the listening id is live; its pd field.
+                let pd = unsafe { (*c).pd };
+                // SAFETY: the new id of a connection request and a copy of the attributes.
+                if unsafe { super::qp::rdma_create_qp(new, pd, &mut attr) } != 0 {
+                    let errno = std::io::Error::last_os_error()
+                        .raw_os_error()
+                        .unwrap_or(libc::EINVAL);
+                    return fail(Fail::new(errno, "creating the request's QP"));
+                }
+            }
+            // SAFETY: the new id is live (the event holds it); the program's output.
+            unsafe {
+                (*new).event = e;
+                id.write(new);
+            }
+            Ok(())
+        })
+    }
 }

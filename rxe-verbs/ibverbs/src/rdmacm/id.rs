@@ -2,8 +2,8 @@
 //! `rdma_create_id`, `rdma_destroy_id`, `rdma_bind_addr`,
 //! `rdma_resolve_addr`, `rdma_resolve_route`, `rdma_migrate_id`,
 //! `rdma_set_option`, `rdma_get_src_port`/`rdma_get_dst_port`,
-//! `rdma_init_qp_attr`, `rdma_get_request`, the ECE calls, and
-//! `rdma_get_devices`/`rdma_free_devices`.
+//! `rdma_init_qp_attr` (with the attributes of a connection, from its
+//! rxe-verbs id), the ECE calls, and `rdma_get_devices`/`rdma_free_devices`.
 //!
 //! The id's public fields are written as librdmacm writes them from the
 //! kernel's answers for a RoCE device: binding to a device's address sets
@@ -18,234 +18,22 @@
 //! the same address (or the wildcard) is EADDRINUSE unless both ids set
 //! `RDMA_OPTION_ID_REUSEADDR`.
 
-use super::channel::{self, channel_of, Channel, Param, Pending};
+use super::channel::{self, channel_of, Channel, Param};
+use super::object::{any_of, complete, forget, CmId, IdState, Phase};
 use super::{
-    canonical, cma_devices, dev_by_addr, entry, gid, init, is_loopback, read_sockaddr,
+    canonical, cma_devices, dev_by_addr, gid, init, is_loopback, minus_one, read_sockaddr,
     write_sockaddr, CmaDev,
 };
-use crate::context::EventCount;
-use crate::ffi::{guard, note, set_errno, Fail};
-use crate::live::{self, Kind};
+use crate::event_count::EventCount;
+use crate::ffi::{entry, note, set_errno, Fail};
+use crate::handle::{self};
 use crate::sys::*;
-use parking_lot::{Mutex, MutexGuard};
+use parking_lot::Mutex;
 use std::cell::UnsafeCell;
 use std::ffi::{c_int, c_void};
 use std::hash::{BuildHasher, Hasher};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::sync::{Arc, OnceLock};
-
-/// Where an id is, as the kernel's `rdma_cm_state` counts it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Phase {
-    Idle,
-    AddrBound,
-    AddrResolved,
-    RouteResolved,
-    /// Listening (`rdma_listen`).
-    Listen,
-    /// Connecting or connected: an active id after `rdma_connect`, or the
-    /// id of a connection request (`connect.rs`).
-    Connect,
-}
-
-/// A copy of `rdma_create_ep`'s QP attributes for the ids a passive
-/// endpoint's `rdma_get_request` returns.
-#[derive(Clone, Copy)]
-pub struct SavedQpAttr(pub ibv_qp_init_attr);
-
-// SAFETY: the pointers in it (CQs, SRQ, context) are the program's objects
-// of this library, only passed back to it.
-unsafe impl Send for SavedQpAttr {}
-
-/// What the library keeps about an id, behind its lock.
-pub struct IdState {
-    pub channel: Arc<Channel>,
-    /// Created without a channel: the channel is the id's own, and calls
-    /// complete before they return (librdmacm's synchronous mode).
-    pub sync: bool,
-    pub phase: Phase,
-    pub dev: Option<&'static CmaDev>,
-    pub src: Option<SocketAddr>,
-    pub dst: Option<SocketAddr>,
-    pub reuseaddr: bool,
-    pub afonly: bool,
-    pub tos: Option<u8>,
-    pub ack_timeout: Option<u8>,
-    path: Option<Box<ibv_sa_path_rec>>,
-    pub qp_init_attr: Option<SavedQpAttr>,
-    /// `ai_connect` of `rdma_create_ep`: private data put before the
-    /// program's on `rdma_connect`.
-    pub connect: Vec<u8>,
-    /// ECE (`rdma_set_local_ece`, `rdma_get_remote_ece`): vendor ID and options.
-    pub local_ece: (u32, u32),
-    pub remote_ece: (u32, u32),
-    /// The connection manager's side of the id (`connect.rs`): its
-    /// rxe-verbs id once connecting or a connection request's, and a
-    /// listener's ids (one per soft device it listens on).
-    pub cm: super::connect::CmSide,
-    /// The multicast groups joined (`mcast.rs`).
-    pub mcast: Vec<super::mcast::Joined>,
-}
-
-impl std::fmt::Debug for IdState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("IdState")
-            .field("sync", &self.sync)
-            .field("phase", &self.phase)
-            .field("src", &self.src)
-            .field("dst", &self.dst)
-            .finish_non_exhaustive()
-    }
-}
-
-/// An id: the program's `rdma_cm_id`, then ours.
-#[repr(C)]
-pub struct CmId {
-    pub id: UnsafeCell<rdma_cm_id>,
-    pub st: Mutex<IdState>,
-    /// Events about this id taken and acknowledged.
-    pub events: Arc<EventCount>,
-    /// The id's `qp_type` and `ps`, as at creation (the program's copy is
-    /// in the C struct).
-    qp_type: ibv_qp_type,
-    ps: rdma_port_space,
-}
-
-// SAFETY: the C struct is written only under `st`'s lock (and read by the
-// program as librdmacm's is); the rest is Send + Sync.
-unsafe impl Send for CmId {}
-// SAFETY: as above.
-unsafe impl Sync for CmId {}
-
-impl CmId {
-    /// The program's pointer.
-    pub fn c(&self) -> *mut rdma_cm_id {
-        self.id.get()
-    }
-    pub fn addr(&self) -> usize {
-        self.c() as usize
-    }
-    pub fn lock(&self) -> MutexGuard<'_, IdState> {
-        self.st.lock()
-    }
-    /// The id's `qp_type` and `ps` (written once, at creation).
-    pub fn kind(&self) -> (ibv_qp_type, rdma_port_space) {
-        (self.qp_type, self.ps)
-    }
-
-    /// Queues an event about this id on its channel.
-    pub fn queue(&self, st: &IdState, event: rdma_cm_event_type, status: c_int, param: Param) {
-        st.channel.push(Pending {
-            id: self.addr(),
-            listen_id: 0,
-            event,
-            status,
-            param,
-            count: self.events.clone(),
-        });
-    }
-
-    /// Writes the route's addresses and GIDs as librdmacm's
-    /// `ucma_query_route` copies them from the kernel.
-    fn write_route(&self, st: &IdState) {
-        let c = self.c();
-        // SAFETY: the id is ours and locked (st); the fields are plain data.
-        unsafe {
-            write_sockaddr(
-                (&raw mut (*c).route.addr.__bindgen_anon_1.src_storage).cast(),
-                st.src,
-            );
-            // A bound id's destination is its family's wildcard, as the
-            // kernel reports it.
-            write_sockaddr(
-                (&raw mut (*c).route.addr.__bindgen_anon_2.dst_storage).cast(),
-                st.dst.or(st.src.map(|a| any_of(&a))),
-            );
-            let ib = &mut (*c).route.addr.addr.ibaddr;
-            if st.dev.is_some() {
-                ib.sgid = st.src.map_or(ibv_gid { raw: [0; 16] }, |a| gid(a.ip()));
-                ib.dgid = st.dst.map_or(ibv_gid { raw: [0; 16] }, |a| gid(a.ip()));
-                ib.pkey = 0xffff;
-            } else {
-                ib.sgid = ibv_gid { raw: [0; 16] };
-                ib.dgid = ibv_gid { raw: [0; 16] };
-                ib.pkey = 0;
-            }
-        }
-    }
-
-    /// Gives the id its device: context, the library's PD, port 1.
-    fn attach(&self, st: &mut IdState, d: &'static CmaDev) -> Result<(), Fail> {
-        let op = d.open()?;
-        st.dev = Some(d);
-        let c = self.c();
-        // SAFETY: the id is ours and locked.
-        unsafe {
-            (*c).verbs = op.ctx;
-            (*c).pd = op.pd;
-            (*c).port_num = 1;
-        }
-        Ok(())
-    }
-}
-
-/// The id behind a program's pointer, checked to be a live one.
-pub fn id_of<'a>(p: *mut rdma_cm_id) -> Result<&'a CmId, Fail> {
-    if p.is_null() {
-        return Err(Fail::inval("id", "NULL"));
-    }
-    if !live::is(Kind::CmId, p as usize) {
-        return Err(Fail::inval(
-            "id",
-            "not an rdma_cm_id of rdma_create_id, or destroyed",
-        ));
-    }
-    // SAFETY: a live id is a Box<CmId> at this address.
-    Ok(unsafe { &*(p as *const CmId) })
-}
-
-/// librdmacm's `ucma_complete`: in synchronous mode, take the event the
-/// call queued (acknowledging the one before it) and turn its status into
-/// the call's result. An asynchronous id returns at once.
-pub fn complete(cm: &CmId) -> Result<(), Fail> {
-    let (sync, ch) = {
-        let st = cm.lock();
-        (st.sync, st.channel.clone())
-    };
-    if !sync {
-        return Ok(());
-    }
-    let c = cm.c();
-    // SAFETY: the id is live; `event` is the library's field.
-    let prev = unsafe { std::mem::replace(&mut (*c).event, std::ptr::null_mut()) };
-    if !prev.is_null() {
-        let _ = channel::ack_event(prev);
-    }
-    let e = channel::get_event(&ch)?;
-    // SAFETY: as above.
-    unsafe { (*c).event = e };
-    // SAFETY: an event just made.
-    let (event, status) = unsafe { ((*e).event, (*e).status) };
-    if status != 0 {
-        let errno = if event == RDMA_CM_EVENT_REJECTED {
-            libc::ECONNREFUSED
-        } else {
-            status.abs()
-        };
-        return Err(Fail::new(
-            errno,
-            format!("{} (status {status})", event_name(event)),
-        ));
-    }
-    Ok(())
-}
-
-fn event_name(e: rdma_cm_event_type) -> String {
-    // SAFETY: rdma_event_str returns a static NUL-terminated string.
-    unsafe { std::ffi::CStr::from_ptr(channel::rdma_event_str(e)) }
-        .to_string_lossy()
-        .into_owned()
-}
 
 // ---------------------------------------------------------------------------
 // Port spaces
@@ -428,45 +216,48 @@ pub fn create_on(
         ps,
     });
     let raw = Box::into_raw(b);
-    live::add(Kind::CmId, raw as usize);
+    handle::add(raw);
     Ok(raw.cast())
 }
 
-pub unsafe extern "C" fn rdma_create_id(
-    channel: *mut rdma_event_channel,
-    id: *mut *mut rdma_cm_id,
-    context: *mut c_void,
-    ps: rdma_port_space,
-) -> c_int {
-    entry("rdma_create_id", || {
-        if id.is_null() {
-            return Err(Fail::inval("id", "NULL"));
-        }
-        let qp_type = match ps {
-            RDMA_PS_IPOIB | RDMA_PS_UDP => IBV_QPT_UD,
-            RDMA_PS_TCP | RDMA_PS_IB => IBV_QPT_RC,
-            _ => {
-                return Err(Fail::inval(
-                    "ps",
-                    format!("{ps:#x} (RDMA_PS_TCP, RDMA_PS_UDP, RDMA_PS_IPOIB or RDMA_PS_IB)"),
-                ))
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_create_id(
+        channel: *mut rdma_event_channel,
+        id: *mut *mut rdma_cm_id,
+        context: *mut c_void,
+        ps: rdma_port_space,
+    ) -> c_int {
+        minus_one(VERB, || {
+            if id.is_null() {
+                return Err(Fail::inval("id", "NULL"));
             }
-        };
-        let p = create(channel, context, ps, qp_type)?;
-        // SAFETY: checked non-NULL; the program's output.
-        unsafe { id.write(p) };
-        Ok(())
-    })
+            let qp_type = match ps {
+                RDMA_PS_IPOIB | RDMA_PS_UDP => IBV_QPT_UD,
+                RDMA_PS_TCP | RDMA_PS_IB => IBV_QPT_RC,
+                _ => {
+                    return Err(Fail::inval(
+                        "ps",
+                        format!("{ps:#x} (RDMA_PS_TCP, RDMA_PS_UDP, RDMA_PS_IPOIB or RDMA_PS_IB)"),
+                    ))
+                }
+            };
+            let p = create(channel, context, ps, qp_type)?;
+            // SAFETY: checked non-NULL; the program's output.
+            unsafe { id.write(p) };
+            Ok(())
+        })
+    }
 }
 
 /// Frees an id: its port, its events not taken, its own channel. Waits
 /// until every event about it that was taken is acknowledged.
 pub fn destroy(p: *mut rdma_cm_id) -> Result<(), Fail> {
-    let cm = id_of(p)?;
-    if !live::remove(Kind::CmId, p as usize) {
+    let cm = handle::get::<CmId>(p, "id")?;
+    if !handle::remove(p.cast::<CmId>()) {
         return Err(Fail::inval("id", "destroyed already"));
     }
-    super::connect::forget(cm);
+    forget(cm);
     release(p as usize);
     let c = cm.c();
     // SAFETY: the id is ours (removed from the registry: no other call finds it).
@@ -498,8 +289,11 @@ pub fn destroy(p: *mut rdma_cm_id) -> Result<(), Fail> {
     Ok(())
 }
 
-pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
-    entry("rdma_destroy_id", || destroy(id))
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_destroy_id(id: *mut rdma_cm_id) -> c_int {
+        minus_one(VERB, || destroy(id))
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -570,21 +364,16 @@ pub fn bind(cm: &CmId, st: &mut IdState, sa: SocketAddr) -> Result<(), Fail> {
     Ok(())
 }
 
-pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int {
-    entry("rdma_bind_addr", || {
-        let cm = id_of(id)?;
-        // SAFETY: the program's address.
-        let sa = unsafe { read_sockaddr(addr, "addr") }?;
-        let mut st = cm.lock();
-        bind(cm, &mut st, sa)
-    })
-}
-
-/// The wildcard address of `a`'s family.
-fn any_of(a: &SocketAddr) -> SocketAddr {
-    match a {
-        SocketAddr::V4(_) => SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0),
-        SocketAddr::V6(_) => SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), 0),
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_bind_addr(id: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int {
+        minus_one(VERB, || {
+            let cm = handle::get::<CmId>(id, "id")?;
+            // SAFETY: the program's address.
+            let sa = unsafe { read_sockaddr(addr, "addr") }?;
+            let mut st = cm.lock();
+            bind(cm, &mut st, sa)
+        })
     }
 }
 
@@ -806,24 +595,27 @@ fn resolve_addr(cm: &CmId, src: Option<SocketAddr>, dst: SocketAddr) -> Result<(
     complete(cm)
 }
 
-pub unsafe extern "C" fn rdma_resolve_addr(
-    id: *mut rdma_cm_id,
-    src_addr: *mut sockaddr,
-    dst_addr: *mut sockaddr,
-    _timeout_ms: c_int,
-) -> c_int {
-    entry("rdma_resolve_addr", || {
-        let cm = id_of(id)?;
-        // SAFETY: the program's addresses.
-        let dst = unsafe { read_sockaddr(dst_addr, "dst_addr") }?;
-        let src = if src_addr.is_null() {
-            None
-        } else {
-            // SAFETY: as above.
-            Some(unsafe { read_sockaddr(src_addr, "src_addr") }?)
-        };
-        resolve_addr(cm, src, dst)
-    })
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_resolve_addr(
+        id: *mut rdma_cm_id,
+        src_addr: *mut sockaddr,
+        dst_addr: *mut sockaddr,
+        _timeout_ms: c_int,
+    ) -> c_int {
+        minus_one(VERB, || {
+            let cm = handle::get::<CmId>(id, "id")?;
+            // SAFETY: the program's addresses.
+            let dst = unsafe { read_sockaddr(dst_addr, "dst_addr") }?;
+            let src = if src_addr.is_null() {
+                None
+            } else {
+                // SAFETY: as above.
+                Some(unsafe { read_sockaddr(src_addr, "src_addr") }?)
+            };
+            resolve_addr(cm, src, dst)
+        })
+    }
 }
 
 /// Sets up the id of a connection request, as librdmacm's
@@ -923,18 +715,23 @@ fn set_route(cm: &CmId, st: &mut IdState) -> Result<(), Fail> {
     Ok(())
 }
 
-pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
-    entry("rdma_resolve_route", || {
-        let cm = id_of(id)?;
-        set_route(cm, &mut cm.lock())?;
-        complete(cm)
-    })
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_resolve_route(id: *mut rdma_cm_id, _timeout_ms: c_int) -> c_int {
+        minus_one(VERB, || {
+            let cm = handle::get::<CmId>(id, "id")?;
+            set_route(cm, &mut cm.lock())?;
+            complete(cm)
+        })
+    }
 }
 
 /// The port of the id's address as the program sees it (librdmacm reads
 /// `id->route.addr`), in network order; 0 when there is none.
 fn port_of(id: *mut rdma_cm_id, src: bool) -> u16 {
-    let Ok(cm) = id_of(id) else { return 0 };
+    let Ok(cm) = handle::get::<CmId>(id, "id") else {
+        return 0;
+    };
     let _st = cm.lock();
     let c = cm.c();
     // SAFETY: a live id, locked; its own address fields.
@@ -954,12 +751,16 @@ fn port_of(id: *mut rdma_cm_id, src: bool) -> u16 {
     a.map_or(0, |a| a.port().to_be())
 }
 
-pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
-    guard("rdma_get_src_port", 0, || port_of(id, true))
+entry! {
+    pub unsafe extern "C" fn rdma_get_src_port(id: *mut rdma_cm_id) -> u16 {
+        port_of(id, true)
+    }
 }
 
-pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
-    guard("rdma_get_dst_port", 0, || port_of(id, false))
+entry! {
+    pub unsafe extern "C" fn rdma_get_dst_port(id: *mut rdma_cm_id) -> u16 {
+        port_of(id, false)
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -980,129 +781,185 @@ fn read_opt<T: Copy>(optval: *mut c_void, optlen: usize, name: &str) -> Result<T
     Ok(unsafe { optval.cast::<T>().read_unaligned() })
 }
 
-pub unsafe extern "C" fn rdma_set_option(
-    id: *mut rdma_cm_id,
-    level: c_int,
-    optname: c_int,
-    optval: *mut c_void,
-    optlen: usize,
-) -> c_int {
-    entry("rdma_set_option", || {
-        let cm = id_of(id)?;
-        let mut st = cm.lock();
-        match (level as u32, optname as u32) {
-            (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS) => {
-                st.tos = Some(read_opt::<u8>(optval, optlen, "RDMA_OPTION_ID_TOS")?);
-            }
-            (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR) => {
-                let on = read_opt::<c_int>(optval, optlen, "RDMA_OPTION_ID_REUSEADDR")? != 0;
-                if !(st.phase == Phase::Idle || (on && st.phase == Phase::AddrBound)) {
-                    return Err(Fail::inval("id", "REUSEADDR after the address is resolved"));
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_set_option(
+        id: *mut rdma_cm_id,
+        level: c_int,
+        optname: c_int,
+        optval: *mut c_void,
+        optlen: usize,
+    ) -> c_int {
+        minus_one(VERB, || {
+            let cm = handle::get::<CmId>(id, "id")?;
+            let mut st = cm.lock();
+            match (level as u32, optname as u32) {
+                (RDMA_OPTION_ID, RDMA_OPTION_ID_TOS) => {
+                    st.tos = Some(read_opt::<u8>(optval, optlen, "RDMA_OPTION_ID_TOS")?);
                 }
-                st.reuseaddr = on;
-                for u in ports().lock().iter_mut().filter(|u| u.id == cm.addr()) {
-                    u.reuse = on;
+                (RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR) => {
+                    let on = read_opt::<c_int>(optval, optlen, "RDMA_OPTION_ID_REUSEADDR")? != 0;
+                    if !(st.phase == Phase::Idle || (on && st.phase == Phase::AddrBound)) {
+                        return Err(Fail::inval("id", "REUSEADDR after the address is resolved"));
+                    }
+                    st.reuseaddr = on;
+                    for u in ports().lock().iter_mut().filter(|u| u.id == cm.addr()) {
+                        u.reuse = on;
+                    }
+                }
+                (RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY) => {
+                    let on = read_opt::<c_int>(optval, optlen, "RDMA_OPTION_ID_AFONLY")? != 0;
+                    if !matches!(st.phase, Phase::Idle | Phase::AddrBound) {
+                        return Err(Fail::inval("id", "AFONLY after the address is resolved"));
+                    }
+                    st.afonly = on;
+                }
+                (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) => {
+                    let t = read_opt::<u8>(optval, optlen, "RDMA_OPTION_ID_ACK_TIMEOUT")?;
+                    let (qp_type, _) = cm.kind();
+                    if qp_type != IBV_QPT_RC
+                        && qp_type != IBV_QPT_XRC_SEND
+                        && qp_type != IBV_QPT_XRC_RECV
+                    {
+                        return Err(Fail::inval("id", "ACK_TIMEOUT is for RC ids"));
+                    }
+                    st.ack_timeout = Some(t);
+                }
+                (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) => {
+                    let one = std::mem::size_of::<ibv_path_data>();
+                    if optlen == 0 || !optlen.is_multiple_of(one) {
+                        return Err(Fail::inval(
+                            "optlen",
+                            format!("{optlen} is not a multiple of sizeof(struct ibv_path_data) {one}"),
+                        ));
+                    }
+                    if optval.is_null() {
+                        return Err(Fail::new(libc::EFAULT, "optval: NULL"));
+                    }
+                    // A RoCE path is the addresses' own: the record given is
+                    // taken as a request to resolve the route.
+                    set_route(cm, &mut st)?;
+                }
+                (RDMA_OPTION_ID, n) => {
+                    return Err(Fail::new(
+                        libc::ENOSYS,
+                        format!("RDMA_OPTION_ID option {n} (TOS, REUSEADDR, AFONLY, ACK_TIMEOUT are)"),
+                    ))
+                }
+                (RDMA_OPTION_IB, n) => {
+                    return Err(Fail::new(
+                        libc::ENOSYS,
+                        format!("RDMA_OPTION_IB option {n} (RDMA_OPTION_IB_PATH is)"),
+                    ))
+                }
+                (l, _) => {
+                    return Err(Fail::new(
+                        libc::ENOSYS,
+                        format!("option level {l} (RDMA_OPTION_ID, RDMA_OPTION_IB)"),
+                    ))
                 }
             }
-            (RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY) => {
-                let on = read_opt::<c_int>(optval, optlen, "RDMA_OPTION_ID_AFONLY")? != 0;
-                if !matches!(st.phase, Phase::Idle | Phase::AddrBound) {
-                    return Err(Fail::inval("id", "AFONLY after the address is resolved"));
-                }
-                st.afonly = on;
-            }
-            (RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT) => {
-                let t = read_opt::<u8>(optval, optlen, "RDMA_OPTION_ID_ACK_TIMEOUT")?;
-                let (qp_type, _) = cm.kind();
-                if qp_type != IBV_QPT_RC
-                    && qp_type != IBV_QPT_XRC_SEND
-                    && qp_type != IBV_QPT_XRC_RECV
-                {
-                    return Err(Fail::inval("id", "ACK_TIMEOUT is for RC ids"));
-                }
-                st.ack_timeout = Some(t);
-            }
-            (RDMA_OPTION_IB, RDMA_OPTION_IB_PATH) => {
-                let one = std::mem::size_of::<ibv_path_data>();
-                if optlen == 0 || !optlen.is_multiple_of(one) {
-                    return Err(Fail::inval(
-                        "optlen",
-                        format!("{optlen} is not a multiple of sizeof(struct ibv_path_data) {one}"),
-                    ));
-                }
-                if optval.is_null() {
-                    return Err(Fail::new(libc::EFAULT, "optval: NULL"));
-                }
-                // A RoCE path is the addresses' own: the record given is
-                // taken as a request to resolve the route.
-                set_route(cm, &mut st)?;
-            }
-            (RDMA_OPTION_ID, n) => {
-                return Err(Fail::new(
-                    libc::ENOSYS,
-                    format!("RDMA_OPTION_ID option {n} (TOS, REUSEADDR, AFONLY, ACK_TIMEOUT are)"),
-                ))
-            }
-            (RDMA_OPTION_IB, n) => {
-                return Err(Fail::new(
-                    libc::ENOSYS,
-                    format!("RDMA_OPTION_IB option {n} (RDMA_OPTION_IB_PATH is)"),
-                ))
-            }
-            (l, _) => {
-                return Err(Fail::new(
-                    libc::ENOSYS,
-                    format!("option level {l} (RDMA_OPTION_ID, RDMA_OPTION_IB)"),
-                ))
-            }
-        }
-        Ok(())
-    })
+            Ok(())
+        })
+    }
 }
 
-pub unsafe extern "C" fn rdma_migrate_id(
-    id: *mut rdma_cm_id,
-    channel: *mut rdma_event_channel,
-) -> c_int {
-    entry("rdma_migrate_id", || {
-        let cm = id_of(id)?;
-        let to_sync = channel.is_null();
-        if to_sync && cm.lock().sync {
-            return Err(Fail::inval(
-                "channel",
-                "NULL, and the id is synchronous already",
-            ));
-        }
-        let new = if to_sync {
-            Channel::create()?
-        } else {
-            channel_of(channel)?
-        };
-        let c = cm.c();
-        {
-            let mut st = cm.lock();
-            let old = st.channel.clone();
-            if !Arc::ptr_eq(&old, &new) {
-                for p in old.withdraw(cm.addr()) {
-                    new.push(p);
-                }
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_migrate_id(
+        id: *mut rdma_cm_id,
+        channel: *mut rdma_event_channel,
+    ) -> c_int {
+        minus_one(VERB, || {
+            let cm = handle::get::<CmId>(id, "id")?;
+            let to_sync = channel.is_null();
+            if to_sync && cm.lock().sync {
+                return Err(Fail::inval(
+                    "channel",
+                    "NULL, and the id is synchronous already",
+                ));
             }
-            if st.sync {
-                // SAFETY: the id is ours and locked.
-                let ev = unsafe { std::mem::replace(&mut (*c).event, std::ptr::null_mut()) };
-                if !ev.is_null() {
-                    let _ = channel::ack_event(ev);
+            let new = if to_sync {
+                Channel::create()?
+            } else {
+                channel_of(channel)?
+            };
+            let c = cm.c();
+            {
+                let mut st = cm.lock();
+                let old = st.channel.clone();
+                if !Arc::ptr_eq(&old, &new) {
+                    for p in old.withdraw(cm.addr()) {
+                        new.push(p);
+                    }
                 }
-                old.unregister();
+                if st.sync {
+                    // SAFETY: the id is ours and locked.
+                    let ev = unsafe { std::mem::replace(&mut (*c).event, std::ptr::null_mut()) };
+                    if !ev.is_null() {
+                        let _ = channel::ack_event(ev);
+                    }
+                    old.unregister();
+                }
+                st.sync = to_sync;
+                st.channel = new.clone();
+                // SAFETY: as above.
+                unsafe { (*c).channel = new.ptr() };
             }
-            st.sync = to_sync;
-            st.channel = new.clone();
-            // SAFETY: as above.
-            unsafe { (*c).channel = new.ptr() };
+            cm.events.wait_all_acked();
+            Ok(())
+        })
+    }
+}
+
+/// The QP attributes of an id's connection for `state` (INIT, RTR and RTS
+/// once the REQ, or the REQ and REP, are known), or `None` while the id
+/// has no connection: then `rdma_init_qp_attr` gives the attributes of an
+/// id without one.
+pub fn conn_qp_attr(
+    cm: &CmId,
+    st: &IdState,
+    state: ibv_qp_state,
+) -> Option<Result<(ibv_qp_attr, c_int), Fail>> {
+    // A UD QP's attributes are the id's, resolved or not (the kernel's
+    // cma_ib_init_qp_attr: P_Key index, port, Q_Key).
+    if cm.kind().0 == IBV_QPT_UD {
+        return None;
+    }
+    let rx = st.cm.rx.as_ref()?;
+    let s = match state {
+        IBV_QPS_INIT => rxe_core::types::QpState::Init,
+        IBV_QPS_RTR => rxe_core::types::QpState::Rtr,
+        IBV_QPS_RTS => rxe_core::types::QpState::Rts,
+        _ => {
+            return Some(Err(Fail::inval(
+                "qp_attr->qp_state",
+                format!("{state} (INIT, RTR or RTS for a connection)"),
+            )))
         }
-        cm.events.wait_all_acked();
-        Ok(())
-    })
+    };
+    Some(rx.init_qp_attr(s).map_err(Fail::from).map(|(x, m)| {
+        // SAFETY: ibv_qp_attr is plain data; all zeroes is valid.
+        let mut o: ibv_qp_attr = unsafe { std::mem::zeroed() };
+        o.qp_state = state;
+        o.pkey_index = x.pkey_index;
+        o.port_num = x.port;
+        o.qp_access_flags = x.access.bits();
+        if let Some(av) = &x.av {
+            o.ah_attr = crate::wr::ah_attr_of(av);
+        }
+        o.path_mtu = x.path_mtu as ibv_mtu;
+        o.dest_qp_num = x.dest_qpn;
+        o.rq_psn = x.rq_psn.value();
+        o.sq_psn = x.sq_psn.value();
+        o.max_dest_rd_atomic = x.max_dest_rd_atomic;
+        o.max_rd_atomic = x.max_rd_atomic;
+        o.min_rnr_timer = x.min_rnr_timer;
+        o.timeout = x.timeout;
+        o.retry_cnt = x.retry_cnt;
+        o.rnr_retry = x.rnr_retry;
+        (o, m.bits() as c_int)
+    }))
 }
 
 /// The attributes that move an id's QP to `state` (rdma_init_qp_attr),
@@ -1118,7 +975,7 @@ pub fn qp_attr(cm: &CmId, state: ibv_qp_state) -> Result<(ibv_qp_attr, c_int), F
             "not bound to a device (rdma_bind_addr to a device's address, or rdma_resolve_addr)",
         ));
     }
-    if let Some(r) = super::connect::conn_qp_attr(cm, &st, state) {
+    if let Some(r) = conn_qp_attr(cm, &st, state) {
         return r;
     }
     let (qp_type, ps) = cm.kind();
@@ -1142,149 +999,92 @@ pub fn qp_attr(cm: &CmId, state: ibv_qp_state) -> Result<(ibv_qp_attr, c_int), F
     Ok((a, mask as c_int))
 }
 
-pub unsafe extern "C" fn rdma_init_qp_attr(
-    id: *mut rdma_cm_id,
-    qp_attr: *mut ibv_qp_attr,
-    qp_attr_mask: *mut c_int,
-) -> c_int {
-    entry("rdma_init_qp_attr", || {
-        let cm = id_of(id)?;
-        if qp_attr.is_null() {
-            return Err(Fail::inval("qp_attr", "NULL"));
-        }
-        if qp_attr_mask.is_null() {
-            return Err(Fail::inval("qp_attr_mask", "NULL"));
-        }
-        // SAFETY: the program's attributes.
-        let state = unsafe { (*qp_attr).qp_state };
-        let (a, mask) = self::qp_attr(cm, state)?;
-        // SAFETY: checked non-NULL; the program's outputs.
-        unsafe {
-            qp_attr.write(a);
-            qp_attr_mask.write(mask);
-        }
-        Ok(())
-    })
-}
-
-/// librdmacm's `rdma_get_request`: the next connection request on a
-/// synchronous listening id, with the QP of `rdma_create_ep`'s attributes
-/// made on it. Requests come with the CM protocol; until then the call
-/// waits on the id's channel (or fails with EAGAIN if it is non-blocking).
-pub unsafe extern "C" fn rdma_get_request(
-    listen: *mut rdma_cm_id,
-    id: *mut *mut rdma_cm_id,
-) -> c_int {
-    entry("rdma_get_request", || {
-        let cm = id_of(listen)?;
-        if id.is_null() {
-            return Err(Fail::inval("id", "NULL"));
-        }
-        let (sync, ch, saved) = {
-            let st = cm.lock();
-            (st.sync, st.channel.clone(), st.qp_init_attr)
-        };
-        if !sync {
-            return Err(Fail::inval(
-                "listen",
-                "not a synchronous id (created without a channel, or by rdma_create_ep)",
-            ));
-        }
-        let c = cm.c();
-        // SAFETY: the id is live; `event` is the library's field.
-        let prev = unsafe { std::mem::replace(&mut (*c).event, std::ptr::null_mut()) };
-        if !prev.is_null() {
-            let _ = channel::ack_event(prev);
-        }
-        let e = channel::get_event(&ch)?;
-        // SAFETY: an event just made.
-        let (event, status, new) = unsafe { ((*e).event, (*e).status, (*e).id) };
-        let fail = |f: Fail| {
-            // SAFETY: the listening id is live.
-            unsafe { (*c).event = e };
-            Err(f)
-        };
-        if event == RDMA_CM_EVENT_REJECTED {
-            return fail(Fail::new(libc::ECONNREFUSED, "rejected"));
-        }
-        if status != 0 {
-            return fail(Fail::new(status.abs(), format!("event status {status}")));
-        }
-        if event != RDMA_CM_EVENT_CONNECT_REQUEST {
-            return fail(Fail::inval("listen", format!("got {}", event_name(event))));
-        }
-        if let Some(SavedQpAttr(mut attr)) = saved {
-            // SAFETY: the listening id is live; its pd field.
-            let pd = unsafe { (*c).pd };
-            // SAFETY: the new id of a connection request and a copy of the attributes.
-            if unsafe { super::qp::rdma_create_qp(new, pd, &mut attr) } != 0 {
-                let errno = std::io::Error::last_os_error()
-                    .raw_os_error()
-                    .unwrap_or(libc::EINVAL);
-                return fail(Fail::new(errno, "creating the request's QP"));
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_init_qp_attr(
+        id: *mut rdma_cm_id,
+        qp_attr: *mut ibv_qp_attr,
+        qp_attr_mask: *mut c_int,
+    ) -> c_int {
+        minus_one(VERB, || {
+            let cm = handle::get::<CmId>(id, "id")?;
+            if qp_attr.is_null() {
+                return Err(Fail::inval("qp_attr", "NULL"));
             }
-        }
-        // SAFETY: the new id is live (the event holds it); the program's output.
-        unsafe {
-            (*new).event = e;
-            id.write(new);
-        }
-        Ok(())
-    })
+            if qp_attr_mask.is_null() {
+                return Err(Fail::inval("qp_attr_mask", "NULL"));
+            }
+            // SAFETY: the program's attributes.
+            let state = unsafe { (*qp_attr).qp_state };
+            let (a, mask) = self::qp_attr(cm, state)?;
+            // SAFETY: checked non-NULL; the program's outputs.
+            unsafe {
+                qp_attr.write(a);
+                qp_attr_mask.write(mask);
+            }
+            Ok(())
+        })
+    }
 }
 
-pub unsafe extern "C" fn rdma_set_local_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
-    entry("rdma_set_local_ece", || {
-        let cm = id_of(id)?;
-        // SAFETY: the program's ECE.
-        let e = unsafe { ece.as_ref() }.ok_or_else(|| Fail::inval("ece", "NULL"))?;
-        // SAFETY: the id is live.
-        if unsafe { !(*cm.c()).qp.is_null() } {
-            return Err(Fail::inval(
-                "id",
-                "has a QP (set ECE before rdma_create_qp)",
-            ));
-        }
-        if e.vendor_id == 0 || e.comp_mask != 0 {
-            return Err(Fail::inval("ece", "vendor_id 0 or comp_mask not 0"));
-        }
-        cm.lock().local_ece = (e.vendor_id, e.options);
-        Ok(())
-    })
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_set_local_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
+        minus_one(VERB, || {
+            let cm = handle::get::<CmId>(id, "id")?;
+            // SAFETY: the program's ECE.
+            let e = unsafe { ece.as_ref() }.ok_or_else(|| Fail::inval("ece", "NULL"))?;
+            // SAFETY: the id is live.
+            if unsafe { !(*cm.c()).qp.is_null() } {
+                return Err(Fail::inval(
+                    "id",
+                    "has a QP (set ECE before rdma_create_qp)",
+                ));
+            }
+            if e.vendor_id == 0 || e.comp_mask != 0 {
+                return Err(Fail::inval("ece", "vendor_id 0 or comp_mask not 0"));
+            }
+            cm.lock().local_ece = (e.vendor_id, e.options);
+            Ok(())
+        })
+    }
 }
 
-pub unsafe extern "C" fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
-    entry("rdma_get_remote_ece", || {
-        let cm = id_of(id)?;
-        if ece.is_null() {
-            return Err(Fail::inval("ece", "NULL"));
-        }
-        // SAFETY: the id is live.
-        if unsafe { !(*cm.c()).qp.is_null() } {
-            return Err(Fail::inval("id", "has a QP"));
-        }
-        let (vendor_id, options) = cm.lock().remote_ece;
-        // SAFETY: checked non-NULL; the program's output.
-        unsafe {
-            ece.write(ibv_ece {
-                vendor_id,
-                options,
-                comp_mask: 0,
-            })
-        };
-        Ok(())
-    })
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_get_remote_ece(id: *mut rdma_cm_id, ece: *mut ibv_ece) -> c_int {
+        minus_one(VERB, || {
+            let cm = handle::get::<CmId>(id, "id")?;
+            if ece.is_null() {
+                return Err(Fail::inval("ece", "NULL"));
+            }
+            // SAFETY: the id is live.
+            if unsafe { !(*cm.c()).qp.is_null() } {
+                return Err(Fail::inval("id", "has a QP"));
+            }
+            let (vendor_id, options) = cm.lock().remote_ece;
+            // SAFETY: checked non-NULL; the program's output.
+            unsafe {
+                ece.write(ibv_ece {
+                    vendor_id,
+                    options,
+                    comp_mask: 0,
+                })
+            };
+            Ok(())
+        })
+    }
 }
 
 // ---------------------------------------------------------------------------
 // Devices
 // ---------------------------------------------------------------------------
 
-/// The soft devices' contexts, opened once for the process (a device that
-/// cannot be opened, its address taken by another program, is left out, as
-/// librdmacm leaves out a dead device).
-pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut ibv_context {
-    guard("rdma_get_devices", std::ptr::null_mut(), || {
+entry! {
+    /// The soft devices' contexts, opened once for the process (a device that
+    /// cannot be opened, its address taken by another program, is left out, as
+    /// librdmacm leaves out a dead device).
+    pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut ibv_context {
         let set = |n: c_int| {
             if !num_devices.is_null() {
                 // SAFETY: the program's place for the count.
@@ -1292,7 +1092,7 @@ pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut 
             }
         };
         if let Err(f) = init() {
-            note("rdma_get_devices", &f.why);
+            note(VERB, &f.why);
             set_errno(f.errno);
             set(0);
             return std::ptr::null_mut();
@@ -1302,7 +1102,7 @@ pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut 
             .filter_map(|d| match d.open() {
                 Ok(o) => Some(o.ctx),
                 Err(f) => {
-                    note("rdma_get_devices", &f.why);
+                    note(VERB, &f.why);
                     None
                 }
             })
@@ -1321,13 +1121,13 @@ pub unsafe extern "C" fn rdma_get_devices(num_devices: *mut c_int) -> *mut *mut 
         }
         set(ctxs.len() as c_int);
         list
-    })
+    }
 }
 
-/// Frees the list; the contexts stay open for the process, as librdmacm's do.
-pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut ibv_context) {
-    guard("rdma_free_devices", (), || {
+entry! {
+    /// Frees the list; the contexts stay open for the process, as librdmacm's do.
+    pub unsafe extern "C" fn rdma_free_devices(list: *mut *mut ibv_context) {
         // SAFETY: the list of rdma_get_devices (calloc), or NULL.
         unsafe { libc::free(list.cast()) }
-    })
+    }
 }

@@ -25,9 +25,10 @@
 //! join sends its IGMP report.
 
 use super::channel::{Param, UdParam};
-use super::id::{complete, id_of, CmId, Phase};
-use super::{canonical, entry, read_sockaddr};
-use crate::ffi::Fail;
+use super::object::{complete, CmId, Joined, Phase};
+use super::{canonical, minus_one, read_sockaddr};
+use crate::ffi::{entry, Fail};
+use crate::handle;
 use crate::sys::*;
 use rxe_core::engine::mcast::{gid_of_group, MULTICAST_QPN};
 use rxe_core::types::AddressVector;
@@ -36,16 +37,6 @@ use std::net::SocketAddr;
 
 /// The kernel's ENOTSUPP, which reaches the program as its errno.
 const ENOTSUPP: c_int = 524;
-
-/// A group an id joined.
-#[derive(Debug, Clone)]
-pub struct Joined {
-    /// The address the program joined, as it gave it.
-    pub addr: SocketAddr,
-    pub gid: [u8; 16],
-    /// The QP attached to the group (`rdma_cm_id.qp` at the join), if any.
-    pub qp: usize,
-}
 
 fn join(cm: &CmId, addr: SocketAddr, flags: u32, context: *mut c_void) -> Result<(), Fail> {
     {
@@ -71,7 +62,7 @@ fn join(cm: &CmId, addr: SocketAddr, flags: u32, context: *mut c_void) -> Result
     }
     let ip = canonical(addr.ip());
     let gid = gid_of_group(ip);
-    // SAFETY: the id is live (id_of); its qp field, as the program set it.
+    // SAFETY: the id is live (handle::get); its qp field, as the program set it.
     let qp = unsafe { (*cm.c()).qp };
     let mut status = 0;
     let attach = !qp.is_null() && flags != RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER;
@@ -109,75 +100,88 @@ fn join(cm: &CmId, addr: SocketAddr, flags: u32, context: *mut c_void) -> Result
     complete(cm)
 }
 
-pub unsafe extern "C" fn rdma_join_multicast(
-    id: *mut rdma_cm_id,
-    addr: *mut sockaddr,
-    context: *mut c_void,
-) -> c_int {
-    entry("rdma_join_multicast", || {
-        let cm = id_of(id)?;
-        // SAFETY: the program's address.
-        let a = unsafe { read_sockaddr(addr, "addr") }?;
-        join(cm, a, RDMA_MC_JOIN_FLAG_FULLMEMBER, context)
-    })
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_join_multicast(
+        id: *mut rdma_cm_id,
+        addr: *mut sockaddr,
+        context: *mut c_void,
+    ) -> c_int {
+        minus_one(VERB, || {
+            let cm = handle::get::<CmId>(id, "id")?;
+            // SAFETY: the program's address.
+            let a = unsafe { read_sockaddr(addr, "addr") }?;
+            join(cm, a, RDMA_MC_JOIN_FLAG_FULLMEMBER, context)
+        })
+    }
 }
 
-pub unsafe extern "C" fn rdma_join_multicast_ex(
-    id: *mut rdma_cm_id,
-    mc_join_attr: *mut rdma_cm_join_mc_attr_ex,
-    context: *mut c_void,
-) -> c_int {
-    entry("rdma_join_multicast_ex", || {
-        let cm = id_of(id)?;
-        // SAFETY: the program's attributes, or NULL.
-        let attr =
-            unsafe { mc_join_attr.as_ref() }.ok_or_else(|| Fail::inval("mc_join_attr", "NULL"))?;
-        if attr.comp_mask >= RDMA_CM_JOIN_MC_ATTR_RESERVED {
-            return Err(Fail::new(
-                libc::EOPNOTSUPP,
-                "mc_join_attr.comp_mask: unknown bits",
-            ));
-        }
-        if attr.comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS == 0 {
-            return Err(Fail::inval(
-                "mc_join_attr.comp_mask",
-                "RDMA_CM_JOIN_MC_ATTR_ADDRESS is required",
-            ));
-        }
-        if attr.comp_mask & RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS == 0
-            || attr.join_flags >= RDMA_MC_JOIN_FLAG_RESERVED
-        {
-            return Err(Fail::inval(
-                "mc_join_attr.join_flags",
-                "RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS with FULLMEMBER or SENDONLY_FULLMEMBER is required",
-            ));
-        }
-        // SAFETY: the program's address.
-        let a = unsafe { read_sockaddr(attr.addr, "mc_join_attr.addr") }?;
-        join(cm, a, attr.join_flags, context)
-    })
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_join_multicast_ex(
+        id: *mut rdma_cm_id,
+        mc_join_attr: *mut rdma_cm_join_mc_attr_ex,
+        context: *mut c_void,
+    ) -> c_int {
+        minus_one(VERB, || {
+            let cm = handle::get::<CmId>(id, "id")?;
+            // SAFETY: the program's attributes, or NULL.
+            let attr =
+                unsafe { mc_join_attr.as_ref() }
+                    .ok_or_else(|| Fail::inval("mc_join_attr", "NULL"))?;
+            if attr.comp_mask >= RDMA_CM_JOIN_MC_ATTR_RESERVED {
+                return Err(Fail::new(
+                    libc::EOPNOTSUPP,
+                    "mc_join_attr.comp_mask: unknown bits",
+                ));
+            }
+            if attr.comp_mask & RDMA_CM_JOIN_MC_ATTR_ADDRESS == 0 {
+                return Err(Fail::inval(
+                    "mc_join_attr.comp_mask",
+                    "RDMA_CM_JOIN_MC_ATTR_ADDRESS is required",
+                ));
+            }
+            if attr.comp_mask & RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS == 0
+                || attr.join_flags >= RDMA_MC_JOIN_FLAG_RESERVED
+            {
+                return Err(Fail::inval(
+                    "mc_join_attr.join_flags",
+                    "RDMA_CM_JOIN_MC_ATTR_JOIN_FLAGS with FULLMEMBER or SENDONLY_FULLMEMBER is required",
+                ));
+            }
+            // SAFETY: the program's address.
+            let a = unsafe { read_sockaddr(attr.addr, "mc_join_attr.addr") }?;
+            join(cm, a, attr.join_flags, context)
+        })
+    }
 }
 
-pub unsafe extern "C" fn rdma_leave_multicast(id: *mut rdma_cm_id, addr: *mut sockaddr) -> c_int {
-    entry("rdma_leave_multicast", || {
-        let cm = id_of(id)?;
-        // SAFETY: the program's address.
-        let a = unsafe { read_sockaddr(addr, "addr") }?;
-        let j = {
-            let mut st = cm.lock();
-            let i = st.mcast.iter().position(|j| j.addr == a).ok_or_else(|| {
-                Fail::new(
-                    libc::EADDRNOTAVAIL,
-                    format!("addr: {a} was not joined on this id"),
-                )
-            })?;
-            st.mcast.remove(i)
-        };
-        if j.qp != 0 {
-            let g = ibv_gid { raw: j.gid };
-            // SAFETY: a QP pointer the id held (the call checks it is live).
-            let _ = unsafe { crate::mcast::ibv_detach_mcast(j.qp as *mut ibv_qp, &g, 0) };
-        }
-        Ok(())
-    })
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_leave_multicast(
+        id: *mut rdma_cm_id,
+        addr: *mut sockaddr,
+    ) -> c_int {
+        minus_one(VERB, || {
+            let cm = handle::get::<CmId>(id, "id")?;
+            // SAFETY: the program's address.
+            let a = unsafe { read_sockaddr(addr, "addr") }?;
+            let j = {
+                let mut st = cm.lock();
+                let i = st.mcast.iter().position(|j| j.addr == a).ok_or_else(|| {
+                    Fail::new(
+                        libc::EADDRNOTAVAIL,
+                        format!("addr: {a} was not joined on this id"),
+                    )
+                })?;
+                st.mcast.remove(i)
+            };
+            if j.qp != 0 {
+                let g = ibv_gid { raw: j.gid };
+                // SAFETY: a QP pointer the id held (the call checks it is live).
+                let _ = unsafe { crate::mcast::ibv_detach_mcast(j.qp as *mut ibv_qp, &g, 0) };
+            }
+            Ok(())
+        })
+    }
 }

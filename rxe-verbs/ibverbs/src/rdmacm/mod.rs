@@ -14,7 +14,7 @@
 //! * an `rdma_event_channel` ([`channel::Channel`]): its `fd` is the read
 //!   end of a pipe with one byte per pending event, so `poll`, `epoll` and
 //!   `O_NONBLOCK` behave as on the kernel's `rdma_cm` device;
-//! * an `rdma_cm_id` ([`id::CmId`]): the library writes its public fields
+//! * an `rdma_cm_id` ([`object::CmId`]): the library writes its public fields
 //!   (`verbs`, `pd`, `qp`, `route`, `port_num`, the CQs) as librdmacm does;
 //! * an `rdma_cm_event` ([`channel::CmEvent`]), from `rdma_get_cm_event`
 //!   to `rdma_ack_cm_event`;
@@ -32,11 +32,13 @@ pub mod channel;
 pub mod connect;
 pub mod id;
 pub mod mcast;
+pub mod object;
 pub mod qp;
 pub mod rsocket;
 
-use crate::device::{devices, Dev};
-use crate::ffi::{guard, note, set_errno, Fail};
+use crate::device::devices;
+use crate::ffi::{note, set_errno, Fail};
+use crate::objects::Dev;
 use crate::sys::*;
 use parking_lot::Mutex;
 use std::ffi::c_int;
@@ -67,10 +69,10 @@ pub fn ret(verb: &str, r: Result<(), Fail>) -> c_int {
     }
 }
 
-/// Runs an entry point that returns 0 or -1 with errno, with no panic
-/// crossing into C.
-pub fn entry(verb: &str, f: impl FnOnce() -> Result<(), Fail>) -> c_int {
-    guard(verb, -1, || ret(verb, f()))
+/// The body of an entry point that returns 0 or -1 with errno (inside
+/// [`crate::ffi::entry!`], with `on_panic = -1`).
+pub fn minus_one(verb: &str, f: impl FnOnce() -> Result<(), Fail>) -> c_int {
+    ret(verb, f())
 }
 
 // ---------------------------------------------------------------------------

@@ -11,9 +11,11 @@
 //! `rdma_connect`/`rdma_accept` to move it on. The id's `qp_type` (UD for
 //! the UDP and IPoIB port spaces) decides which, as in librdmacm.
 
-use super::entry;
-use super::id::{id_of, qp_attr, CmId};
-use crate::ffi::Fail;
+use super::id::qp_attr;
+use super::minus_one;
+use super::object::CmId;
+use crate::ffi::{entry, Fail};
+use crate::handle;
 use crate::sys::*;
 use std::ffi::c_int;
 use std::mem::offset_of;
@@ -115,7 +117,7 @@ fn init_qp(cm: &CmId, qp: *mut ibv_qp) -> Result<(), Fail> {
 
 /// `rdma_create_qp_ex` of librdmacm.
 fn create_qp_ex(id: *mut rdma_cm_id, attr: *mut ibv_qp_init_attr_ex) -> Result<(), Fail> {
-    let cm = id_of(id)?;
+    let cm = handle::get::<CmId>(id, "id")?;
     // SAFETY: the program's attributes.
     let a = unsafe { attr.as_mut() }.ok_or_else(|| Fail::inval("qp_init_attr", "NULL"))?;
     // SAFETY: a live id.
@@ -133,7 +135,7 @@ fn create_qp_ex(id: *mut rdma_cm_id, attr: *mut ibv_qp_init_attr_ex) -> Result<(
         a.comp_mask |= IBV_QP_INIT_ATTR_PD;
         a.pd = c.pd;
     } else {
-        crate::mem::pd_of(a.pd)?;
+        crate::handle::get::<crate::objects::Pd>(a.pd, "pd")?;
         // SAFETY: a live PD of this library.
         if unsafe { (*a.pd).context } != c.verbs {
             return Err(Fail::inval("pd", "of another device than the id's"));
@@ -190,52 +192,59 @@ fn create_qp_ex(id: *mut rdma_cm_id, attr: *mut ibv_qp_init_attr_ex) -> Result<(
     Ok(())
 }
 
-pub unsafe extern "C" fn rdma_create_qp_ex(
-    id: *mut rdma_cm_id,
-    qp_init_attr: *mut ibv_qp_init_attr_ex,
-) -> c_int {
-    entry("rdma_create_qp_ex", || create_qp_ex(id, qp_init_attr))
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_create_qp_ex(
+        id: *mut rdma_cm_id,
+        qp_init_attr: *mut ibv_qp_init_attr_ex,
+    ) -> c_int {
+        minus_one(VERB, || create_qp_ex(id, qp_init_attr))
+    }
 }
 
-pub unsafe extern "C" fn rdma_create_qp(
-    id: *mut rdma_cm_id,
-    pd: *mut ibv_pd,
-    qp_init_attr: *mut ibv_qp_init_attr,
-) -> c_int {
-    entry("rdma_create_qp", || {
-        let cm = id_of(id)?;
-        // SAFETY: the program's attributes.
-        let a =
-            unsafe { qp_init_attr.as_mut() }.ok_or_else(|| Fail::inval("qp_init_attr", "NULL"))?;
-        // SAFETY: ibv_qp_init_attr_ex is plain data; all zeroes is valid.
-        let mut ex: ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
-        ex.qp_context = a.qp_context;
-        ex.send_cq = a.send_cq;
-        ex.recv_cq = a.recv_cq;
-        ex.srq = a.srq;
-        ex.cap = a.cap;
-        ex.qp_type = a.qp_type;
-        ex.sq_sig_all = a.sq_sig_all;
-        ex.comp_mask = IBV_QP_INIT_ATTR_PD;
-        // SAFETY: a live id.
-        ex.pd = if pd.is_null() {
-            unsafe { (*cm.c()).pd }
-        } else {
-            pd
-        };
-        let r = create_qp_ex(id, &mut ex);
-        a.send_cq = ex.send_cq;
-        a.recv_cq = ex.recv_cq;
-        a.srq = ex.srq;
-        a.cap = ex.cap;
-        r
-    })
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_create_qp(
+        id: *mut rdma_cm_id,
+        pd: *mut ibv_pd,
+        qp_init_attr: *mut ibv_qp_init_attr,
+    ) -> c_int {
+        minus_one(VERB, || {
+            let cm = handle::get::<CmId>(id, "id")?;
+            // SAFETY: the program's attributes.
+            let a =
+                unsafe { qp_init_attr.as_mut() }
+                    .ok_or_else(|| Fail::inval("qp_init_attr", "NULL"))?;
+            // SAFETY: ibv_qp_init_attr_ex is plain data; all zeroes is valid.
+            let mut ex: ibv_qp_init_attr_ex = unsafe { std::mem::zeroed() };
+            ex.qp_context = a.qp_context;
+            ex.send_cq = a.send_cq;
+            ex.recv_cq = a.recv_cq;
+            ex.srq = a.srq;
+            ex.cap = a.cap;
+            ex.qp_type = a.qp_type;
+            ex.sq_sig_all = a.sq_sig_all;
+            ex.comp_mask = IBV_QP_INIT_ATTR_PD;
+            // SAFETY: a live id.
+            ex.pd = if pd.is_null() {
+                unsafe { (*cm.c()).pd }
+            } else {
+                pd
+            };
+            let r = create_qp_ex(id, &mut ex);
+            a.send_cq = ex.send_cq;
+            a.recv_cq = ex.recv_cq;
+            a.srq = ex.srq;
+            a.cap = ex.cap;
+            r
+        })
+    }
 }
 
-pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
-    crate::ffi::guard("rdma_destroy_qp", (), || {
-        if let Err(f) = id_of(id) {
-            crate::ffi::note("rdma_destroy_qp", &f.why);
+entry! {
+    pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
+        if let Err(f) = handle::get::<CmId>(id, "id") {
+            crate::ffi::note(VERB, &f.why);
             return;
         }
         // SAFETY: a live id; its QP is this library's (or NULL: EINVAL).
@@ -244,12 +253,12 @@ pub unsafe extern "C" fn rdma_destroy_qp(id: *mut rdma_cm_id) {
             (*id).qp = std::ptr::null_mut();
         }
         destroy_cqs(id);
-    })
+    }
 }
 
 /// `rdma_create_srq_ex` of librdmacm, for the SRQs the stack has (basic).
 fn create_srq_ex(id: *mut rdma_cm_id, attr: *mut ibv_srq_init_attr_ex) -> Result<(), Fail> {
-    id_of(id)?;
+    handle::get::<CmId>(id, "id")?;
     // SAFETY: the program's attributes.
     let a = unsafe { attr.as_mut() }.ok_or_else(|| Fail::inval("srq_init_attr", "NULL"))?;
     // SAFETY: a live id.
@@ -290,44 +299,50 @@ fn create_srq_ex(id: *mut rdma_cm_id, attr: *mut ibv_srq_init_attr_ex) -> Result
     Ok(())
 }
 
-pub unsafe extern "C" fn rdma_create_srq_ex(
-    id: *mut rdma_cm_id,
-    attr: *mut ibv_srq_init_attr_ex,
-) -> c_int {
-    entry("rdma_create_srq_ex", || create_srq_ex(id, attr))
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_create_srq_ex(
+        id: *mut rdma_cm_id,
+        attr: *mut ibv_srq_init_attr_ex,
+    ) -> c_int {
+        minus_one(VERB, || create_srq_ex(id, attr))
+    }
 }
 
-pub unsafe extern "C" fn rdma_create_srq(
-    id: *mut rdma_cm_id,
-    pd: *mut ibv_pd,
-    attr: *mut ibv_srq_init_attr,
-) -> c_int {
-    entry("rdma_create_srq", || {
-        let cm = id_of(id)?;
-        // SAFETY: the program's attributes.
-        let a = unsafe { attr.as_mut() }.ok_or_else(|| Fail::inval("srq_init_attr", "NULL"))?;
-        // SAFETY: ibv_srq_init_attr_ex is plain data; all zeroes is valid.
-        let mut ex: ibv_srq_init_attr_ex = unsafe { std::mem::zeroed() };
-        ex.srq_context = a.srq_context;
-        ex.attr = a.attr;
-        ex.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
-        let (qp_type, _) = cm.kind();
-        ex.srq_type = if qp_type == IBV_QPT_XRC_RECV {
-            IBV_SRQT_XRC
-        } else {
-            IBV_SRQT_BASIC
-        };
-        ex.pd = pd;
-        let r = create_srq_ex(id, &mut ex);
-        a.attr = ex.attr;
-        r
-    })
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rdma_create_srq(
+        id: *mut rdma_cm_id,
+        pd: *mut ibv_pd,
+        attr: *mut ibv_srq_init_attr,
+    ) -> c_int {
+        minus_one(VERB, || {
+            let cm = handle::get::<CmId>(id, "id")?;
+            // SAFETY: the program's attributes.
+            let a = unsafe { attr.as_mut() }.ok_or_else(|| Fail::inval("srq_init_attr", "NULL"))?;
+            // SAFETY: ibv_srq_init_attr_ex is plain data; all zeroes is valid.
+            let mut ex: ibv_srq_init_attr_ex = unsafe { std::mem::zeroed() };
+            ex.srq_context = a.srq_context;
+            ex.attr = a.attr;
+            ex.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD;
+            let (qp_type, _) = cm.kind();
+            ex.srq_type = if qp_type == IBV_QPT_XRC_RECV {
+                IBV_SRQT_XRC
+            } else {
+                IBV_SRQT_BASIC
+            };
+            ex.pd = pd;
+            let r = create_srq_ex(id, &mut ex);
+            a.attr = ex.attr;
+            r
+        })
+    }
 }
 
-pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
-    crate::ffi::guard("rdma_destroy_srq", (), || {
-        if let Err(f) = id_of(id) {
-            crate::ffi::note("rdma_destroy_srq", &f.why);
+entry! {
+    pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
+        if let Err(f) = handle::get::<CmId>(id, "id") {
+            crate::ffi::note(VERB, &f.why);
             return;
         }
         // SAFETY: a live id; its SRQ is this library's (or NULL: EINVAL).
@@ -336,5 +351,5 @@ pub unsafe extern "C" fn rdma_destroy_srq(id: *mut rdma_cm_id) {
             (*id).srq = std::ptr::null_mut();
         }
         destroy_cqs(id);
-    })
+    }
 }

@@ -6,7 +6,7 @@
 //! does not know. `rpoll` and `rselect` take ordinary descriptors, as
 //! librdmacm's do, and are `poll` and `select`.
 
-use crate::ffi::{guard, note, set_errno};
+use crate::ffi::{entry, note, set_errno};
 use std::ffi::{c_int, c_void};
 
 fn fail<T>(call: &str, errno: c_int, v: T) -> T {
@@ -22,18 +22,22 @@ fn fail<T>(call: &str, errno: c_int, v: T) -> T {
     v
 }
 
-pub unsafe extern "C" fn rsocket(_domain: c_int, _type: c_int, _protocol: c_int) -> c_int {
-    guard("rsocket", -1, || fail("rsocket", libc::ENOSYS, -1))
+entry! {
+    on_panic = -1;
+    pub unsafe extern "C" fn rsocket(_domain: c_int, _type: c_int, _protocol: c_int) -> c_int {
+        fail(VERB, libc::ENOSYS, -1)
+    }
 }
 
 macro_rules! ebadf {
     ($($name:ident($($a:ident: $t:ty),*) -> $r:ty = $v:expr;)*) => {
-        $(
+        $(entry! {
+            on_panic = $v;
             pub unsafe extern "C" fn $name($($a: $t),*) -> $r {
                 $(let _ = $a;)*
-                guard(stringify!($name), $v, || fail(stringify!($name), libc::EBADF, $v))
+                fail(VERB, libc::EBADF, $v)
             }
-        )*
+        })*
     };
 }
 
@@ -63,28 +67,39 @@ ebadf! {
     riowrite(socket: c_int, buf: *const c_void, count: usize, offset: i64, flags: c_int) -> usize = usize::MAX;
 }
 
-/// `rfcntl(socket, cmd, ...)`: the variable argument is not read.
-pub unsafe extern "C" fn rfcntl(socket: c_int, cmd: c_int) -> c_int {
-    let _ = (socket, cmd);
-    guard("rfcntl", -1, || fail("rfcntl", libc::EBADF, -1))
+entry! {
+    on_panic = -1;
+    /// `rfcntl(socket, cmd, ...)`: the variable argument is not read.
+    pub unsafe extern "C" fn rfcntl(socket: c_int, cmd: c_int) -> c_int {
+        let _ = (socket, cmd);
+        fail(VERB, libc::EBADF, -1)
+    }
 }
 
-pub unsafe extern "C" fn rpoll(
-    fds: *mut libc::pollfd,
-    nfds: libc::nfds_t,
-    timeout: c_int,
-) -> c_int {
-    // SAFETY: the program's arguments, as poll takes them.
-    unsafe { libc::poll(fds, nfds, timeout) }
+entry! {
+    data;
+    on_panic = -1;
+    pub unsafe extern "C" fn rpoll(
+        fds: *mut libc::pollfd,
+        nfds: libc::nfds_t,
+        timeout: c_int,
+    ) -> c_int {
+        // SAFETY: the program's arguments, as poll takes them.
+        unsafe { libc::poll(fds, nfds, timeout) }
+    }
 }
 
-pub unsafe extern "C" fn rselect(
-    nfds: c_int,
-    readfds: *mut libc::fd_set,
-    writefds: *mut libc::fd_set,
-    exceptfds: *mut libc::fd_set,
-    timeout: *mut libc::timeval,
-) -> c_int {
-    // SAFETY: the program's arguments, as select takes them.
-    unsafe { libc::select(nfds, readfds, writefds, exceptfds, timeout) }
+entry! {
+    data;
+    on_panic = -1;
+    pub unsafe extern "C" fn rselect(
+        nfds: c_int,
+        readfds: *mut libc::fd_set,
+        writefds: *mut libc::fd_set,
+        exceptfds: *mut libc::fd_set,
+        timeout: *mut libc::timeval,
+    ) -> c_int {
+        // SAFETY: the program's arguments, as select takes them.
+        unsafe { libc::select(nfds, readfds, writefds, exceptfds, timeout) }
+    }
 }
