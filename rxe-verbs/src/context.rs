@@ -161,16 +161,7 @@ impl Context {
     pub fn query_port(&self) -> PortAttr {
         match &self.imp {
             CtxImp::Soft(c) => c.query_port(),
-            CtxImp::Native(n) => n.query_port().unwrap_or_else(|_| PortAttr {
-                state: crate::attr::PortState::Down,
-                max_mtu: rxe_core::types::Mtu::Mtu1024,
-                active_mtu: rxe_core::types::Mtu::Mtu1024,
-                gid_tbl_len: 0,
-                max_msg_sz: 0,
-                pkey_tbl_len: 0,
-                link_layer: "Unspecified",
-                gids: Vec::new(),
-            }),
+            CtxImp::Native(n) => n.port_attr(),
         }
     }
 

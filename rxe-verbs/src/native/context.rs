@@ -169,6 +169,21 @@ impl NContext {
         }
     }
 
+    /// The port's attributes, or a port that is down should the query
+    /// fail (what `Context::query_port` reports).
+    pub fn port_attr(&self) -> PortAttr {
+        self.query_port().unwrap_or_else(|_| PortAttr {
+            state: PortState::Down,
+            max_mtu: Mtu::Mtu1024,
+            active_mtu: Mtu::Mtu1024,
+            gid_tbl_len: 0,
+            max_msg_sz: 0,
+            pkey_tbl_len: 0,
+            link_layer: "Unspecified",
+            gids: Vec::new(),
+        })
+    }
+
     pub fn query_port(&self) -> Result<PortAttr, Error> {
         // SAFETY: live context.
         let pa = unsafe { query_port(self.v, self.ctx, self.port) }
