@@ -2,7 +2,8 @@
 
 use rxe_core::engine::RegionMemory;
 use rxe_core::types::*;
-use rxe_net::sim::Faults;
+use rxe_core::wire::Opcode;
+use rxe_net::sim::{Fate, Faults};
 use rxe_tests::sim::*;
 use std::time::Duration;
 
@@ -1129,4 +1130,199 @@ fn a_lost_flush_answer_is_answered_again_and_persistence_is_refused() {
     assert!(net.engines[b.idx]
         .reg_mr(b.pd, b.mem.clone(), IOVA, access)
         .is_err());
+}
+
+/// The default ACK timeout (timeout 14: 67 ms) and an RTT sample taken by
+/// a first WRITE, so that the tail loss probe is armed.
+fn probed_pair(seed: u64) -> (rxe_net::sim::SimNet, Vec<Node>, u32) {
+    let (mut net, nodes) = network(seed, Faults::none(), 2, 1 << 20);
+    let p = ConnParams {
+        timeout: 14,
+        ..ConnParams::default()
+    };
+    let (qa, _qb) = connect(&mut net, &nodes[0], &nodes[1], &p);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    net.engines[a.idx]
+        .post_send(qa, write_wr(100, a, b, 64, 0))
+        .unwrap();
+    net.run(Duration::from_millis(10));
+    assert_eq!(completions(&mut net, a).len(), 1);
+    (net, nodes, qa)
+}
+
+/// A rule that gives the first `n` packets from `from` with opcode `op`
+/// the fate `fate`.
+fn first_ones(
+    net: &mut rxe_net::sim::SimNet,
+    from: std::net::IpAddr,
+    op: rxe_core::wire::Opcode,
+    n: usize,
+    fate: Fate,
+) {
+    let mut left = n;
+    net.set_rule(move |t| {
+        if left > 0 && t.src == from && t.payload[0] == op.0 {
+            left -= 1;
+            fate
+        } else {
+            Fate::Pass
+        }
+    });
+}
+
+/// A lost last packet of a message (nothing follows it, so no sequence
+/// NAK can tell) costs one probe timeout, about a millisecond here, not
+/// the 67 ms transport timer: the requester sends its last packet again
+/// alone, the responder takes it, the WRITE completes byte for byte, and
+/// no retry is used.
+#[test]
+fn a_lost_tail_is_recovered_by_a_probe_not_the_transport_timer() {
+    let (mut net, nodes, qa) = probed_pair(60);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let data: Vec<u8> = (0..4096u32).map(|i| (i * 7 + 3) as u8).collect();
+    a.mem.write(0, &data);
+    first_ones(&mut net, a.addr, Opcode::RC_RDMA_WRITE_LAST, 1, Fate::Lose);
+    let t0 = net.elapsed();
+    net.engines[a.idx]
+        .post_send(qa, write_wr(1, a, b, 4096, 8192))
+        .unwrap();
+    assert!(net.run_until(Duration::from_millis(200), |n| !completions_empty(n, a)));
+    let done = net.elapsed() - t0;
+    let c = completions(&mut net, a);
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_eq!(c[0].status, WcStatus::Success);
+    assert!(done < Duration::from_millis(10), "took {done:?}");
+    assert_eq!(&b.mem.snapshot()[8192..8192 + 4096], &data[..]);
+    let ca = net.engines[a.idx].counters();
+    assert_eq!((ca.tail_probes, ca.retry_timeouts), (1, 0));
+    assert_eq!(ca.retransmitted_pkts, 1, "only the last packet went again");
+}
+
+fn completions_empty(net: &mut rxe_net::sim::SimNet, n: &Node) -> bool {
+    net.engines[n.idx].cq_len(n.cq).unwrap_or(0) == 0
+}
+
+/// A lost ACK: the probe is a duplicate to the responder, which answers
+/// it, and that answer completes the WRITE; still no retry.
+#[test]
+fn a_lost_ack_is_recovered_by_the_probes_answer() {
+    let (mut net, nodes, qa) = probed_pair(61);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    first_ones(&mut net, b.addr, Opcode::RC_ACKNOWLEDGE, 1, Fate::Lose);
+    let t0 = net.elapsed();
+    net.engines[a.idx]
+        .post_send(qa, write_wr(1, a, b, 2048, 0))
+        .unwrap();
+    assert!(net.run_until(Duration::from_millis(200), |n| !completions_empty(n, a)));
+    let done = net.elapsed() - t0;
+    assert!(done < Duration::from_millis(10), "took {done:?}");
+    assert_eq!(completions(&mut net, a)[0].status, WcStatus::Success);
+    let (ca, cb) = (net.engines[a.idx].counters(), net.engines[b.idx].counters());
+    assert_eq!((ca.tail_probes, ca.retry_timeouts), (1, 0));
+    assert_eq!(cb.duplicate_request, 1);
+}
+
+/// A lost probe is followed by another, twice as late (1 ms, then 2 ms
+/// more); when every probe before the transport timer is lost too (five:
+/// 1, 3, 7, 15 and 31 ms after the send, the next would leave the 67 ms
+/// timer less than its own timeout), the timer recovers as before, with
+/// one timeout and one retry.
+#[test]
+fn lost_probes_back_off_and_leave_the_rest_to_the_transport_timer() {
+    // (copies lost, probes, timeouts, done after at least, at most)
+    let ms = Duration::from_millis;
+    for (lost, probes, timeouts, from, to) in [(2, 2, 0, ms(3), ms(4)), (6, 5, 1, ms(67), ms(70))] {
+        let (mut net, nodes, qa) = probed_pair(62);
+        let (a, b) = (&nodes[0], &nodes[1]);
+        first_ones(
+            &mut net,
+            a.addr,
+            Opcode::RC_RDMA_WRITE_ONLY,
+            lost,
+            Fate::Lose,
+        );
+        let t0 = net.elapsed();
+        net.engines[a.idx]
+            .post_send(qa, write_wr(1, a, b, 512, 0))
+            .unwrap();
+        assert!(net.run_until(ms(500), |n| !completions_empty(n, a)));
+        let done = net.elapsed() - t0;
+        assert!(done >= from && done <= to, "{lost} lost: took {done:?}");
+        assert_eq!(completions(&mut net, a)[0].status, WcStatus::Success);
+        let ca = net.engines[a.idx].counters();
+        assert_eq!(
+            (ca.tail_probes, ca.retry_timeouts),
+            (probes, timeouts),
+            "{lost} lost"
+        );
+    }
+}
+
+/// A last packet that is only late starts no go-back: late by less than
+/// the probe timeout, nothing is sent again; late by more, the probe goes
+/// and is answered (the responder takes it as the new packet it is), and
+/// the late original is then a duplicate. Neither asks for a sequence NAK.
+#[test]
+fn a_late_tail_starts_no_go_back() {
+    for (late_us, probes) in [(500u64, 0u64), (3000, 1)] {
+        let (mut net, nodes, qa) = probed_pair(63);
+        let (a, b) = (&nodes[0], &nodes[1]);
+        let late = Fate::Delay(Duration::from_micros(late_us));
+        first_ones(&mut net, a.addr, Opcode::RC_RDMA_WRITE_LAST, 1, late);
+        net.engines[a.idx]
+            .post_send(qa, write_wr(1, a, b, 4096, 0))
+            .unwrap();
+        net.run(Duration::from_millis(100));
+        let c = completions(&mut net, a);
+        assert_eq!(c.len(), 1, "{c:?}");
+        assert_eq!(c[0].status, WcStatus::Success);
+        let (ca, cb) = (net.engines[a.idx].counters(), net.engines[b.idx].counters());
+        let why = format!("late by {late_us} µs");
+        assert_eq!(ca.tail_probes, probes, "{why}");
+        assert_eq!(ca.retransmitted_pkts, probes, "{why}");
+        assert_eq!(
+            (ca.rcvd_seq_err, cb.send_seq_err, ca.retry_timeouts),
+            (0, 0, 0),
+            "{why}"
+        );
+        assert_eq!(cb.duplicate_request, probes, "{why}");
+    }
+}
+
+/// A READ whose responses all come late, after the first ten (a
+/// responder descheduled mid-READ, say), by more than the probe timeout:
+/// no tail probe goes (it could only ask for the READ's data again, a
+/// chunk of responses each time), the late responses come, and the READ
+/// completes byte for byte without the transport timer.
+#[test]
+fn a_read_whose_responses_are_late_is_not_probed() {
+    let (mut net, nodes, qa) = probed_pair(64);
+    let (a, b) = (&nodes[0], &nodes[1]);
+    let (mut k, from) = (0, b.addr);
+    net.set_rule(move |t| {
+        let response = Opcode::RC_RDMA_READ_RESPONSE_FIRST.0..=Opcode::RC_RDMA_READ_RESPONSE_ONLY.0;
+        if t.src == from && response.contains(&t.payload[0]) {
+            k += 1;
+            if k >= 10 {
+                return Fate::Delay(Duration::from_millis(3));
+            }
+        }
+        Fate::Pass
+    });
+    let mut wr = SendWr::new(1, SendOpcode::RdmaRead);
+    // More chunks than the QP has READs in flight (rd_atomic 8).
+    let len = 1 << 20;
+    b.mem
+        .write(0, &(0..len).map(|i| (i * 7 / 3) as u8).collect::<Vec<_>>());
+    wr.sg_list = vec![sge(a, 0, len as u32)];
+    wr.remote_addr = IOVA;
+    wr.rkey = b.mr.rkey;
+    net.engines[a.idx].post_send(qa, wr).unwrap();
+    net.run(Duration::from_millis(500));
+    let c = completions(&mut net, a);
+    assert_eq!(c.len(), 1, "{c:?}");
+    assert_eq!(c[0].status, WcStatus::Success);
+    assert_eq!(a.mem.snapshot(), b.mem.snapshot());
+    let ca = net.engines[a.idx].counters();
+    assert_eq!((ca.tail_probes, ca.retry_timeouts), (0, 0));
 }

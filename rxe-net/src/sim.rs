@@ -105,6 +105,22 @@ impl Ord for InFlight {
 /// A hook that sees every packet sent, with the virtual time since the start.
 pub type Tap = Box<dyn FnMut(Duration, &Transmit) + Send>;
 
+/// What a [`PacketRule`] does with a packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fate {
+    /// On to the link's random faults, as without the rule.
+    Pass,
+    /// Lost.
+    Lose,
+    /// Delivered this much later than the link's delay (and not otherwise
+    /// faulted): later packets overtake it.
+    Delay(Duration),
+}
+
+/// A scenario's chosen faults, on top of the random ones of [`Faults`]:
+/// what happens to each packet sent.
+pub type PacketRule = Box<dyn FnMut(&Transmit) -> Fate + Send>;
+
 /// Engines joined by a faulty network, on a virtual clock.
 pub struct SimNet {
     /// The engines, in the order they were added.
@@ -120,6 +136,8 @@ pub struct SimNet {
     seq: u64,
     /// If set, every packet handed to the network is also given to this hook.
     tap: Option<Tap>,
+    /// If set, says what happens to each packet ([`SimNet::set_rule`]).
+    rule: Option<PacketRule>,
 }
 
 impl std::fmt::Debug for SimNet {
@@ -148,6 +166,7 @@ impl SimNet {
             queue: BinaryHeap::new(),
             seq: 0,
             tap: None,
+            rule: None,
         }
     }
 
@@ -170,6 +189,17 @@ impl SimNet {
     /// Sees every packet sent (for captures and packet-level assertions).
     pub fn set_tap(&mut self, tap: impl FnMut(Duration, &Transmit) + Send + 'static) {
         self.tap = Some(Box::new(tap));
+    }
+
+    /// Gives every packet sent from now on (after the tap sees it) the
+    /// [`Fate`] `rule` picks, until [`SimNet::clear_rule`].
+    pub fn set_rule(&mut self, rule: impl FnMut(&Transmit) -> Fate + Send + 'static) {
+        self.rule = Some(Box::new(rule));
+    }
+
+    /// Ends [`SimNet::set_rule`].
+    pub fn clear_rule(&mut self) {
+        self.rule = None;
     }
 
     fn route(&self, t: &Transmit) -> Option<usize> {
@@ -200,6 +230,22 @@ impl SimNet {
                 self.stats.sent += 1;
                 if let Some(tap) = self.tap.as_mut() {
                     tap(self.now - self.start, &t);
+                }
+                match self.rule.as_mut().map_or(Fate::Pass, |rule| rule(&t)) {
+                    Fate::Pass => {}
+                    Fate::Lose => {
+                        self.stats.lost += 1;
+                        continue;
+                    }
+                    Fate::Delay(d) => {
+                        if let Some(to) = self.route(&t) {
+                            self.stats.reordered += 1;
+                            self.schedule(to, t, d);
+                        } else {
+                            self.stats.unroutable += 1;
+                        }
+                        continue;
+                    }
                 }
                 if t.dst.is_multicast() {
                     // IP multicast: a copy to every engine, the sender's

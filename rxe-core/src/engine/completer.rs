@@ -53,6 +53,8 @@ impl Qp {
         }
         self.req.since_ackreq = 0;
         self.req.retransmit_at = ack_timeout(self.attr.timeout).map(|d| ctx.now + d);
+        // What is sent again may be answered for either copy (Karn).
+        self.req.rtt.discard();
         self.req.round = psn
             .is_before(self.req.sent_high)
             .then_some((psn, self.req.sent_high));
@@ -82,19 +84,23 @@ impl Qp {
     }
 
     /// Forward progress resets the retry counters and the transport timer,
-    /// and ends a probe: the rest goes again from the first PSN the
-    /// responder has not acknowledged (what it acknowledged beyond the
-    /// probe, it had received before: no need to send that again).
+    /// and ends a probe. Sending never resumes behind what the responder
+    /// acknowledged: after a probe, or a go-back that answers for packets
+    /// the responder had after all (late, not lost: a READ's responses
+    /// still on their way when the probe asked again), the rest goes from
+    /// the first PSN not acknowledged. (A cursor left behind `acked` also
+    /// closed the send window for good, which counts from `acked`.)
     fn progress(&mut self, ctx: &mut Ctx<'_>) {
         self.req.retry_left = self.attr.retry_cnt;
         self.req.rnr_left = self.attr.rnr_retry;
-        if self.req.probe.is_some() {
-            let next = self.req.acked.next();
-            if self.req.cursor_psn().is_before(next) {
-                self.go_back(ctx, next);
-            }
-            self.req.probe = None;
+        self.req.rtt.acked(self.req.acked, ctx.now);
+        self.req.rtt.progressed();
+        self.req.tlp_sent = false;
+        let next = self.req.acked.next();
+        if self.req.cursor_psn().is_before(next) {
+            self.go_back(ctx, next);
         }
+        self.req.probe = None;
         // The timer runs while packets are on the network unanswered, not
         // while a started message waits to send its next packet (for the
         // device's budget of packets in flight: that is no loss).
@@ -103,6 +109,7 @@ impl Qp {
         } else {
             None
         };
+        self.arm_tail_probe(ctx);
     }
 
     /// Acknowledges every PSN up to `psn`: WQEs whose last PSN is at or
@@ -420,21 +427,108 @@ impl Qp {
         self.progress(ctx);
     }
 
-    /// Runs the transport timer and the RNR wait.
+    /// Arms the tail loss probe ([`super::rtt`]) while packets are
+    /// unanswered: a probe timeout from now, unless the transport timer's
+    /// probe is out, an RNR wait holds the QP, no round trip was measured
+    /// yet, or the transport timer fires within two probe timeouts anyway.
+    /// While a tail probe is out, its own next one stands (`tail_probe`).
+    pub(super) fn arm_tail_probe(&mut self, ctx: &Ctx<'_>) {
+        if self.req.tlp_sent {
+            return;
+        }
+        self.req.tlp_at = None;
+        if self.qp_type != QpType::Rc
+            || self.req.probe.is_some()
+            || self.req.rnr_until.is_some()
+            || !self.req.acked.next().is_before(self.req.sent_high)
+        {
+            return;
+        }
+        self.schedule_tail_probe(ctx);
+    }
+
+    /// `tlp_at` a probe timeout from now, if that leaves the transport
+    /// timer at least one more probe timeout.
+    fn schedule_tail_probe(&mut self, ctx: &Ctx<'_>) {
+        let (Some(pto), Some(rto)) = (self.req.rtt.pto(), self.req.retransmit_at) else {
+            return;
+        };
+        let at = ctx.now + pto;
+        if at + pto <= rto {
+            self.req.tlp_at = Some(at);
+        }
+    }
+
+    /// The probe timeout passed with nothing answered: one packet goes
+    /// again alone, asking for an ACK. Normally the flight's last: a
+    /// responder that had it answers the duplicate (and so acknowledges the
+    /// flight); one missing an earlier packet NAKs for it, which starts the
+    /// go-back at once. During a go-back round the oldest unacknowledged
+    /// packet instead: the silence then most likely means a packet sent
+    /// again was lost again, and a responder that has NAKed once answers
+    /// nothing past the hole until it is filled (as the kernel's rxe does).
+    /// Not a retry: the transport timer keeps its time and its count. A
+    /// probe that goes unanswered is followed by another, each after twice
+    /// the timeout of the last, while the transport timer is far enough
+    /// off; the transport timer's own probe stops them.
+    fn tail_probe(&mut self, ctx: &mut Ctx<'_>) {
+        self.req.tlp_at = None;
+        if (self.req.probe.is_some() && !self.req.tlp_sent)
+            || self.req.rnr_until.is_some()
+            || !self.req.acked.next().is_before(self.req.sent_high)
+        {
+            return;
+        }
+        let target = match (self.req.round, self.oldest_unacked_psn()) {
+            (Some(_), Some(oldest)) => oldest,
+            _ => self.req.sent_high.sub(1),
+        };
+        // A READ is not probed: the only way to ask again is a READ
+        // request, which has the responder send a chunk of responses
+        // again; its silence is left to the transport timer, as before.
+        let read = self
+            .req
+            .sq
+            .iter()
+            .find(|w| w.done.is_none() && w.holds(target))
+            .is_some_and(|w| w.wr.opcode == SendOpcode::RdmaRead);
+        if read {
+            return;
+        }
+        self.counters.tail_probes += 1;
+        ctx.counters.tail_probes += 1;
+        self.req.rtt.probed();
+        let rto = self.req.retransmit_at;
+        self.go_back(ctx, target);
+        self.req.retransmit_at = rto;
+        self.req.probe = Some(self.req.cursor_psn());
+        self.req.tlp_sent = true;
+        self.schedule_tail_probe(ctx);
+    }
+
+    /// Runs the transport timer, the tail loss probe and the RNR wait.
     pub fn handle_timeout(&mut self, ctx: &mut Ctx<'_>) {
         if self.fault_tripped && ctx.config.test_fault.is_some_and(|f| f.wedges()) {
             // A wedged QP (a test fault, for testing fuzzers only) neither
             // retries nor gives up: its timers stop.
             self.req.rnr_until = None;
             self.req.retransmit_at = None;
+            self.req.tlp_at = None;
             return;
         }
         if self.req.rnr_until.is_some_and(|t| t <= ctx.now) {
             self.req.rnr_until = None;
             self.req.retransmit_at = ack_timeout(self.attr.timeout).map(|d| ctx.now + d);
         }
+        if self.req.tlp_at.is_some_and(|t| t <= ctx.now)
+            && self.req.retransmit_at.is_none_or(|t| t > ctx.now)
+        {
+            self.tail_probe(ctx);
+        }
         if self.req.retransmit_at.is_some_and(|t| t <= ctx.now) {
             self.req.retransmit_at = None;
+            self.req.tlp_at = None;
+            self.req.tlp_sent = false;
             let Some(oldest) = self.oldest_unacked_psn() else {
                 return;
             };

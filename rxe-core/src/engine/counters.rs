@@ -75,6 +75,9 @@ pub struct Counters {
     pub send_rnr_err: u64,
     /// Transport timer timeouts.
     pub retry_timeouts: u64,
+    /// Tail loss probes: a silent flight's last packet sent again after a
+    /// probe timeout, before the transport timer ([`super::rtt`]).
+    pub tail_probes: u64,
     /// Work requests failed with retry exceeded.
     pub retry_exceeded_err: u64,
     /// Work requests failed with RNR retry exceeded.

@@ -35,6 +35,7 @@ mod qp;
 mod requester;
 mod resp_state;
 mod responder;
+mod rtt;
 mod send_queue;
 mod slices;
 pub mod state;

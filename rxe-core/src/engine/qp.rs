@@ -194,6 +194,7 @@ impl Qp {
         }
         self.retire(ctx);
         self.req.retransmit_at = None;
+        self.req.tlp_at = None;
         self.req.rnr_until = None;
         if let Some(wr) = self.resp.take_current_recv() {
             let c = self.flush_completion_recv(&wr);
@@ -442,10 +443,10 @@ impl Qp {
     }
 
     pub fn next_timeout(&self) -> Option<Instant> {
-        match (self.req.retransmit_at, self.req.rnr_until) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.req.retransmit_at, self.req.rnr_until, self.req.tlp_at]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     /// The next packet this QP wants to send: responses first, then requests.

@@ -638,6 +638,9 @@ impl Qp {
                 ctx.counters.retransmitted_pkts += 1;
             } else {
                 self.req.sent_high = psn.add(1);
+                if ack_req {
+                    self.req.rtt.sent(psn, ctx.now);
+                }
             }
             if is_read {
                 // A READ request covers its chunk's PSN range.
@@ -648,6 +651,11 @@ impl Qp {
             }
             if self.req.retransmit_at.is_none() {
                 self.req.retransmit_at = ack_timeout(self.attr.timeout).map(|d| ctx.now + d);
+            }
+            if ack_req {
+                // The flight's silence is counted from its last packet
+                // that asks for an answer.
+                self.arm_tail_probe(ctx);
             }
         } else {
             self.retire(ctx);

@@ -3,6 +3,7 @@
 //! with it is in [`super::requester`], what the answers do to it in
 //! [`super::completer`].
 
+use super::rtt::Rtt;
 use super::slices::Slices;
 use crate::psn::Psn;
 use crate::types::*;
@@ -96,9 +97,16 @@ pub(crate) struct Requester {
     /// start another go-back; if the new copy is lost too, the transport
     /// timer recovers.
     pub round: Option<(Psn, Psn)>,
-    /// After a transport timeout, the one PSN sent again until the
-    /// responder answers (see `handle_timeout`).
+    /// After a transport timeout or a silent probe timeout, the one PSN
+    /// sent again until the responder answers (see `handle_timeout`).
     pub probe: Option<Psn>,
+    /// The round trip, measured ([`super::rtt`]).
+    pub rtt: Rtt,
+    /// When the flight has been silent long enough for a tail loss probe.
+    pub tlp_at: Option<Instant>,
+    /// The probe out (`probe`) is a tail loss probe, not the transport
+    /// timer's: another may follow it (`completer.rs`, `tail_probe`).
+    pub tlp_sent: bool,
 }
 
 impl Requester {
@@ -118,11 +126,17 @@ impl Requester {
             acked: psn.sub(1),
             round: None,
             probe: None,
+            rtt: Rtt::default(),
+            tlp_at: None,
+            tlp_sent: false,
         }
     }
 
     pub fn set_psn(&mut self, psn: Psn) {
         self.probe = None;
+        self.rtt.discard();
+        self.tlp_at = None;
+        self.tlp_sent = false;
         self.psn = psn;
         self.sent_high = psn;
         self.acked = psn.sub(1);

@@ -584,6 +584,7 @@ impl Lab {
             ("rcvd_seq_err", c.rcvd_seq_err),
             ("send_rnr_err", c.send_rnr_err),
             ("rcvd_rnr_err", c.rcvd_rnr_err),
+            ("tail_probes", c.tail_probes),
             ("retry_timeouts", c.retry_timeouts),
             ("send_err", c.send_err),
         ] {

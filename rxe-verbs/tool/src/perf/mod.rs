@@ -441,13 +441,14 @@ fn run_roce(cfg: &Config) -> Res<Vec<Measured>> {
     if cfg.counters || measured.is_err() {
         let c = res.ctx.counters();
         println!(
-            " counters: sent {} received {} retransmitted {} retry timeouts {} \
+            " counters: sent {} received {} retransmitted {} retry timeouts {} tail probes {} \
              seq errors sent {} received {} out of sequence {} duplicates {} RNR sent {} received {} dropped {} {:?} \
              refused by the host {:?} held posts {}",
             c.sent_pkts,
             c.rcvd_pkts,
             c.retransmitted_pkts,
             c.retry_timeouts,
+            c.tail_probes,
             c.send_seq_err,
             c.rcvd_seq_err,
             c.out_of_seq_request,

@@ -183,6 +183,7 @@ fn counter_list(c: &rxe_core::engine::Counters) -> Vec<(String, u64)> {
         ("rcvd_rnr_err".into(), c.rcvd_rnr_err),
         ("send_rnr_err".into(), c.send_rnr_err),
         ("retry_timeouts".into(), c.retry_timeouts),
+        ("tail_probes".into(), c.tail_probes),
         ("retry_exceeded_err".into(), c.retry_exceeded_err),
         ("retry_rnr_exceeded_err".into(), c.retry_rnr_exceeded_err),
         ("ack_deferred".into(), c.ack_deferred),
