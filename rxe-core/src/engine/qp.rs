@@ -9,7 +9,7 @@ use super::send_queue::Requester;
 use super::{AsyncEvent, CqId, Ctx, IcrcStatus, QpInit, RecvMeta, SrqId, Transmit};
 use crate::psn::Psn;
 use crate::types::*;
-use crate::wire::{icrc, Packet, PacketRepr, ICRC_LEN};
+use crate::wire::Packet;
 use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::time::Instant;
@@ -331,65 +331,6 @@ impl Qp {
         Some((src, av.dest))
     }
 
-    /// Serializes a packet and computes its ICRC.
-    pub fn build(
-        &self,
-        pool: &mut super::txpool::TxPool,
-        repr: &PacketRepr<'_>,
-        src: IpAddr,
-        dst: IpAddr,
-        av: Option<&AddressVector>,
-    ) -> Option<Transmit> {
-        let copy = |b: &mut [u8]| {
-            b.copy_from_slice(repr.payload);
-            true
-        };
-        self.build_filled(pool, repr, src, dst, av, (repr.payload.len(), copy))
-            .ok()
-    }
-
-    /// Serializes a packet whose payload of `len` bytes (`payload` is
-    /// `(len, fill)`) `fill` writes straight into the packet buffer (from
-    /// registered memory, without a copy in between), and computes its
-    /// ICRC. `fill` must write all of its slice and return true, or return
-    /// false to give up (the buffer, which may hold an earlier packet's
-    /// bytes, is then never sent).
-    pub fn build_filled(
-        &self,
-        pool: &mut super::txpool::TxPool,
-        repr: &PacketRepr<'_>,
-        src: IpAddr,
-        dst: IpAddr,
-        av: Option<&AddressVector>,
-        (len, fill): (usize, impl FnOnce(&mut [u8]) -> bool),
-    ) -> Result<Transmit, BuildError> {
-        let mut payload = pool.take(repr.buffer_len_for(len));
-        let (range, n) = match repr.emit_around(&mut payload, len) {
-            Ok(r) => r,
-            Err(_) => {
-                pool.give(payload);
-                return Err(BuildError::Emit);
-            }
-        };
-        if !fill(&mut payload[range]) {
-            pool.give(payload);
-            return Err(BuildError::Fill);
-        }
-        let Ok(crc) = icrc::compute_udp(src, dst, self.src_port, &payload[..n - ICRC_LEN]) else {
-            pool.give(payload);
-            return Err(BuildError::Emit);
-        };
-        payload[n - ICRC_LEN..n].copy_from_slice(&crc.to_le_bytes());
-        Ok(Transmit {
-            src,
-            dst,
-            src_port: self.src_port,
-            traffic_class: av.map_or(0, |a| a.traffic_class),
-            hop_limit: av.map_or(64, |a| a.hop_limit),
-            payload,
-        })
-    }
-
     /// Handles a packet addressed to this QP.
     pub fn handle_packet(&mut self, ctx: &mut Ctx<'_>, meta: &RecvMeta, pkt: &Packet<&[u8]>) {
         let info = pkt.info();
@@ -522,13 +463,4 @@ impl Qp {
             })
             .collect()
     }
-}
-
-/// Why [`Qp::build_filled`] made no packet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum BuildError {
-    /// The headers do not fit the opcode, or no ICRC for these addresses.
-    Emit,
-    /// The payload could not be read (the memory went away or is short).
-    Fill,
 }

@@ -18,10 +18,11 @@
 //! chunk is an ordinary READ request on the wire (RETH with the chunk's
 //! address and length, PSN of its first response), as any responder serves.
 
-use super::qp::{BuildError, Qp, DEFAULT_PKEY};
+use super::qp::{Qp, DEFAULT_PKEY};
 use super::send_queue::SendWqe;
 use super::slices::{gather, Slices};
 use super::timers::ack_timeout;
+use super::txpool::BuildError;
 use super::{Ctx, Transmit};
 use crate::types::*;
 use crate::wire::{
@@ -602,12 +603,14 @@ impl Qp {
         let t = match &w.wr.inline_data {
             Some(d) => {
                 repr.payload = &d[offset as usize..offset as usize + n];
-                self.build(ctx.pool, &repr, src, dst, av.as_ref())
+                ctx.pool
+                    .build(self.src_port, &repr, src, dst, av.as_ref())
                     .ok_or(BuildError::Emit)
             }
             None => {
                 let fill = |b: &mut [u8]| gather(&w.slices, offset, b);
-                self.build_filled(ctx.pool, &repr, src, dst, av.as_ref(), (n, fill))
+                ctx.pool
+                    .build_filled(self.src_port, &repr, src, dst, av.as_ref(), (n, fill))
             }
         };
         let t = match t {

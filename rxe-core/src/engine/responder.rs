@@ -13,10 +13,11 @@
 
 use super::counters::DropReason;
 use super::mem::AtomicOp;
-use super::qp::{BuildError, Qp, DEFAULT_PKEY};
+use super::qp::{Qp, DEFAULT_PKEY};
 use super::resp_state::{InMsg, ReadJob, Resource, RespOut, RESP_OUT_LIMIT};
 use super::slices::Slices;
 use super::slices::{scatter, ScatterError};
+use super::txpool::BuildError;
 use super::{Ctx, RecvMeta, TestFault, Transmit};
 use crate::psn::Psn;
 use crate::types::*;
@@ -744,7 +745,7 @@ impl Qp {
                     msn: *msn & 0xff_ffff,
                 });
                 self.resp.out.pop_front();
-                self.build(ctx.pool, &r, src, dst, av.as_ref())
+                ctx.pool.build(self.src_port, &r, src, dst, av.as_ref())
             }
             RespOut::AtomicAck { psn, orig, msn } => {
                 let mut r = PacketRepr::new(bth(Opcode::RC_ATOMIC_ACKNOWLEDGE, *psn));
@@ -756,7 +757,7 @@ impl Qp {
                 });
                 r.atomic_ack_eth = Some(AtomicAckEthRepr { orig: *orig });
                 self.resp.out.pop_front();
-                self.build(ctx.pool, &r, src, dst, av.as_ref())
+                ctx.pool.build(self.src_port, &r, src, dst, av.as_ref())
             }
             RespOut::EmptyReadResponse { psn, msn } => {
                 let mut r = PacketRepr::new(bth(Opcode::RC_RDMA_READ_RESPONSE_ONLY, *psn));
@@ -767,7 +768,7 @@ impl Qp {
                     msn: *msn & 0xff_ffff,
                 });
                 self.resp.out.pop_front();
-                self.build(ctx.pool, &r, src, dst, av.as_ref())
+                ctx.pool.build(self.src_port, &r, src, dst, av.as_ref())
             }
             RespOut::Read(job) => {
                 let i = job.sent;
@@ -801,7 +802,9 @@ impl Qp {
                     }
                     ok
                 };
-                let t = self.build_filled(ctx.pool, &r, src, dst, av.as_ref(), (n, fill));
+                let t = ctx
+                    .pool
+                    .build_filled(self.src_port, &r, src, dst, av.as_ref(), (n, fill));
                 // A region deregistered under a READ ends the response: the
                 // requester times out and retries, and its duplicate READ
                 // gets a remote access NAK (see `duplicate`).

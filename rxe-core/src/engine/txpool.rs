@@ -8,12 +8,18 @@
 //! ([`super::Engine::recycle`]) and builds the next packets in them: once
 //! the pool is warm, the data path allocates nothing.
 //!
+//! Packets are built here too ([`TxPool::build`], [`TxPool::build_filled`]):
+//! headers, payload and ICRC straight into a pooled buffer.
+//!
 //! The same goes for the scatter/gather lists of work requests posted by
 //! reference ([`super::Engine::post_send_ref`], `post_recv_ref`): the
 //! engine copies the caller's list into one that a finished request gave
 //! back, instead of allocating a new one per request.
 
-use crate::types::Sge;
+use super::Transmit;
+use crate::types::{AddressVector, Sge};
+use crate::wire::{icrc, PacketRepr, ICRC_LEN};
+use std::net::IpAddr;
 
 /// At most this many idle buffers are kept (about 9 MiB at the largest
 /// packet size); the rest are freed.
@@ -123,4 +129,75 @@ mod tests {
         p.give(Vec::new());
         assert_eq!(p.idle(), MAX_IDLE);
     }
+}
+
+impl TxPool {
+    /// A packet from `src` (UDP source port `src_port`) to `dst`, in a
+    /// buffer of the pool, serialized with its ICRC.
+    pub fn build(
+        &mut self,
+        src_port: u16,
+        repr: &PacketRepr<'_>,
+        src: IpAddr,
+        dst: IpAddr,
+        av: Option<&AddressVector>,
+    ) -> Option<Transmit> {
+        let copy = |b: &mut [u8]| {
+            b.copy_from_slice(repr.payload);
+            true
+        };
+        self.build_filled(src_port, repr, src, dst, av, (repr.payload.len(), copy))
+            .ok()
+    }
+
+    /// Serializes a packet whose payload of `len` bytes (`payload` is
+    /// `(len, fill)`) `fill` writes straight into the packet buffer (from
+    /// registered memory, without a copy in between), and computes its
+    /// ICRC. `fill` must write all of its slice and return true, or return
+    /// false to give up (the buffer, which may hold an earlier packet's
+    /// bytes, is then never sent).
+    pub fn build_filled(
+        &mut self,
+        src_port: u16,
+        repr: &PacketRepr<'_>,
+        src: IpAddr,
+        dst: IpAddr,
+        av: Option<&AddressVector>,
+        (len, fill): (usize, impl FnOnce(&mut [u8]) -> bool),
+    ) -> Result<Transmit, BuildError> {
+        let mut payload = self.take(repr.buffer_len_for(len));
+        let (range, n) = match repr.emit_around(&mut payload, len) {
+            Ok(r) => r,
+            Err(_) => {
+                self.give(payload);
+                return Err(BuildError::Emit);
+            }
+        };
+        if !fill(&mut payload[range]) {
+            self.give(payload);
+            return Err(BuildError::Fill);
+        }
+        let Ok(crc) = icrc::compute_udp(src, dst, src_port, &payload[..n - ICRC_LEN]) else {
+            self.give(payload);
+            return Err(BuildError::Emit);
+        };
+        payload[n - ICRC_LEN..n].copy_from_slice(&crc.to_le_bytes());
+        Ok(Transmit {
+            src,
+            dst,
+            src_port,
+            traffic_class: av.map_or(0, |a| a.traffic_class),
+            hop_limit: av.map_or(64, |a| a.hop_limit),
+            payload,
+        })
+    }
+}
+
+/// Why [`TxPool::build_filled`] made no packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum BuildError {
+    /// The headers do not fit the opcode, or no ICRC for these addresses.
+    Emit,
+    /// The payload could not be read (the memory went away or is short).
+    Fill,
 }
