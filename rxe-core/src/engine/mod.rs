@@ -974,8 +974,7 @@ impl Engine {
         let mut a = q.attr;
         a.state = q.state;
         a.cur_state = q.state;
-        a.sq_psn = q.req.psn;
-        a.rq_psn = q.resp.epsn;
+        (a.sq_psn, a.rq_psn) = q.psns();
         Ok((a, q.cap))
     }
 
@@ -1411,7 +1410,7 @@ impl Engine {
                     // A QP whose last packets asked for no ACK has them
                     // stranded until it sends again: it goes first. (Rare
                     // since the last packet of a turn asks for an ACK.)
-                    let stranded = q.req.since_ackreq > 0 && q.in_flight() > 0;
+                    let stranded = q.stranded();
                     let turn_ended = std::mem::take(&mut q.budget_woken);
                     q.active = false;
                     let s = Settle::note(&mut self.deadlines, qpn, q);

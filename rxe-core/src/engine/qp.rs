@@ -102,6 +102,18 @@ impl Qp {
         self.req.acked.next().distance_to(self.req.sent_high)
     }
 
+    /// Packets in flight whose last asked for no ACK: stranded until the
+    /// QP sends again.
+    pub fn stranded(&self) -> bool {
+        self.req.since_ackreq > 0 && self.in_flight() > 0
+    }
+
+    /// The PSN the requester sends next and the one the responder expects
+    /// (`ibv_query_qp`'s `sq_psn` and `rq_psn`).
+    pub fn psns(&self) -> (Psn, Psn) {
+        (self.req.psn, self.resp.epsn)
+    }
+
     pub fn mtu(&self) -> usize {
         self.attr.path_mtu.bytes()
     }
