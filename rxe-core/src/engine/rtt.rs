@@ -32,11 +32,12 @@ pub struct Rtt {
     rttvar: Duration,
     /// The PSN being timed and when it left (sent once: Karn's rule).
     timing: Option<(Psn, Instant)>,
-    /// Probes since the last sample: each doubles the probe timeout, as
-    /// TCP backs its timer off. A path slower than the estimate gets
-    /// fewer and fewer probes until a sample says how slow it is (which a
-    /// probe prevents, since what it sends again cannot be timed).
+    /// Probes since the last progress: each doubles the probe timeout, as
+    /// TCP backs its timer off.
     backoff: u32,
+    /// [`Rtt::pto`], worked out when what it depends on changes (the
+    /// requester asks for it on every packet that asks for an ACK).
+    pto: Option<Duration>,
 }
 
 impl Rtt {
@@ -69,6 +70,14 @@ impl Rtt {
                 self.srtt = Some((s * 7 + r) / 8);
             }
         }
+        self.update_pto();
+    }
+
+    fn update_pto(&mut self) {
+        self.pto = self.srtt.map(|s| {
+            let base = (s * 2).max(s + self.rttvar * 4).max(MIN_PTO);
+            base * (1 << self.backoff)
+        });
     }
 
     /// Packets are being sent again: no sample can be trusted until a
@@ -81,12 +90,16 @@ impl Rtt {
     pub fn probed(&mut self) {
         self.backoff = (self.backoff + 1).min(MAX_BACKOFF);
         self.timing = None;
+        self.update_pto();
     }
 
     /// The responder acknowledged something new: the path works, and the
     /// backoff ends.
     pub fn progressed(&mut self) {
-        self.backoff = 0;
+        if self.backoff != 0 {
+            self.backoff = 0;
+            self.update_pto();
+        }
     }
 
     /// The smoothed round trip, once there is a sample.
@@ -100,9 +113,7 @@ impl Rtt {
     /// less than [`MIN_PTO`], doubled for each probe since the last
     /// sample; `None` before the first sample.
     pub fn pto(&self) -> Option<Duration> {
-        let s = self.srtt?;
-        let base = (s * 2).max(s + self.rttvar * 4).max(MIN_PTO);
-        Some(base * (1 << self.backoff))
+        self.pto
     }
 }
 
