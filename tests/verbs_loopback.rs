@@ -117,10 +117,18 @@ fn recv(id: u64, sge: Sge) -> RecvWr {
     }
 }
 
-/// `ctx` neither retransmitted a packet nor saw its transport timer expire.
+/// `ctx` neither retransmitted a packet nor saw its transport timer
+/// expire. A tail loss probe is allowed: it goes after a silence of 10 ms,
+/// which a loaded host can give a peer that is merely slow, and it is the
+/// one packet sent again (the probe goes alone, and the answer to it ends
+/// the flight).
 fn no_retransmission(ctx: &Context, why: &str) {
     let c = ctx.counters();
-    assert_eq!((c.retransmitted_pkts, c.retry_timeouts), (0, 0), "{why}");
+    assert_eq!(
+        (c.retransmitted_pkts - c.tail_probes, c.retry_timeouts),
+        (0, 0),
+        "{why}"
+    );
 }
 
 fn bytes(mr: &MemoryRegion, r: std::ops::Range<usize>) -> Vec<u8> {
@@ -1486,7 +1494,9 @@ fn a_polling_ping_pong_sends_each_ack_with_its_answer() {
             .unwrap();
         poll_recv(&a);
     }
-    let (da, db) = (batches(&a) - a0, batches(&b) - b0);
+    // (A tail loss probe, on a loaded host, is a batch of its own.)
+    let probes = |n: &Node| n.ctx.counters().tail_probes;
+    let (da, db) = (batches(&a) - a0 - probes(&a), batches(&b) - b0 - probes(&b));
     // Two would be the ACK alone, then the answer; a few may go alone when
     // the progress thread runs between a poll and the post.
     assert!(

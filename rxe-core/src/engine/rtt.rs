@@ -16,10 +16,11 @@
 use crate::psn::Psn;
 use std::time::{Duration, Instant};
 
-/// The shortest probe timeout: a peer on the same host answers in tens of
-/// microseconds when it runs, but may not be scheduled for a millisecond;
-/// a probe sooner than that is mostly a duplicate.
-pub const MIN_PTO: Duration = Duration::from_millis(1);
+/// The shortest probe timeout (Linux's TCP has the same floor for its
+/// loss probe): a peer on the same host answers in tens of microseconds
+/// when it runs, but on a loaded host may not be scheduled for several
+/// milliseconds, and a probe sooner than that is mostly a duplicate.
+pub const MIN_PTO: Duration = Duration::from_millis(10);
 
 /// The most a probe timeout is doubled for probes that found nothing
 /// lost (2^6: 64 ×).
@@ -134,9 +135,10 @@ mod tests {
         assert_eq!(r.srtt(), Some(Duration::from_micros(100)));
         // 2 × 100 µs, or 100 + 4 × 50: under the floor.
         assert_eq!(r.pto(), Some(MIN_PTO));
+        // 10 ms: 7/8 × 100 µs + 1/8 × 10 ms; the deviation 3/4 × 50 µs +
+        // 1/4 × 9.9 ms.
         r.sent(Psn::new(12), t0);
         r.acked(Psn::new(12), t0 + Duration::from_millis(10));
-        // 7/8 × 100 µs + 1/8 × 10 ms; the deviation 3/4 × 50 + 1/4 × 9.9 ms.
         assert_eq!(r.srtt(), Some(Duration::from_nanos(1_337_500)));
         assert_eq!(
             r.pto(),
@@ -156,9 +158,7 @@ mod tests {
         assert_eq!(r.pto(), Some(pto * 64));
         r.sent(Psn::new(14), t0);
         r.acked(Psn::new(14), t0 + Duration::from_nanos(1_337_500));
-        assert_eq!(
-            r.pto(),
-            Some(Duration::from_nanos(1_337_500 + 4 * 1_884_375))
-        );
+        // 1.3375 ms + 4 × 1.884375 ms = 8.875 ms, under the floor.
+        assert_eq!(r.pto(), Some(MIN_PTO));
     }
 }
