@@ -25,6 +25,7 @@ pub mod feth;
 pub mod frame;
 pub mod icrc;
 pub mod imm;
+pub mod layout;
 pub mod opcode;
 pub mod packet;
 pub mod reth;

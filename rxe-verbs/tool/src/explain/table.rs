@@ -1,9 +1,10 @@
 //! Where each field of each header sits, for `rxe dump --explain`.
 //!
-//! rxe-core's header views read every field but do not say where it is, so
-//! this table says it: byte offset from the start of the header, first bit
-//! (counted from the most significant bit of that byte, as the IBTA draws
-//! its figures left to right) and width in bits. Each row also names the
+//! rxe-core's header views read every field; where each transport header
+//! field sits (byte offset, first bit counted from that byte's most
+//! significant bit as the IBTA draws its figures, width in bits) is
+//! `rxe_core::wire::layout`, and the MAD and CM rows say it here. Each row
+//! also names the
 //! rxe-core accessor that reads the field (`get`), so the value shown is
 //! always rxe-core's, and the tests flip every bit a row claims and check
 //! that exactly that accessor's value changes: the table cannot drift from
@@ -13,6 +14,7 @@
 
 use rxe_core::mad::cm::{CmMad, CmMessage};
 use rxe_core::mad::Mad;
+use rxe_core::wire::layout;
 use rxe_core::wire::{
     AethSyndrome, AtomicAckEth, AtomicEth, Bth, Deth, Feth, Ieth, ImmDt, NakCode, Opcode, Rdeth,
     Reth,
@@ -83,7 +85,7 @@ fn qpn(v: u64) -> String {
 }
 
 macro_rules! spec {
-    ($name:literal, $at:expr, $bit:expr, $width:expr, $get:expr, $means:expr) => {
+    ($name:expr, $at:expr, $bit:expr, $width:expr, $get:expr, $means:expr) => {
         Spec {
             name: $name,
             at: $at,
@@ -93,15 +95,23 @@ macro_rules! spec {
             means: $means,
         }
     };
+    // A transport header's field, where `rxe_core::wire::layout` puts it.
+    ($field:expr, $get:expr, $means:expr) => {
+        spec!(
+            $field.name,
+            $field.at,
+            $field.bit,
+            $field.width,
+            $get,
+            $means
+        )
+    };
 }
 
 /// Base Transport Header (IBTA 9.2, 12 bytes).
 pub static BTH: &[Spec] = &[
     spec!(
-        "OpCode",
-        0,
-        0,
-        8,
+        layout::bth::OPCODE,
         Some(|b| u64::from(Bth::new_unchecked(b).opcode().0)),
         |v| {
             match Opcode(v as u8).info() {
@@ -116,10 +126,7 @@ pub static BTH: &[Spec] = &[
         }
     ),
     spec!(
-        "SE",
-        1,
-        0,
-        1,
+        layout::bth::SE,
         Some(|b| u64::from(Bth::new_unchecked(b).solicited())),
         |v| {
             flag(
@@ -129,10 +136,7 @@ pub static BTH: &[Spec] = &[
         }
     ),
     spec!(
-        "M",
-        1,
-        1,
-        1,
+        layout::bth::M,
         Some(|b| u64::from(Bth::new_unchecked(b).mig_req())),
         |v| {
             flag(
@@ -142,18 +146,12 @@ pub static BTH: &[Spec] = &[
         }
     ),
     spec!(
-        "PadCnt",
-        1,
-        2,
-        2,
+        layout::bth::PADCNT,
         Some(|b| u64::from(Bth::new_unchecked(b).pad_count())),
         |v| { format!("{v} pad byte(s) after the payload, so payload+pad is a multiple of 4") }
     ),
     spec!(
-        "TVer",
-        1,
-        4,
-        4,
+        layout::bth::TVER,
         Some(|b| u64::from(Bth::new_unchecked(b).tver())),
         |v| {
             if v == 0 {
@@ -164,10 +162,7 @@ pub static BTH: &[Spec] = &[
         }
     ),
     spec!(
-        "P_Key",
-        2,
-        0,
-        16,
+        layout::bth::P_KEY,
         Some(|b| u64::from(Bth::new_unchecked(b).pkey())),
         |v| {
             if v == 0xffff {
@@ -182,10 +177,7 @@ pub static BTH: &[Spec] = &[
         }
     ),
     spec!(
-        "FECN",
-        4,
-        0,
-        1,
+        layout::bth::FECN,
         Some(|b| u64::from(Bth::new_unchecked(b).fecn())),
         |v| {
             flag(
@@ -195,10 +187,7 @@ pub static BTH: &[Spec] = &[
         }
     ),
     spec!(
-        "BECN",
-        4,
-        1,
-        1,
+        layout::bth::BECN,
         Some(|b| u64::from(Bth::new_unchecked(b).becn())),
         |v| {
             flag(
@@ -208,26 +197,17 @@ pub static BTH: &[Spec] = &[
         }
     ),
     spec!(
-        "Resv6",
-        4,
-        2,
-        6,
+        layout::bth::RESV6,
         Some(|b| u64::from(Bth::new_unchecked(b).resv6())),
         reserved
     ),
     spec!(
-        "DestQP",
-        5,
-        0,
-        24,
+        layout::bth::DESTQP,
         Some(|b| u64::from(Bth::new_unchecked(b).dest_qp())),
         qpn
     ),
     spec!(
-        "AckReq",
-        8,
-        0,
-        1,
+        layout::bth::ACKREQ,
         Some(|b| u64::from(Bth::new_unchecked(b).ack_req())),
         |v| {
             flag(
@@ -237,18 +217,12 @@ pub static BTH: &[Spec] = &[
         }
     ),
     spec!(
-        "Resv7",
-        8,
-        1,
-        7,
+        layout::bth::RESV7,
         Some(|b| u64::from(Bth::new_unchecked(b).resv7())),
         reserved
     ),
     spec!(
-        "PSN",
-        9,
-        0,
-        24,
+        layout::bth::PSN,
         Some(|b| u64::from(Bth::new_unchecked(b).psn().value())),
         |v| { format!("packet sequence number {v} (24 bits, wraps)") }
     ),
@@ -256,12 +230,9 @@ pub static BTH: &[Spec] = &[
 
 /// Reliable Datagram Extended Transport Header (4 bytes).
 pub static RDETH: &[Spec] = &[
-    spec!("Reserved", 0, 0, 8, None, reserved),
+    spec!(layout::rdeth::RESERVED_0_0, None, reserved),
     spec!(
-        "EE-Context",
-        1,
-        0,
-        24,
+        layout::rdeth::EE_CONTEXT,
         Some(|b| u64::from(Rdeth::new_unchecked(b).ee_context())),
         |v| format!("end-to-end context {v}")
     ),
@@ -270,10 +241,7 @@ pub static RDETH: &[Spec] = &[
 /// Datagram Extended Transport Header (8 bytes).
 pub static DETH: &[Spec] = &[
     spec!(
-        "Q_Key",
-        0,
-        0,
-        32,
+        layout::deth::Q_KEY,
         Some(|b| u64::from(Deth::new_unchecked(b).qkey())),
         |v| {
             if v == u64::from(rxe_core::mad::GSI_QKEY) {
@@ -283,12 +251,9 @@ pub static DETH: &[Spec] = &[
             }
         }
     ),
-    spec!("Reserved", 4, 0, 8, None, reserved),
+    spec!(layout::deth::RESERVED_4_0, None, reserved),
     spec!(
-        "SrcQP",
-        5,
-        0,
-        24,
+        layout::deth::SRCQP,
         Some(|b| u64::from(Deth::new_unchecked(b).src_qp())),
         |v| format!("sent by {}", qpn(v))
     ),
@@ -296,12 +261,9 @@ pub static DETH: &[Spec] = &[
 
 /// Flush Extended Transport Header (4 bytes).
 pub static FETH: &[Spec] = &[
-    spec!("Reserved", 0, 0, 26, None, reserved),
+    spec!(layout::feth::RESERVED_0_0, None, reserved),
     spec!(
-        "SEL",
-        3,
-        2,
-        2,
+        layout::feth::SEL,
         Some(|b| u64::from(Feth::new_unchecked(b).selectivity())),
         |v| match v {
             0 => "selectivity: the memory range of the RETH".into(),
@@ -310,10 +272,7 @@ pub static FETH: &[Spec] = &[
         }
     ),
     spec!(
-        "PLT",
-        3,
-        4,
-        4,
+        layout::feth::PLT,
         Some(|b| u64::from(Feth::new_unchecked(b).placement())),
         |v| {
             format!(
@@ -328,26 +287,17 @@ pub static FETH: &[Spec] = &[
 /// RDMA Extended Transport Header (16 bytes).
 pub static RETH: &[Spec] = &[
     spec!(
-        "VA",
-        0,
-        0,
-        64,
+        layout::reth::VA,
         Some(|b| Reth::new_unchecked(b).va()),
         |_| "virtual address at the responder".into()
     ),
     spec!(
-        "R_Key",
-        8,
-        0,
-        32,
+        layout::reth::R_KEY,
         Some(|b| u64::from(Reth::new_unchecked(b).rkey())),
         |_| "remote key of the memory region or window".into()
     ),
     spec!(
-        "DMALen",
-        12,
-        0,
-        32,
+        layout::reth::DMALEN,
         Some(|b| u64::from(Reth::new_unchecked(b).dma_len())),
         |v| format!("{v} bytes in the whole message")
     ),
@@ -356,34 +306,22 @@ pub static RETH: &[Spec] = &[
 /// Atomic Extended Transport Header (28 bytes).
 pub static ATOMIC_ETH: &[Spec] = &[
     spec!(
-        "VA",
-        0,
-        0,
-        64,
+        layout::atomic_eth::VA,
         Some(|b| AtomicEth::new_unchecked(b).va()),
         |_| "address of the 8-byte target, 8-byte aligned".into()
     ),
     spec!(
-        "R_Key",
-        8,
-        0,
-        32,
+        layout::atomic_eth::R_KEY,
         Some(|b| u64::from(AtomicEth::new_unchecked(b).rkey())),
         |_| "remote key".into()
     ),
     spec!(
-        "SwapDt/AddDt",
-        12,
-        0,
-        64,
+        layout::atomic_eth::SWAPDT_ADDDT,
         Some(|b| AtomicEth::new_unchecked(b).swap_add()),
         |_| "value to swap in (CmpSwap) or to add (FetchAdd)".into()
     ),
     spec!(
-        "CmpDt",
-        20,
-        0,
-        64,
+        layout::atomic_eth::CMPDT,
         Some(|b| AtomicEth::new_unchecked(b).compare()),
         |_| "value to compare with (CmpSwap only)".into()
     ),
@@ -397,26 +335,17 @@ fn syndrome(b: &[u8]) -> AethSyndrome {
 /// whole and then as its three parts.
 pub static AETH: &[Spec] = &[
     spec!(
-        "Syndrome",
-        0,
-        0,
-        8,
+        layout::aeth::SYNDROME,
         Some(|b| u64::from(rxe_core::wire::Aeth::new_unchecked(b).syndrome_raw())),
         |v| { AethSyndrome::from_u8(v as u8).to_string() }
     ),
     spec!(
-        "Syndrome.Reserved",
-        0,
-        0,
-        1,
+        layout::aeth::SYNDROME_RESERVED,
         Some(|b| u64::from(matches!(syndrome(b), AethSyndrome::Reserved(x) if x & 0x80 != 0))),
         reserved
     ),
     spec!(
-        "Syndrome.Type",
-        0,
-        1,
-        2,
+        layout::aeth::SYNDROME_TYPE,
         Some(|b| match syndrome(b) {
             AethSyndrome::Ack { .. } => 0,
             AethSyndrome::RnrNak { .. } => 1,
@@ -431,10 +360,7 @@ pub static AETH: &[Spec] = &[
         }
     ),
     spec!(
-        "Syndrome.Value",
-        0,
-        3,
-        5,
+        layout::aeth::SYNDROME_VALUE,
         Some(|b| match syndrome(b) {
             AethSyndrome::Ack { credits } => u64::from(credits),
             AethSyndrome::RnrNak { timer } => u64::from(timer),
@@ -453,10 +379,7 @@ pub static AETH: &[Spec] = &[
         }
     ),
     spec!(
-        "MSN",
-        1,
-        0,
-        24,
+        layout::aeth::MSN,
         Some(|b| u64::from(rxe_core::wire::Aeth::new_unchecked(b).msn())),
         |v| { format!("message sequence number: {v} messages completed (mod 2^24)") }
     ),
@@ -464,30 +387,21 @@ pub static AETH: &[Spec] = &[
 
 /// Atomic Acknowledge Extended Transport Header (8 bytes).
 pub static ATOMIC_ACK_ETH: &[Spec] = &[spec!(
-    "OrigRemDt",
-    0,
-    0,
-    64,
+    layout::atomic_ack_eth::ORIGREMDT,
     Some(|b| AtomicAckEth::new_unchecked(b).orig()),
     |_| "the target's value before the atomic operation".into()
 )];
 
 /// Immediate data (4 bytes).
 pub static IMMDT: &[Spec] = &[spec!(
-    "ImmDt",
-    0,
-    0,
-    32,
+    layout::immdt::IMMDT,
     Some(|b| u64::from(ImmDt::new_unchecked(b).value())),
     |_| "delivered to the receiver in its work completion".into()
 )];
 
 /// Invalidate Extended Transport Header (4 bytes).
 pub static IETH: &[Spec] = &[spec!(
-    "R_Key",
-    0,
-    0,
-    32,
+    layout::ieth::R_KEY,
     Some(|b| u64::from(Ieth::new_unchecked(b).rkey())),
     |_| "remote key the responder invalidates on receipt".into()
 )];
