@@ -19,10 +19,14 @@
 //! packets but leave it listed, which costs only a lock-free check later).
 
 use crate::soft::Shared;
+use parking_lot::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
-/// Contexts a poll deferred packets on, each listed once.
+/// Contexts a poll deferred packets on, each listed once. (parking_lot's
+/// lock, as everywhere in the stack: ThreadSanitizer sees its atomics,
+/// not those of std's prebuilt futex lock, and reported the list as
+/// raced between two threads' `send_deferred`.)
 static LISTED: Mutex<Vec<Weak<Shared>>> = Mutex::new(Vec::new());
 /// How many are listed: the check every entry point makes.
 static COUNT: AtomicUsize = AtomicUsize::new(0);
@@ -36,7 +40,7 @@ pub(crate) fn list(shared: &Arc<Shared>) {
     if shared.deferred.0.swap(true, Ordering::AcqRel) {
         return;
     }
-    let mut l = LISTED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut l = LISTED.lock();
     l.push(Arc::downgrade(shared));
     COUNT.store(l.len(), Ordering::Release);
 }
@@ -49,7 +53,7 @@ pub fn send_deferred() {
         return;
     }
     let taken = {
-        let mut l = LISTED.lock().unwrap_or_else(|e| e.into_inner());
+        let mut l = LISTED.lock();
         COUNT.store(0, Ordering::Release);
         std::mem::take(&mut *l)
     };
