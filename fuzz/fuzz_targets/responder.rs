@@ -997,6 +997,9 @@ impl Harness {
         // What the request names, if the rules allow it.
         let mut read: Option<ReadReq> = None;
         let mut atomic: Option<AtomicReq> = None;
+        // A FLUSH (RC) is answered, when its checks pass, by a READ
+        // response only without payload at its own PSN; it writes nothing.
+        let mut flush: Option<(usize, Psn)> = None;
         if let (Some(p), Some(q), false) = (&parsed, q, inert) {
             let info = p.info();
             let qp_ok = matches!(
@@ -1005,6 +1008,7 @@ impl Harness {
             );
             if qp_ok {
                 match info.operation {
+                    Operation::Flush => flush = Some((q, p.bth().psn())),
                     Operation::RdmaWrite => {
                         if let Some(r) = p.reth() {
                             let len = u64::from(r.dma_len());
@@ -1107,6 +1111,15 @@ impl Harness {
                 .position(|x| x.dest_qpn == p.bth().dest_qp() && x.qp_type == QpType::Rc)
                 .expect("a response to the peer of an RC QP");
             match info.operation {
+                Operation::ReadResponse if read.is_none() && flush.is_some() => {
+                    let (fq, fpsn) = flush.expect("checked");
+                    assert_eq!(fq, qi, "a FLUSH's answer on another QP");
+                    assert_eq!(p.bth().psn(), fpsn, "a FLUSH answered at another PSN");
+                    assert!(
+                        p.payload().is_empty() && info.position == Position::Only,
+                        "a FLUSH answered with data"
+                    );
+                }
                 Operation::ReadResponse => {
                     reads_seen += 1;
                     self.check_read_response(qi, &p, read, reads_seen);
