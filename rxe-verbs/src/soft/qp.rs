@@ -6,10 +6,27 @@ use super::Inner;
 use crate::attr::{gid_of, Endpoint, QpInitAttr};
 use crate::error::Error;
 use rxe_core::engine::mcast::{group_of_gid, Attached, Detached};
-use rxe_core::engine::{CqId, PdId, QpInit, SrqId};
+use rxe_core::engine::{CqId, EngineError, PdId, QpInit, SrqId};
 use rxe_core::psn::Psn;
 use rxe_core::types::{MwBind, QpAttr, QpAttrMask, QpCap, QpState, RecvWr, SendWr};
 use std::sync::Arc;
+
+/// Posts `wrs` one by one with `post`, stopping at the first refused and
+/// saying which (the ones before it stay posted).
+fn post_each<W>(
+    wrs: &[W],
+    wr_id: impl Fn(&W) -> u64,
+    mut post: impl FnMut(&W) -> Result<(), EngineError>,
+) -> Result<(), Error> {
+    for (index, wr) in wrs.iter().enumerate() {
+        post(wr).map_err(|source| Error::BadWorkRequest {
+            index,
+            wr_id: wr_id(wr),
+            source,
+        })?;
+    }
+    Ok(())
+}
 
 /// A QP of a soft device: its number in the device's engine.
 pub(crate) struct SoftQp {
@@ -84,31 +101,15 @@ impl SoftQp {
     /// Posts under one engine lock, as a doorbell: the packets may wait
     /// for the next posts ([`super::doorbell`]).
     pub fn post_send(&self, wrs: &[SendWr]) -> Result<(), Error> {
-        self.ctx.shared.with_engine_post(|e| {
-            for (index, wr) in wrs.iter().enumerate() {
-                e.post_send_ref(self.qpn, wr)
-                    .map_err(|source| Error::BadWorkRequest {
-                        index,
-                        wr_id: wr.wr_id,
-                        source,
-                    })?;
-            }
-            Ok(())
-        })
+        self.ctx
+            .shared
+            .with_engine_post(|e| post_each(wrs, |wr| wr.wr_id, |wr| e.post_send_ref(self.qpn, wr)))
     }
 
     /// Posts receives; a receive produces no packet, so nothing is sent.
     pub fn post_recv(&self, wrs: &[RecvWr]) -> Result<(), Error> {
         self.ctx.shared.with_engine_quiet(|e| {
-            for (index, wr) in wrs.iter().enumerate() {
-                e.post_recv_ref(self.qpn, wr)
-                    .map_err(|source| Error::BadWorkRequest {
-                        index,
-                        wr_id: wr.wr_id,
-                        source,
-                    })?;
-            }
-            Ok(())
+            post_each(wrs, |wr| wr.wr_id, |wr| e.post_recv_ref(self.qpn, wr))
         })
     }
 
@@ -213,15 +214,11 @@ impl SoftSrq {
 
     pub fn post_recv(&self, wrs: &[RecvWr]) -> Result<(), Error> {
         self.ctx.shared.with_engine(|e| {
-            for (index, wr) in wrs.iter().enumerate() {
-                e.post_srq_recv(self.id, wr.clone())
-                    .map_err(|source| Error::BadWorkRequest {
-                        index,
-                        wr_id: wr.wr_id,
-                        source,
-                    })?;
-            }
-            Ok(())
+            post_each(
+                wrs,
+                |wr| wr.wr_id,
+                |wr| e.post_srq_recv(self.id, wr.clone()),
+            )
         })
     }
 
